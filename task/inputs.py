@@ -1,0 +1,114 @@
+"""Input generation: the official draw order (bit-identical on any CUDA GPU) and a full-range mode.
+
+Official order (shared/docs/nvfp4_group_gemm.md, "The official generator"): ``torch.manual_seed(seed)``, then per
+group A, B, C on the device generator, SFA, SFB on the CPU generator, then SFA/SFB reordered on the device
+generator. Without a GPU the device draws come from the CPU generator (values then differ from a GPU run).
+"""
+from __future__ import annotations
+
+import math
+from typing import Literal, Sequence
+
+import torch
+
+from task import input_t
+from task.formats import BLOCKED_PERMUTE, SF_VEC, blocked_index, blocked_shape
+
+DataMode = Literal["official", "full-range"]
+DATA_MODES: tuple[str, ...] = ("official", "full-range")
+#: The official generator keeps each nibble's sign bit and two low bits: codes 0..3 and 8..11
+#: (0, +-0.5, +-1, +-1.5).
+OFFICIAL_NIBBLE_MASK = 0b1011_1011
+#: Full-range scale bound: 36 * (15/8)^2, the largest |e2m1 product| times the largest mantissa product.
+_FULL_RANGE_PRODUCT = 36.0 * (15.0 / 8.0) ** 2
+FP16_MAX = 65504.0
+
+
+def default_device() -> torch.device:
+    """Where the "cuda" tensors of input_t live: the current CUDA device, or the CPU when there is none."""
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def _reordered(sf: torch.Tensor, rows: int, sf_cols: int, device: torch.device, gen_fill) -> torch.Tensor:
+    """The blocked view of ``sf`` ([rows, sf_cols]); storage filled by ``gen_fill(shape)`` first (padding)."""
+    storage = gen_fill(blocked_shape(rows, sf_cols))
+    view = storage.permute(*BLOCKED_PERMUTE)
+    flat = storage.view(-1)
+    flat[blocked_index(rows, sf_cols, device).view(-1)] = sf.to(device).reshape(-1)
+    return view
+
+
+def _official_scales(rows: int, sf_cols: int) -> torch.Tensor:
+    return torch.randint(1, 3, (1, rows, sf_cols), dtype=torch.int8).to(torch.float8_e4m3fn).permute(1, 2, 0)
+
+
+def full_range_scale_exponent(k: int) -> int:
+    """Full-range data: S such that every product sfa * sfb of one 16-block is at most 2^S * (15/8)^2, with
+    ``S = floor(log2(65504 / (36 * (15/8)^2 * K)))``. Then |C| <= K * 6 * 6 * max(sfa * sfb) <= 65504: no fp16
+    overflow whatever the codes. (K=256: S=1; K=7168: S=-4.)"""
+    return math.floor(math.log2(FP16_MAX / (_FULL_RANGE_PRODUCT * k)))
+
+
+def _full_range_scales(rows_a: int, rows_b: int, sf_cols: int, k: int, device: torch.device):
+    """Scales over e4m3fn's positive normal range, anti-correlated per 16-block so no output can overflow.
+
+    Per scale-column j a shared exponent t_j is drawn; sfa exponents are t_j + {-1, 0}, sfb exponents
+    S - t_j + {-1, 0}, mantissas uniform over 0..7. t_j is drawn from [max(-5, S - 8), min(8, S + 5)] so both
+    stay within e4m3fn's normal exponents [-6, 8] (2^-6 .. 448).
+    """
+    s = full_range_scale_exponent(k)
+    lo, hi = max(-5, s - 8), min(8, s + 5)
+    if lo > hi:
+        raise ValueError(f"full-range data cannot bound fp16 output for K={k} (scale exponent {s})")
+    t = torch.randint(lo, hi + 1, (sf_cols,), device=device)
+
+    def draw(rows: int, centre: torch.Tensor) -> torch.Tensor:
+        exp = centre + torch.randint(-1, 1, (rows, sf_cols), device=device)
+        man = torch.randint(0, 8, (rows, sf_cols), device=device)
+        bits = ((exp + 7) << 3) | man
+        return bits.to(torch.uint8).view(torch.float8_e4m3fn).cpu().unsqueeze(-1)
+
+    return draw(rows_a, t), draw(rows_b, s - t)
+
+
+def generate_input(m: Sequence[int], n: Sequence[int], k: Sequence[int], g: int, seed: int,
+                   data: DataMode = "official", device: torch.device | str | None = None) -> input_t:
+    """Build one nvfp4_group_gemm input (see task.input_t for shapes, dtypes and devices).
+
+    ``data="official"`` reproduces the official generator draw for draw (bit-identical on CUDA for the same
+    seed); ``data="full-range"`` draws all 16 e2m1 codes and scales over e4m3fn's normal range (bounds in
+    ``_full_range_scales``), same layouts. Raises ValueError for an unknown data mode or inconsistent sizes.
+    """
+    if data not in DATA_MODES:
+        raise ValueError(f"data mode must be one of {DATA_MODES}, got {data!r}")
+    if not (len(m) == len(n) == len(k) == g):
+        raise ValueError(f"expected g={g} entries in m, n, k; got {len(m)}, {len(n)}, {len(k)}")
+    dev = torch.device(device) if device is not None else default_device()
+    torch.manual_seed(seed)
+    abc, sfs, sfs_reordered, sizes = [], [], [], []
+    for mi, ni, ki in zip(m, n, k):
+        sf_cols = ki // SF_VEC
+        if data == "official":
+            a = (torch.randint(255, (1, mi, ki // 2), dtype=torch.uint8, device=dev) & OFFICIAL_NIBBLE_MASK)
+            b = (torch.randint(255, (1, ni, ki // 2), dtype=torch.uint8, device=dev) & OFFICIAL_NIBBLE_MASK)
+        else:
+            a = torch.randint(256, (1, mi, ki // 2), dtype=torch.uint8, device=dev)
+            b = torch.randint(256, (1, ni, ki // 2), dtype=torch.uint8, device=dev)
+        a = a.permute(1, 2, 0).view(torch.float4_e2m1fn_x2)
+        b = b.permute(1, 2, 0).view(torch.float4_e2m1fn_x2)
+        c = torch.randn((1, mi, ni), dtype=torch.float16, device=dev).permute(1, 2, 0)
+        if data == "official":
+            sfa, sfb = _official_scales(mi, sf_cols), _official_scales(ni, sf_cols)
+        else:
+            sfa, sfb = _full_range_scales(mi, ni, sf_cols, ki, dev)
+
+        def pad_fill(shape):
+            return torch.randint(1, 3, shape, dtype=torch.int8, device=dev).to(torch.float8_e4m3fn)
+
+        sfa_r = _reordered(sfa[:, :, 0], mi, sf_cols, dev, pad_fill)
+        sfb_r = _reordered(sfb[:, :, 0], ni, sf_cols, dev, pad_fill)
+        abc.append((a, b, c))
+        sfs.append((sfa, sfb))
+        sfs_reordered.append((sfa_r, sfb_r))
+        sizes.append((mi, ni, ki, 1))
+    return abc, sfs, sfs_reordered, sizes

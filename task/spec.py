@@ -1,0 +1,188 @@
+"""Cases and shape sets: frozen records, loaded from configs/shapes/*.yml, the official text format, or inline.
+
+A case is one nvfp4_group_gemm problem: per-group M, N, K (tuples of length G) and the seed its inputs are drawn
+from. The official text format (task.yml "tests"/"benchmarks" as they travel to the evaluator) is one case a
+line, ``key: value`` pairs separated by ``;``, values an integer or a bracketed list:
+``m: [96, 128]; n: [128, 256]; k: [256, 512]; g: 2; seed: 1111``.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import yaml
+
+#: Every case's K must be a multiple of this (one e4m3fn scale per 16 e2m1 values, two values a byte, and the
+#: blocked scale layout groups 4 scale columns: 64). The official shapes all use multiples of 256.
+K_MULTIPLE = 64
+#: M and N must be multiples of this (the official benchmarks use M in steps of 4, e.g. 76 and 148).
+MN_MULTIPLE = 4
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "shapes"
+
+
+class SpecError(ValueError):
+    """A shape specification is malformed or describes an impossible problem (the message says which)."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One problem: ``m``, ``n``, ``k`` hold one entry per group (length ``g``); ``seed`` seeds its inputs."""
+
+    m: tuple[int, ...]
+    n: tuple[int, ...]
+    k: tuple[int, ...]
+    g: int
+    seed: int
+    name: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        for key in ("m", "n", "k"):
+            values = getattr(self, key)
+            if len(values) != self.g:
+                raise SpecError(f"{key} has {len(values)} entries but g is {self.g}: {self.text()}")
+            for v in values:
+                if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                    raise SpecError(f"{key} entries must be positive integers, got {v!r}: {self.text()}")
+        if self.g < 1:
+            raise SpecError(f"g must be at least 1, got {self.g}")
+        for v in self.k:
+            if v % K_MULTIPLE:
+                raise SpecError(f"k must be a multiple of {K_MULTIPLE}, got {v}: {self.text()}")
+        for key in ("m", "n"):
+            for v in getattr(self, key):
+                if v % MN_MULTIPLE:
+                    raise SpecError(f"{key} must be a multiple of {MN_MULTIPLE}, got {v}: {self.text()}")
+
+    @property
+    def problem_sizes(self) -> list[tuple[int, int, int, int]]:
+        """(M, N, K, 1) per group, as ``input_t`` carries them."""
+        return [(m, n, k, 1) for m, n, k in zip(self.m, self.n, self.k)]
+
+    def text(self) -> str:
+        """The official one-line form, e.g. ``m: [96, 128]; n: [128, 256]; k: [256, 512]; g: 2; seed: 1111``."""
+        lst = lambda xs: "[" + ", ".join(str(x) for x in xs) + "]"  # noqa: E731
+        return f"m: {lst(self.m)}; n: {lst(self.n)}; k: {lst(self.k)}; g: {self.g}; seed: {self.seed}"
+
+    def with_seed(self, seed: int) -> "Case":
+        return Case(self.m, self.n, self.k, self.g, seed, self.name)
+
+
+@dataclass(frozen=True)
+class ShapeSet:
+    """A named list of cases (``name`` is the file stem or ``inline``)."""
+
+    name: str
+    cases: tuple[Case, ...]
+
+
+def case_from_mapping(d: Mapping, where: str = "") -> Case:
+    """Build a Case from ``{m, n, k, g, seed}``; scalars for m/n/k are broadcast to g groups.
+
+    Raises SpecError naming the missing or unexpected keys and ``where`` the mapping came from.
+    """
+    expected = {"m", "n", "k", "g", "seed"}
+    keys = set(d)
+    if keys - expected - {"name"} or expected - keys:
+        raise SpecError(
+            f"{where}expected keys {sorted(expected)}, got {sorted(keys)}"
+            + (f" (missing {sorted(expected - keys)})" if expected - keys else "")
+            + (f" (unexpected {sorted(keys - expected - {'name'})})" if keys - expected - {"name"} else "")
+        )
+    g = d["g"]
+    if not isinstance(g, int) or isinstance(g, bool):
+        raise SpecError(f"{where}g must be an integer, got {g!r}")
+    seed = d["seed"]
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise SpecError(f"{where}seed must be a non-negative integer, got {seed!r}")
+
+    def per_group(key: str) -> tuple[int, ...]:
+        v = d[key]
+        if isinstance(v, int) and not isinstance(v, bool):
+            return (v,) * g
+        if isinstance(v, (list, tuple)):
+            return tuple(v)
+        raise SpecError(f"{where}{key} must be an integer or a list, got {v!r}")
+
+    return Case(per_group("m"), per_group("n"), per_group("k"), g, seed, str(d.get("name", "")))
+
+
+_PAIR = re.compile(r"^\s*([a-z_]+)\s*:\s*(.+?)\s*$")
+
+
+def parse_case_line(line: str) -> Case:
+    """Parse one official text line (``m: [96, 128]; n: [...]; k: [...]; g: 2; seed: 1111``).
+
+    Raises SpecError quoting the line and the part that did not parse.
+    """
+    fields: dict[str, object] = {}
+    for part in line.split(";"):
+        if not part.strip():
+            continue
+        match = _PAIR.match(part)
+        if not match:
+            raise SpecError(f"expected 'key: value' in {part.strip()!r} of line {line.strip()!r}")
+        key, raw = match.groups()
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise SpecError(f"cannot read value {raw!r} for {key!r} in line {line.strip()!r}") from exc
+        if key in fields:
+            raise SpecError(f"key {key!r} given twice in line {line.strip()!r}")
+        fields[key] = value
+    return case_from_mapping(fields, where=f"line {line.strip()!r}: ")
+
+
+def parse_text(text: str) -> list[Case]:
+    """Parse the official text format: one case a line; blank lines and ``#`` comments are skipped."""
+    return [parse_case_line(ln) for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def load_yaml(path: Path) -> ShapeSet:
+    """Load ``configs/shapes/*.yml``: ``{cases: [{m, n, k, g, seed, name?}, ...]}``.
+
+    Raises SpecError with the file name and case index on any malformed entry.
+    """
+    try:
+        doc = yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
+        raise SpecError(f"{path}: expected a mapping with a 'cases' list, got {type(doc).__name__}")
+    cases = [case_from_mapping(c if isinstance(c, dict) else {}, where=f"{path} case {i}: ")
+             for i, c in enumerate(doc["cases"])]
+    if not cases:
+        raise SpecError(f"{path}: 'cases' is empty")
+    return ShapeSet(Path(path).stem, tuple(cases))
+
+
+def load_shapes(spec: str) -> ShapeSet:
+    """Resolve ``--shapes``: a name in configs/shapes (``tests``), a .yml/.yaml path, a text file (one case a
+    line), or one inline case in the text format (contains ``:``).
+
+    Raises SpecError when nothing matches, naming what was tried.
+    """
+    named = CONFIG_DIR / f"{spec}.yml"
+    if named.is_file():
+        return load_yaml(named)
+    path = Path(spec)
+    if path.is_file():
+        if path.suffix in (".yml", ".yaml"):
+            return load_yaml(path)
+        cases = parse_text(path.read_text())
+        if not cases:
+            raise SpecError(f"{path}: no cases in the file")
+        return ShapeSet(path.stem, tuple(cases))
+    if ":" in spec and ";" in spec:
+        return ShapeSet("inline", (parse_case_line(spec),))
+    known = sorted(p.stem for p in CONFIG_DIR.glob("*.yml"))
+    raise SpecError(
+        f"--shapes {spec!r}: expected a shape-set name ({', '.join(known)}), a .yml or text file, "
+        f"or an inline case like 'm: [96]; n: [128]; k: [256]; g: 1; seed: 1'"
+    )
+
+
+def all_cases(sets: Iterable[ShapeSet]) -> list[Case]:
+    return [c for s in sets for c in s.cases]
