@@ -1,0 +1,129 @@
+"""Results as frozen records: what a run measured, one place, units in every name.
+
+The worker sends raw per-call durations; the parent builds these records. ``RunRecord.to_json()`` is the
+``--json`` file and what the results store keeps.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from enum import Enum
+
+from task.spec import Case
+
+
+class Status(str, Enum):
+    """How a case ended. Only PASS counts; SKIPPED means it was never run (the message says why)."""
+
+    PASS = "pass"
+    FAIL = "fail"          # wrong outputs, bad container, integrity violation
+    ERROR = "error"        # the submission raised, or could not be imported
+    CRASH = "crash"        # the worker died (signal or exit) mid-case
+    TIMEOUT = "timeout"    # the case exceeded its time limit
+    SKIPPED = "skipped"    # not run: unmet requirement, or an earlier failure stopped the run
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Per-shape timing summary over ``runs`` samples, each the mean of one sample's calls (ns)."""
+
+    runs: int
+    mean_ns: float
+    std_ns: float
+    err_ns: float     # standard error of the mean
+    best_ns: float
+    worst_ns: float
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """One case of one run. ``samples_ns``: per-call time of each timed sample (sample duration / calls)."""
+
+    case: Case
+    status: Status
+    message: str = ""
+    samples_ns: tuple[float, ...] = ()
+    stats: Stats | None = None
+    calls_checked: int = 0        # how many outputs were checked against the reference
+    wall_s: float = 0.0           # wall time spent on this case, generation and checks included
+
+    @property
+    def passed(self) -> bool:
+        return self.status is Status.PASS
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Where a run happened. ``timer`` is ``cuda-events`` or ``cpu-monotonic``."""
+
+    device: str
+    compute_capability: str
+    driver: str
+    torch: str
+    triton: str
+    cutlass_dsl: str
+    python: str
+    hostname: str
+    timer: str
+
+
+@dataclass(frozen=True)
+class SubmissionInfo:
+    name: str
+    path: str
+    sha256: str
+    popcorn: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A whole run. ``complete`` is False when it was cut short (the cases present are still valid)."""
+
+    run_id: str
+    started_at: str               # ISO 8601, UTC
+    mode: str                     # test | benchmark | leaderboard | profile
+    data: str                     # official | full-range
+    shape_set: str
+    secret_seed: int | None
+    submission: SubmissionInfo
+    environment: Environment
+    cases: tuple[CaseResult, ...]
+    complete: bool
+    git_commit: str = ""
+    geomean_ns: float | None = None   # leaderboard/benchmark: geometric mean of per-case mean_ns, all passed
+
+    @property
+    def passed(self) -> bool:
+        return self.complete and all(c.passed for c in self.cases)
+
+    def to_dict(self) -> dict:
+        return _plain(dataclasses.asdict(self))
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+
+def _plain(obj):
+    if isinstance(obj, Enum):
+        return obj.value
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def case_from_dict(d: dict) -> Case:
+    return Case(tuple(d["m"]), tuple(d["n"]), tuple(d["k"]), d["g"], d["seed"], d.get("name", ""))
+
+
+def run_from_dict(d: dict) -> RunRecord:
+    """Inverse of ``RunRecord.to_dict`` (for the results store and report tools)."""
+    cases = tuple(
+        CaseResult(case_from_dict(c["case"]), Status(c["status"]), c["message"], tuple(c["samples_ns"]),
+                   Stats(**c["stats"]) if c["stats"] else None, c["calls_checked"], c["wall_s"])
+        for c in d["cases"])
+    return RunRecord(d["run_id"], d["started_at"], d["mode"], d["data"], d["shape_set"], d["secret_seed"],
+                     SubmissionInfo(**d["submission"]), Environment(**d["environment"]), cases, d["complete"],
+                     d.get("git_commit", ""), d.get("geomean_ns"))
