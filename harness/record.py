@@ -47,6 +47,7 @@ class CaseResult:
     stats: Stats | None = None
     calls_checked: int = 0        # how many outputs were checked against the reference
     wall_s: float = 0.0           # wall time spent on this case, generation and checks included
+    profile: str = ""             # profile mode: the torch profiler's kernel table
 
     @property
     def passed(self) -> bool:
@@ -122,7 +123,8 @@ def run_from_dict(d: dict) -> RunRecord:
     """Inverse of ``RunRecord.to_dict`` (for the results store and report tools)."""
     cases = tuple(
         CaseResult(case_from_dict(c["case"]), Status(c["status"]), c["message"], tuple(c["samples_ns"]),
-                   Stats(**c["stats"]) if c["stats"] else None, c["calls_checked"], c["wall_s"])
+                   Stats(**c["stats"]) if c["stats"] else None, c["calls_checked"], c["wall_s"],
+                   c.get("profile", ""))
         for c in d["cases"])
     return RunRecord(d["run_id"], d["started_at"], d["mode"], d["data"], d["shape_set"], d["secret_seed"],
                      SubmissionInfo(**d["submission"]), Environment(**d["environment"]), cases, d["complete"],

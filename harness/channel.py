@@ -1,0 +1,120 @@
+"""The worker -> parent result channel: authenticated frames on a pipe.
+
+A submission runs in the worker and can write to any descriptor there, so the parent trusts only frames that
+carry an HMAC made with a key sent to the worker before the submission was imported. Anything else on the pipe
+(fake ``check: pass`` lines, garbage) is skipped and counted. Frame layout:
+
+    MAGIC | header length (8) | payload length (8) | HMAC(lengths)[:16] | HMAC(header + payload) (32) | header | payload
+
+The header is JSON (never pickle: a forged frame must not run code in the parent); the payload is raw bytes.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import select
+import struct
+import time
+
+MAGIC = b"\x00FP4BENCH\x01"
+_LENGTHS = struct.Struct("<QQ")
+_PREFIX = len(MAGIC) + _LENGTHS.size + 16 + 32
+MAX_HEADER = 16 << 20
+
+
+class ChannelTimeout(TimeoutError):
+    """No complete frame arrived in time."""
+
+
+class ChannelClosed(EOFError):
+    """The worker's end closed (it exited or crashed)."""
+
+
+def _mac(key: bytes, *parts: bytes) -> bytes:
+    h = hmac.new(key, digestmod=hashlib.sha256)
+    for p in parts:
+        h.update(p)
+    return h.digest()
+
+
+def encode(key: bytes, header: dict, payload: bytes = b"") -> bytes:
+    """One frame carrying ``header`` (JSON-able dict) and ``payload``."""
+    hbytes = json.dumps(header).encode()
+    lengths = _LENGTHS.pack(len(hbytes), len(payload))
+    return MAGIC + lengths + _mac(key, lengths)[:16] + _mac(key, hbytes, payload) + hbytes + payload
+
+
+class Writer:
+    """Worker side: writes frames to a file descriptor."""
+
+    def __init__(self, fd: int, key: bytes):
+        self._fd, self._key = fd, key
+        self._write = os.write
+
+    def send(self, header: dict, payload: bytes = b"") -> None:
+        view = memoryview(encode(self._key, header, payload))
+        while view:
+            view = view[self._write(self._fd, view):]
+
+
+class Reader:
+    """Parent side: reads frames, skipping bytes that are not an authentic frame (counted in ``stray_bytes``)."""
+
+    def __init__(self, fd: int, key: bytes):
+        self._fd, self._key = fd, key
+        self._buf = bytearray()
+        self.stray_bytes = 0
+
+    def _fill(self, deadline: float) -> None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise ChannelTimeout("no result within the time limit")
+        ready, _, _ = select.select([self._fd], [], [], remaining)
+        if not ready:
+            raise ChannelTimeout("no result within the time limit")
+        chunk = os.read(self._fd, 1 << 22)
+        if not chunk:
+            raise ChannelClosed("the worker closed its result channel")
+        self._buf += chunk
+
+    def _need(self, n: int, deadline: float) -> None:
+        while len(self._buf) < n:
+            self._fill(deadline)
+
+    def receive(self, timeout_s: float) -> tuple[dict, bytes]:
+        """The next authentic frame's (header, payload). Raises ChannelTimeout or ChannelClosed."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            start = self._buf.find(MAGIC)
+            if start < 0:
+                keep = len(MAGIC) - 1
+                if len(self._buf) > keep:
+                    self.stray_bytes += len(self._buf) - keep
+                    del self._buf[:-keep]
+                self._fill(deadline)
+                continue
+            if start:
+                self.stray_bytes += start
+                del self._buf[:start]
+            self._need(_PREFIX, deadline)
+            pos = len(MAGIC)
+            lengths = bytes(self._buf[pos:pos + _LENGTHS.size])
+            hlen, plen = _LENGTHS.unpack(lengths)
+            pos += _LENGTHS.size
+            if not hmac.compare_digest(bytes(self._buf[pos:pos + 16]), _mac(self._key, lengths)[:16]) \
+                    or hlen > MAX_HEADER:
+                self.stray_bytes += 1
+                del self._buf[:1]
+                continue
+            body_mac = bytes(self._buf[pos + 16:pos + 48])
+            self._need(_PREFIX + hlen + plen, deadline)
+            hbytes = bytes(self._buf[_PREFIX:_PREFIX + hlen])
+            payload = bytes(self._buf[_PREFIX + hlen:_PREFIX + hlen + plen])
+            if not hmac.compare_digest(body_mac, _mac(self._key, hbytes, payload)):
+                self.stray_bytes += 1
+                del self._buf[:1]
+                continue
+            del self._buf[:_PREFIX + hlen + plen]
+            return json.loads(hbytes), payload

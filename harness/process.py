@@ -1,0 +1,119 @@
+"""The parent's handle on one worker process: start, request, receive with a time limit, kill."""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from harness.channel import ChannelClosed, ChannelTimeout, Reader
+from harness.registry import ROOT
+
+#: Removed from the worker's environment: the secret seed and the official result pipe.
+_HIDDEN_ENV = ("POPCORN_SEED", "POPCORN_FD")
+EXIT_CUDA = 110
+
+
+class WorkerTimeout(Exception):
+    """The worker gave no answer in time (it has been killed)."""
+
+
+class WorkerDied(Exception):
+    """The worker process ended mid-request; the message says how (signal, exit code, last stderr lines)."""
+
+
+def _how_it_ended(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name} (signal {-code})"
+    if code == EXIT_CUDA:
+        return "exited after a CUDA error (exit code 110)"
+    return f"exited with code {code}"
+
+
+class WorkerProcess:
+    """``python -m harness.worker`` in its own session, talking JSON on stdin and authenticated frames back."""
+
+    def __init__(self, env: dict | None = None):
+        self._key = secrets.token_bytes(32)
+        read_fd, write_fd = os.pipe()
+        child_env = {k: v for k, v in (env or os.environ).items() if k not in _HIDDEN_ENV}
+        child_env["FP4BENCH_RESULT_FD"] = str(write_fd)
+        child_env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [child_env.get("PYTHONPATH")] if p])
+        self._stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.worker"], stdin=subprocess.PIPE, stdout=self._stderr,
+            stderr=self._stderr, cwd=ROOT, env=child_env, pass_fds=(write_fd,), start_new_session=True)
+        os.close(write_fd)
+        self._reader = Reader(read_fd, self._key)
+        self._read_fd = read_fd
+        self._send_line(self._key.hex())
+
+    @property
+    def stray_bytes(self) -> int:
+        """Bytes on the result channel that were not authentic frames (a submission writing to descriptors)."""
+        return self._reader.stray_bytes
+
+    def _send_line(self, text: str) -> None:
+        try:
+            self.proc.stdin.write(text.encode() + b"\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # the reply read reports how the worker ended
+
+    def request(self, req: dict, timeout_s: float) -> tuple[dict, bytes]:
+        """Send one request and wait for its reply. Raises WorkerTimeout (worker killed) or WorkerDied."""
+        self._send_line(json.dumps(req))
+        try:
+            return self._reader.receive(timeout_s)
+        except ChannelTimeout:
+            self.kill()
+            raise WorkerTimeout(f"timeout after {timeout_s:g} s") from None
+        except ChannelClosed:
+            try:
+                code = self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                code = self.proc.returncode
+            raise WorkerDied(f"the worker process {_how_it_ended(code)}{self._stderr_tail()}") from None
+
+    def _stderr_tail(self, lines: int = 6) -> str:
+        try:
+            self._stderr.seek(0)
+            tail = self._stderr.read().decode(errors="replace").strip().splitlines()[-lines:]
+        except (OSError, ValueError):
+            return ""
+        return ("; last output: " + " | ".join(tail)) if tail else ""
+
+    def kill(self) -> None:
+        """Kill the worker and everything it started (its whole session)."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+        self.proc.wait()
+
+    def close(self) -> None:
+        """Ask the worker to exit, then make sure it has."""
+        if self.proc.poll() is None:
+            self._send_line(json.dumps({"op": "exit"}))
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+        for closer in (lambda: os.close(self._read_fd), self._stderr.close, self.proc.stdin.close):
+            try:
+                closer()
+            except OSError:
+                pass

@@ -1,0 +1,314 @@
+"""Run one submission over a shape set in one mode: the trusted parent's side of every measurement.
+
+Data flows one way: case -> seeds -> expected outputs (computed here, never in the worker) -> worker request ->
+raw times and outputs back -> judged here -> CaseResult. A fault (exception, crash, timeout, CUDA error) fails
+only its own case; the next case gets a fresh worker.
+"""
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import torch
+
+from harness import seeds as seedlib
+from harness.environment import device_facts, environment
+from harness.process import WorkerDied, WorkerProcess, WorkerTimeout
+from harness.record import CaseResult, RunRecord, Status, SubmissionInfo
+from harness.registry import ROOT, Variant
+from harness.settings import Settings
+from harness.stats import geomean, summarize
+from task.check import OutputMeta, ReferenceError, check_outputs, validate_container
+from task.cost import peaks_for, sol_ns
+from task.inputs import default_device, generate_input
+from task.reference import ref_kernel
+from task.spec import Case, ShapeSet
+
+MODES = ("test", "benchmark", "leaderboard", "profile")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What to run: ``mode`` (one of MODES), ``data`` (official | full-range), ``secret`` (None: no secret)."""
+
+    mode: str
+    data: str = "official"
+    secret: int | None = None
+    settings: Settings = Settings()
+
+
+class Observer:
+    """Hooks for progress display and the results store; every method is optional to override."""
+
+    def on_start(self, record: RunRecord) -> None: ...
+    def on_case_start(self, index: int, case: Case) -> None: ...
+    def on_sample(self, index: int, runs: int) -> None: ...
+    def on_case(self, index: int, result: CaseResult) -> None: ...
+    def on_finish(self, record: RunRecord) -> None: ...
+
+
+class CaseFailed(Exception):
+    """Ends a case early with a status and a message (raised inside the case loop only)."""
+
+    def __init__(self, status: Status, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+class Session:
+    """A worker with the submission loaded; started on demand, restarted after any fault."""
+
+    def __init__(self, variant: Variant, settings: Settings):
+        self.variant, self.settings = variant, settings
+        self.proc: WorkerProcess | None = None
+        self.first_call = True
+        self.stray_bytes = 0
+
+    def load(self) -> None:
+        """Start a worker and import the submission. Raises CaseFailed(ERROR) if the import fails."""
+        if self.proc is not None:
+            return
+        self.proc = WorkerProcess()
+        self.first_call = True
+        reply, _ = self._ask({"op": "load", "path": str(self.variant.path)}, self.settings.import_s)
+        if not reply["ok"]:
+            self.close()
+            where = "import failed" if reply["kind"] == "import" else "no entry point"
+            raise CaseFailed(Status.ERROR, f"{where}: {reply['type']}: {reply['message']}\n{reply['traceback']}".strip())
+
+    def _ask(self, req: dict, timeout_s: float) -> tuple[dict, bytes]:
+        try:
+            return self.proc.request(req, timeout_s)
+        except WorkerTimeout as exc:
+            self.close()
+            raise CaseFailed(Status.TIMEOUT, str(exc)) from None
+        except WorkerDied as exc:
+            self.close()
+            raise CaseFailed(Status.CRASH, str(exc)) from None
+
+    def run(self, req: dict) -> tuple[dict, bytes]:
+        """One run request; the first after a (re)start gets the first-call time limit (compiles happen)."""
+        self.load()
+        timeout = self.settings.first_call_s if self.first_call else self.settings.call_s
+        self.first_call = False
+        reply, payload = self._ask(dict(req, op="run"), timeout)
+        if not reply["ok"]:
+            kind = "CUDA error" if reply["kind"] == "cuda" else "raised"
+            if reply["kind"] == "cuda":
+                self.close()
+            raise CaseFailed(Status.ERROR, f"{kind}: {reply['type']}: {reply['message']}\n{reply['traceback']}".strip())
+        return reply, payload
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.stray_bytes += self.proc.stray_bytes
+            self.proc.close()
+            self.proc = None
+
+
+def expected_outputs(case: Case, seed: int, data: str, device: torch.device) -> list[torch.Tensor]:
+    """The reference outputs for the input drawn from ``seed``; inputs are dropped, only outputs kept."""
+    inputs = generate_input(case.m, case.n, case.k, case.g, seed, data, device)
+    return ref_kernel(inputs)
+
+
+def judge(case: Case, reply: dict, payload: bytes, expected: list[list[torch.Tensor]], device: torch.device) -> None:
+    """Check every call's outputs (container, type, dtype, shape, device, values). Raises CaseFailed(FAIL)."""
+    offsets = iter(reply["offsets"])
+    calls = len(reply["containers"])
+    for i, (container, metas) in enumerate(zip(reply["containers"], reply["metas"])):
+        prefix = f"call {i + 1} of {calls}: " if calls > 1 else ""
+        problem = validate_container(container, [OutputMeta(**{**m, "shape": tuple(m["shape"])}) for m in metas],
+                                     case.problem_sizes, str(device))
+        got = []
+        for meta, (m, n, _k, _l) in zip(metas, case.problem_sizes):
+            where = next(offsets)
+            if where is not None and problem is None:
+                start, length = where
+                got.append(torch.frombuffer(bytearray(payload[start:start + length]), dtype=torch.float16)
+                           .view(m, n, 1).to(device))
+        if problem:
+            raise CaseFailed(Status.FAIL, prefix + problem)
+        try:
+            mismatch = check_outputs(got, expected[i])
+        except ReferenceError as exc:
+            raise CaseFailed(Status.ERROR, f"harness error: {exc}") from None
+        if mismatch:
+            raise CaseFailed(Status.FAIL, prefix + mismatch)
+    if reply.get("complaint"):
+        raise CaseFailed(Status.FAIL, reply["complaint"])
+
+
+class CaseRunner:
+    """Runs the phases of one case: correctness call, warm-up, timed samples with every output checked."""
+
+    def __init__(self, session: Session, opts: RunOptions, observer: Observer, device: torch.device):
+        self.session, self.opts, self.observer, self.device = session, opts, observer, device
+        facts = device_facts()
+        self.peaks = peaks_for(facts.name) if facts.cuda else None
+        self.notes: list[str] = []
+
+    def _call(self, case: Case, seeds: list[int], check: bool = True, profile: bool = False) -> dict:
+        expected = [expected_outputs(case, s, self.opts.data, self.device) for s in seeds] if check else None
+        reply, payload = self.session.run({"case": _case_dict(case), "seeds": seeds, "data": self.opts.data,
+                                           "profile": profile})
+        if check:
+            judge(case, reply, payload, expected, self.device)
+        for name in reply.get("guard", []):
+            note = f"the submission replaced {name}; fp4bench measures with its own captured copy"
+            if note not in self.notes:
+                self.notes.append(note)
+        return reply
+
+    def correctness(self, case: Case, seed: int) -> None:
+        self._call(case, [seed])
+
+    def warmup(self, case: Case, seed: int) -> None:
+        calls = self.opts.settings.calls_per_sample
+        for w in range(self.opts.settings.warmup_samples):
+            self._call(case, seedlib.sample_seeds(seed, w, calls, warmup=True), check=False)
+
+    def timed(self, index: int, case: Case, seed: int) -> tuple[list[float], int]:
+        """Timed samples until the stopping rule says stop; returns per-call ns of each sample and calls checked."""
+        settings = self.opts.settings
+        rule = settings.stopping_rule(self.opts.mode)
+        floor = sol_ns(case, self.peaks, floor=True) if self.peaks else None
+        samples: list[float] = []
+        checked = 0
+        t0 = time.monotonic_ns()
+        while True:
+            seeds = seedlib.sample_seeds(seed, len(samples), settings.calls_per_sample)
+            reply = self._call(case, seeds)
+            checked += len(seeds)
+            per_call = reply["elapsed_ns"] / reply["calls"]
+            if floor is not None and per_call < floor:
+                raise CaseFailed(Status.FAIL, f"impossible time: {per_call:.0f} ns per call is below this GPU's "
+                                              f"physical floor of {floor:.0f} ns ({self.peaks.model}: FLOPs at "
+                                              f"{self.peaks.floor_tflops:g} TFLOP/s, bytes at {self.peaks.hbm_tbps:g} TB/s)")
+            samples.append(per_call)
+            self.observer.on_sample(index, len(samples))
+            if rule.is_finished(samples, time.monotonic_ns() - t0):
+                return samples, checked
+
+    def profile(self, case: Case, seed: int) -> str:
+        reply = self._call(case, seedlib.sample_seeds(seed, 0, 1), profile=True)
+        return reply.get("profile", "")
+
+
+def _case_dict(case: Case) -> dict:
+    return {"m": list(case.m), "n": list(case.n), "k": list(case.k), "g": case.g, "seed": case.seed}
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() if out.returncode == 0 else ""
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def run(variant: Variant, shapes: ShapeSet, opts: RunOptions, observer: Observer | None = None) -> RunRecord:
+    """Run ``variant`` on every case of ``shapes`` in ``opts.mode``; returns the whole RunRecord.
+
+    Never raises for a submission's fault: each case ends as pass/fail/error/crash/timeout/skipped.
+    Raises ValueError for an unknown mode or data mode.
+    """
+    if opts.mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {opts.mode!r}")
+    observer = observer or Observer()
+    device = default_device()
+    record = RunRecord(
+        run_id=uuid.uuid4().hex[:12], started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        mode=opts.mode, data=opts.data, shape_set=shapes.name, secret_seed=opts.secret,
+        submission=SubmissionInfo(variant.name, str(variant.path), variant.sha256, dict(variant.popcorn)),
+        environment=environment(), cases=(), complete=False, git_commit=_git_commit())
+    observer.on_start(record)
+    results: list[CaseResult] = []
+
+    def finish(result: CaseResult) -> None:
+        observer.on_case(len(results), result)
+        results.append(result)
+
+    reason = variant.requires.unmet_reason(device_facts())
+    if reason:
+        for case in shapes.cases:
+            finish(CaseResult(case, Status.SKIPPED, reason))
+        return _close(record, results, observer)
+
+    session = Session(variant, opts.settings)
+    runner = CaseRunner(session, opts, observer, device)
+    try:
+        _run_cases(shapes.cases, opts, session, runner, observer, finish)
+    finally:
+        session.close()
+    if session.stray_bytes:
+        runner.notes.append(f"ignored {session.stray_bytes} stray bytes the submission wrote to the result channel")
+    if runner.notes:
+        results = [_with_note(r, runner.notes) for r in results]
+    return _close(record, results, observer)
+
+
+def _with_note(result: CaseResult, notes: list[str]) -> CaseResult:
+    from dataclasses import replace
+    text = "; ".join(notes)
+    return replace(result, message=f"{result.message}; {text}" if result.message else f"note: {text}")
+
+
+def _run_cases(cases, opts, session, runner, observer, finish) -> None:
+    try:
+        session.load()
+    except CaseFailed as exc:  # import error or no entry point: fail before generating any data
+        for case in cases:
+            finish(CaseResult(case, exc.status, exc.message))
+        return
+    seeds = [seedlib.case_seed(c.seed, opts.secret) for c in cases]
+    warmed: set[int] = set()
+    if opts.mode == "leaderboard":  # official: warm up every shape first, then time
+        for i, case in enumerate(cases):
+            try:
+                runner.correctness(case, seeds[i])
+                runner.warmup(case, seeds[i])
+                warmed.add(i)
+            except CaseFailed:
+                break  # the timed phase below reports this case's failure
+    stop_reason = ""
+    for i, case in enumerate(cases):
+        if stop_reason:
+            finish(CaseResult(case, Status.SKIPPED, stop_reason))
+            continue
+        observer.on_case_start(i, case)
+        t0 = time.monotonic()
+        samples: list[float] = []
+        checked = 0
+        profile_table = ""
+        try:
+            if i not in warmed:
+                runner.correctness(case, seeds[i])
+            checked += 1
+            if opts.mode in ("benchmark", "leaderboard"):
+                if i not in warmed:
+                    runner.warmup(case, seeds[i])
+                samples, n = runner.timed(i, case, seeds[i])
+                checked += n
+            elif opts.mode == "profile":
+                profile_table = runner.profile(case, seeds[i])
+            result = CaseResult(case, Status.PASS, "", tuple(samples), summarize(samples) if samples else None,
+                                checked, time.monotonic() - t0, profile_table)
+        except CaseFailed as exc:
+            result = CaseResult(case, exc.status, exc.message, tuple(samples),
+                                summarize(samples) if samples else None, checked, time.monotonic() - t0)
+            if opts.mode == "leaderboard":
+                stop_reason = f"not run: an earlier shape did not pass ({exc.status.value})"
+        finish(result)
+
+
+def _close(record: RunRecord, results: list[CaseResult], observer: Observer) -> RunRecord:
+    from dataclasses import replace
+    means = [r.stats.mean_ns for r in results if r.passed and r.stats]
+    timed_all = means and len(means) == len(results)
+    final = replace(record, cases=tuple(results), complete=True, geomean_ns=geomean(means) if timed_all else None)
+    observer.on_finish(final)
+    return final

@@ -1,0 +1,72 @@
+"""Run settings: configs/run.yml (documented there) merged over built-in defaults, as one frozen record."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import yaml
+
+from harness.stats import StoppingRule
+
+DEFAULT_FILE = Path(__file__).resolve().parent.parent / "configs" / "run.yml"
+
+
+class SettingsError(ValueError):
+    """configs/run.yml (or --settings) holds an unknown key or a value of the wrong kind."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    import_s: float = 300.0
+    first_call_s: float = 900.0
+    call_s: float = 120.0
+    calls_per_sample: int = 15
+    warmup_samples: int = 1
+    min_runs: int = 3
+    min_time_ms: float = 100.0
+    max_rel_err: float = 0.001
+    max_runs: int = 100
+    max_wall_s: float = 120.0
+    budget_s: tuple = (("benchmark", 10.0), ("leaderboard", 30.0), ("profile", 1.0))
+
+    def stopping_rule(self, mode: str) -> StoppingRule:
+        """The official stopping rule with this run's numbers; ``mode`` picks the time budget."""
+        budget = dict(self.budget_s).get(mode, 10.0)
+        return StoppingRule(self.min_runs, self.min_time_ms * 1e6, self.max_rel_err, budget * 1e9,
+                            self.max_wall_s * 1e9, self.max_runs)
+
+    def with_timeout(self, seconds: float) -> "Settings":
+        """Every timeout set to ``seconds`` (--timeout)."""
+        return replace(self, import_s=seconds, first_call_s=seconds, call_s=seconds)
+
+
+def load_settings(path: Path | None = None) -> Settings:
+    """Read ``path`` (default configs/run.yml). Raises SettingsError naming the bad key and what was expected."""
+    path = Path(path) if path else DEFAULT_FILE
+    if not path.is_file():
+        if path == DEFAULT_FILE:
+            return Settings()
+        raise SettingsError(f"settings file {path} does not exist")
+    doc = yaml.safe_load(path.read_text()) or {}
+    flat: dict = {}
+    for section, values in doc.items():
+        if section not in ("timeouts", "timing") or not isinstance(values, dict):
+            raise SettingsError(f"{path}: expected sections 'timeouts' and 'timing', got {section!r}")
+        flat.update(values)
+    defaults = Settings()
+    out = {}
+    for key, value in flat.items():
+        if not hasattr(defaults, key):
+            raise SettingsError(f"{path}: unknown setting {key!r}")
+        if key == "budget_s":
+            if not isinstance(value, dict):
+                raise SettingsError(f"{path}: budget_s must map mode -> seconds, got {value!r}")
+            out[key] = tuple((str(k), float(v)) for k, v in value.items())
+            continue
+        want = type(getattr(defaults, key))
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or (want is int and not isinstance(value, int)):
+            raise SettingsError(f"{path}: {key} must be a {want.__name__}, got {value!r}")
+        if value <= 0:
+            raise SettingsError(f"{path}: {key} must be positive, got {value!r}")
+        out[key] = want(value)
+    return replace(defaults, **out)

@@ -1,0 +1,383 @@
+"""The results store: every run, every case, every sample, in one SQLite file (stdlib sqlite3).
+
+Where: ``--db`` if given, else ``$FP4BENCH_DB``, else ``results/fp4bench.sqlite`` under the repository root.
+
+How the runner records a run (each call is one transaction, so a run killed midway keeps what it measured and
+stays marked incomplete)::
+
+    store = ResultStore(resolve_db_path(db_option))
+    store.begin(run)                          # RunRecord with cases=() and complete=False
+    store.add_case(run.run_id, case, i)       # once per case, as soon as it is measured
+    store.finish(run.run_id, geomean_ns, complete=True)
+
+Layout (schema version in ``PRAGMA user_version``, file marked with ``PRAGMA application_id``):
+
+- ``runs``: one row a run; queryable columns (variant, mode, data, shape set, secret seed, commit, submission
+  path and sha256, device, GPU model, complete, geomean_ns, started/finished times) plus ``record_json``, the
+  run's ``to_dict()`` without its cases.
+- ``cases``: one row a case, keyed (run_id, idx); name, spec text, status, message, the ``Stats`` columns
+  (ns) plus ``record_json``, the case as a dict without its samples.
+- ``samples``: one row a timed sample, keyed (run_id, idx, sample_idx): ``duration_ns`` per call.
+
+Records are rebuilt with ``harness.record.run_from_dict``, so fields added to the records later load from old
+rows through that function's defaults. Schema changes go in ``MIGRATIONS`` (step i takes version i to i+1);
+opening an older file applies the missing steps in order, each in its own transaction; a newer or foreign
+file is refused with ``StoreError``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import os
+import secrets
+import sqlite3
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+from harness.record import CaseResult, RunRecord, Status, run_from_dict
+from task.cost import peaks_for
+
+ROOT = Path(__file__).resolve().parent.parent
+#: The store used when neither ``--db`` nor ``$FP4BENCH_DB`` says otherwise.
+DEFAULT_DB = ROOT / "results" / "fp4bench.sqlite"
+ENV_VAR = "FP4BENCH_DB"
+#: ``PRAGMA application_id`` of an fp4bench store: the ASCII bytes "fp4b".
+APPLICATION_ID = 0x66703462
+#: Seconds a connection waits for another process's write lock before giving up.
+BUSY_TIMEOUT_S = 30.0
+
+
+class StoreError(Exception):
+    """The store cannot do what was asked; the message says why and names the file or run (safe to show)."""
+
+
+def resolve_db_path(db: str | os.PathLike | None = None) -> Path:
+    """The store's path: ``db`` (the ``--db`` option) if given, else ``$FP4BENCH_DB``, else ``DEFAULT_DB``."""
+    if db:
+        return Path(db)
+    env = os.environ.get(ENV_VAR)
+    return Path(env) if env else DEFAULT_DB
+
+
+def gpu_model(device: str) -> str:
+    """The GPU model a device name belongs to ("NVIDIA H200" -> "H200"; task.cost.GPU_PEAKS), or the device
+    name itself when it is not a known model (e.g. a CPU)."""
+    peaks = peaks_for(device)
+    return peaks.model if peaks else device
+
+
+def new_run_id() -> str:
+    """A fresh run id: UTC time to the second plus 6 random hex digits, e.g. ``20261129-175622-3fa9c1``
+    (sorts by time; unique across machines in practice)."""
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+# ------------------------------------------------------------------------------------------------ schema
+def _v1(conn: sqlite3.Connection) -> None:
+    conn.execute("""
+        CREATE TABLE runs (
+            run_id TEXT PRIMARY KEY,
+            started_at TEXT NOT NULL,           -- ISO 8601 UTC, from the record
+            finished_at TEXT,                   -- set by finish(); NULL: never finished
+            mode TEXT NOT NULL,
+            data TEXT NOT NULL,
+            shape_set TEXT NOT NULL,
+            secret_seed INTEGER,
+            variant TEXT NOT NULL,              -- submission.name
+            submission_path TEXT NOT NULL,
+            submission_sha256 TEXT NOT NULL,
+            git_commit TEXT NOT NULL,
+            device TEXT NOT NULL,
+            gpu_model TEXT NOT NULL,            -- gpu_model(device)
+            complete INTEGER NOT NULL DEFAULT 0,
+            geomean_ns REAL,
+            record_json TEXT NOT NULL           -- RunRecord.to_dict() without cases/complete/geomean_ns
+        )""")
+    conn.execute("""
+        CREATE TABLE cases (
+            run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+            idx INTEGER NOT NULL,
+            name TEXT NOT NULL,
+            spec TEXT NOT NULL,                 -- Case.text()
+            status TEXT NOT NULL,
+            message TEXT NOT NULL,
+            runs INTEGER, mean_ns REAL, std_ns REAL, err_ns REAL, best_ns REAL, worst_ns REAL,
+            record_json TEXT NOT NULL,          -- the CaseResult as a dict without samples_ns
+            PRIMARY KEY (run_id, idx)
+        )""")
+    conn.execute("""
+        CREATE TABLE samples (
+            run_id TEXT NOT NULL,
+            idx INTEGER NOT NULL,
+            sample_idx INTEGER NOT NULL,
+            duration_ns REAL NOT NULL,          -- one sample's duration per call
+            PRIMARY KEY (run_id, idx, sample_idx),
+            FOREIGN KEY (run_id, idx) REFERENCES cases(run_id, idx) ON DELETE CASCADE
+        )""")
+    conn.execute("CREATE INDEX runs_by_variant ON runs(variant, mode, started_at)")
+    conn.execute("CREATE INDEX runs_by_group ON runs(gpu_model, shape_set, mode, started_at)")
+
+
+#: Migration steps: ``MIGRATIONS[i]`` takes a store at schema version i to version i + 1. Append, never edit.
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1]
+
+
+def schema_version() -> int:
+    """The schema version this code writes (the number of migration steps)."""
+    return len(MIGRATIONS)
+
+
+# ----------------------------------------------------------------------------------------------- store
+class ResultStore:
+    """A results store file. Open with ``ResultStore(path)``; the file and its folder are created (and brought
+    to the current schema) unless ``create=False``, which raises StoreError for a missing file.
+
+    Raises StoreError for a file that is not SQLite, not an fp4bench store, or written by a newer schema.
+    Usable as a context manager (closes the connection)."""
+
+    def __init__(self, path: str | os.PathLike, create: bool = True) -> None:
+        self.path = Path(path)
+        if not self.path.exists():
+            if not create:
+                raise StoreError(f"no results store at {self.path} (record a run first, or pass --db / set "
+                                 f"${ENV_VAR})")
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            self._conn.row_factory = sqlite3.Row
+            self._conn.execute("PRAGMA foreign_keys = ON")
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: not a usable SQLite results store ({exc})") from None
+
+    # -- lifecycle
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> "ResultStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._conn
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    def _migrate(self) -> None:
+        version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        app_id = self._conn.execute("PRAGMA application_id").fetchone()[0]
+        current = schema_version()
+        if app_id not in (0, APPLICATION_ID):
+            raise StoreError(f"{self.path}: not an fp4bench results store (application_id {app_id:#x})")
+        if version == 0 and app_id == 0:
+            tables = self._conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0]
+            if tables:
+                raise StoreError(f"{self.path}: an SQLite file with {tables} table(s) of its own, not an fp4bench "
+                                 f"results store; refusing to write into it")
+        if version > current:
+            raise StoreError(f"{self.path}: written by a newer fp4bench (schema v{version}); this one reads up to "
+                             f"v{current}. Update fp4bench or use another --db.")
+        for step in range(version, current):
+            with self._tx() as conn:
+                MIGRATIONS[step](conn)
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                conn.execute(f"PRAGMA user_version = {step + 1}")
+
+    @property
+    def version(self) -> int:
+        """The schema version of the open file."""
+        return self._conn.execute("PRAGMA user_version").fetchone()[0]
+
+    # -- writing
+    def begin(self, run: RunRecord) -> None:
+        """Record the start of a run (one transaction). ``run.cases`` are normally empty; any given are added
+        too. The run stays incomplete until ``finish``.
+
+        Raises StoreError if ``run.run_id`` is already stored or ``run.complete`` is True (use ``save``)."""
+        if run.complete:
+            raise StoreError(f"begin(): run {run.run_id} is marked complete; begin takes a run in progress "
+                             f"(use save() to store a finished record)")
+        with self._tx() as conn:
+            self._insert_run(conn, run)
+            for i, case in enumerate(run.cases):
+                self._insert_case(conn, run.run_id, case, i)
+
+    def add_case(self, run_id: str, case: CaseResult, index: int) -> None:
+        """Store one case's result and all its samples (one transaction), as case ``index`` of the run.
+
+        Raises StoreError if the run is unknown or already finished, or ``index`` is already stored."""
+        with self._tx() as conn:
+            row = conn.execute("SELECT finished_at FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise StoreError(f"add_case(): no run {run_id!r} in {self.path} (call begin() first)")
+            if row["finished_at"] is not None:
+                raise StoreError(f"add_case(): run {run_id} is already finished")
+            self._insert_case(conn, run_id, case, index)
+
+    def finish(self, run_id: str, geomean_ns: float | None, complete: bool) -> None:
+        """Mark a run finished: ``complete`` False when it was cut short; ``geomean_ns`` the geometric mean of
+        the per-case mean times (ns) when every case passed, else None. One transaction.
+
+        Raises StoreError if the run is unknown or already finished."""
+        with self._tx() as conn:
+            row = conn.execute("SELECT finished_at FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise StoreError(f"finish(): no run {run_id!r} in {self.path}")
+            if row["finished_at"] is not None:
+                raise StoreError(f"finish(): run {run_id} was already finished at {row['finished_at']}")
+            conn.execute("UPDATE runs SET finished_at = ?, complete = ?, geomean_ns = ? WHERE run_id = ?",
+                         (_now(), int(bool(complete)), geomean_ns, run_id))
+
+    def save(self, run: RunRecord) -> None:
+        """Store a whole finished record in one transaction (imports, tests). Raises StoreError if the run id
+        is already stored."""
+        with self._tx() as conn:
+            self._insert_run(conn, run)
+            for i, case in enumerate(run.cases):
+                self._insert_case(conn, run.run_id, case, i)
+            conn.execute("UPDATE runs SET finished_at = ?, complete = ?, geomean_ns = ? WHERE run_id = ?",
+                         (_now(), int(run.complete), run.geomean_ns, run.run_id))
+
+    def _insert_run(self, conn: sqlite3.Connection, run: RunRecord) -> None:
+        meta = run.to_dict()
+        for key in ("cases", "complete", "geomean_ns"):
+            meta.pop(key, None)
+        try:
+            conn.execute(
+                "INSERT INTO runs (run_id, started_at, mode, data, shape_set, secret_seed, variant, submission_path,"
+                " submission_sha256, git_commit, device, gpu_model, complete, geomean_ns, record_json)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL, ?)",
+                (run.run_id, run.started_at, run.mode, run.data, run.shape_set, run.secret_seed,
+                 run.submission.name, run.submission.path, run.submission.sha256, run.git_commit,
+                 run.environment.device, gpu_model(run.environment.device), json.dumps(meta)))
+        except sqlite3.IntegrityError:
+            raise StoreError(f"run {run.run_id!r} is already in {self.path}") from None
+
+    def _insert_case(self, conn: sqlite3.Connection, run_id: str, case: CaseResult, index: int) -> None:
+        if not isinstance(case.status, Status):
+            raise StoreError(f"case {index} of run {run_id}: status must be a Status, got {case.status!r}")
+        body = json.loads(json.dumps(dataclasses.asdict(case)))
+        body.pop("samples_ns", None)
+        s = case.stats
+        try:
+            conn.execute(
+                "INSERT INTO cases (run_id, idx, name, spec, status, message, runs, mean_ns, std_ns, err_ns,"
+                " best_ns, worst_ns, record_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, index, case.case.name, case.case.text(), case.status.value, case.message,
+                 s.runs if s else None, s.mean_ns if s else None, s.std_ns if s else None,
+                 s.err_ns if s else None, s.best_ns if s else None, s.worst_ns if s else None, json.dumps(body)))
+        except sqlite3.IntegrityError:
+            raise StoreError(f"case {index} of run {run_id} is already stored") from None
+        conn.executemany("INSERT INTO samples (run_id, idx, sample_idx, duration_ns) VALUES (?, ?, ?, ?)",
+                         [(run_id, index, j, float(x)) for j, x in enumerate(case.samples_ns)])
+
+    # -- reading
+    def load(self, run_id: str, with_samples: bool = True) -> RunRecord:
+        """The stored run as a RunRecord, cases in index order (``with_samples=False`` leaves ``samples_ns``
+        empty, for summaries of many runs). ``complete`` is False for a run never finished.
+
+        Raises StoreError if no such run."""
+        row = self._conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise StoreError(f"no run {run_id!r} in {self.path}")
+        return self._record(row, with_samples)
+
+    def _record(self, row: sqlite3.Row, with_samples: bool) -> RunRecord:
+        d = json.loads(row["record_json"])
+        samples: dict[int, list[float]] = {}
+        if with_samples:
+            for s in self._conn.execute("SELECT idx, duration_ns FROM samples WHERE run_id = ?"
+                                        " ORDER BY idx, sample_idx", (row["run_id"],)):
+                samples.setdefault(s["idx"], []).append(s["duration_ns"])
+        cases = []
+        for c in self._conn.execute("SELECT idx, record_json FROM cases WHERE run_id = ? ORDER BY idx",
+                                    (row["run_id"],)):
+            body = json.loads(c["record_json"])
+            body["samples_ns"] = samples.get(c["idx"], [])
+            cases.append(body)
+        d.update(cases=cases, complete=bool(row["complete"]), geomean_ns=row["geomean_ns"])
+        try:
+            return run_from_dict(d)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StoreError(f"run {row['run_id']} in {self.path} cannot be read back as a RunRecord: "
+                             f"{type(exc).__name__}: {exc}") from None
+
+    def resolve(self, ref: str) -> str:
+        """A run id from ``ref``: ``latest`` (the most recently started run), an exact id, or a unique prefix.
+
+        Raises StoreError when nothing or more than one run matches."""
+        if ref == "latest":
+            row = self._conn.execute("SELECT run_id FROM runs ORDER BY started_at DESC, rowid DESC LIMIT 1"
+                                     ).fetchone()
+            if row is None:
+                raise StoreError(f"no runs in {self.path} yet")
+            return row["run_id"]
+        if self._conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (ref,)).fetchone():
+            return ref
+        like = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        ids = [r["run_id"] for r in self._conn.execute(
+            "SELECT run_id FROM runs WHERE run_id LIKE ? ESCAPE '\\' ORDER BY started_at", (like,))]
+        if not ids:
+            raise StoreError(f"no run matches {ref!r} in {self.path}")
+        if len(ids) > 1:
+            raise StoreError(f"{ref!r} matches {len(ids)} runs ({', '.join(ids[:5])}{', ...' if len(ids) > 5 else ''}"
+                             f"); give more of the id")
+        return ids[0]
+
+    def runs(self, variant: str | None = None, mode: str | None = None, shape_set: str | None = None,
+             gpu: str | None = None, data: str | None = None, complete: bool | None = None,
+             passed: bool | None = None, limit: int | None = None, with_samples: bool = True) -> list[RunRecord]:
+        """Stored runs matching every filter given, oldest first (by ``started_at``).
+
+        ``gpu`` matches the GPU model ("H200", case-insensitive; see ``gpu_model``). ``passed=True`` keeps runs
+        that finished complete with every case passing. ``limit`` keeps the newest ``limit`` runs."""
+        where, args = [], []
+        for column, value in (("variant", variant), ("mode", mode), ("shape_set", shape_set), ("data", data)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if gpu is not None:
+            where.append("gpu_model = ? COLLATE NOCASE")
+            args.append(gpu)
+        if complete is not None:
+            where.append("complete = ?")
+            args.append(int(complete))
+        all_pass = "(complete = 1 AND NOT EXISTS (SELECT 1 FROM cases c WHERE c.run_id = runs.run_id" \
+                   " AND c.status != 'pass'))"
+        if passed is True:
+            where.append(all_pass)
+        elif passed is False:
+            where.append(f"NOT {all_pass}")
+        sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
+        sql += " ORDER BY started_at DESC, rowid DESC"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        rows = self._conn.execute(sql, args).fetchall()
+        return [self._record(r, with_samples) for r in reversed(rows)]
+
+    def latest(self, variant: str | None = None, mode: str | None = None, shape_set: str | None = None,
+               gpu: str | None = None, data: str | None = None, complete: bool | None = None,
+               passed: bool | None = None, with_samples: bool = True) -> RunRecord | None:
+        """The most recently started run matching the filters (as in ``runs``), or None."""
+        found = self.runs(variant, mode, shape_set, gpu, data, complete, passed, limit=1, with_samples=with_samples)
+        return found[0] if found else None
+
+    def finished_at(self, run_id: str) -> str | None:
+        """When ``finish`` was called for the run (ISO 8601 UTC), or None if never. Raises StoreError if unknown."""
+        row = self._conn.execute("SELECT finished_at FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise StoreError(f"no run {run_id!r} in {self.path}")
+        return row["finished_at"]

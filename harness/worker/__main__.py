@@ -1,0 +1,132 @@
+"""Worker process: ``python -m harness.worker``. Reads JSON requests on stdin (the first line is the channel
+key), answers on the descriptor named by FP4BENCH_RESULT_FD through harness.channel. Exit code 110 after a
+CUDA error that poisons the context (the parent then starts a fresh worker)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import traceback
+
+from harness.worker import timing  # first: captures the measurement functions before any submission import
+from harness.channel import Writer
+from task.check import describe
+from task.inputs import default_device, generate_input
+
+import torch
+
+EXIT_CUDA = 110
+
+
+def _error(kind: str, exc: BaseException) -> dict:
+    return {"ok": False, "kind": kind, "type": type(exc).__name__, "message": str(exc),
+            "traceback": "".join(traceback.format_exception(exc))[-8000:]}
+
+
+def _cuda_poisoned() -> str:
+    """Non-empty if the CUDA context is unusable (a sticky error such as an illegal memory access)."""
+    if not torch.cuda.is_available():
+        return ""
+    try:
+        torch.cuda.synchronize()
+        return ""
+    except Exception as exc:  # noqa: BLE001 - any failure here means the context is gone
+        return f"{type(exc).__name__}: {exc}"
+
+
+class Worker:
+    def __init__(self, writer: Writer):
+        self.send = writer.send
+        self.kernel = None
+        self.device = default_device()
+        self.flush = timing.L2Flush(self.device) if self.device.type == "cuda" else None
+
+    def load(self, req: dict) -> None:
+        path = req["path"]
+        sys.path.insert(0, os.path.dirname(path))
+        try:
+            spec = importlib.util.spec_from_file_location("submission", path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules["submission"] = module
+            spec.loader.exec_module(module)
+        except BaseException as exc:  # noqa: BLE001 - report whatever the import raised
+            self.send(_error("import", exc))
+            return
+        kernel = getattr(module, "custom_kernel", None)
+        if not callable(kernel):
+            found = sorted(n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n)))
+            self.send({"ok": False, "kind": "entry", "type": "MissingEntryPoint",
+                       "message": f"{path} defines no callable custom_kernel(data) (callables found: "
+                                  f"{', '.join(found) or 'none'})", "traceback": ""})
+            return
+        self.kernel = kernel
+        self.send({"ok": True, "device": str(self.device)})
+
+    def run(self, req: dict) -> None:
+        c = req["case"]
+        inputs = [generate_input(c["m"], c["n"], c["k"], c["g"], s, req["data"], self.device) for s in req["seeds"]]
+        profile_table = ""
+        try:
+            if req.get("profile"):
+                outputs, elapsed_ns, complaint, profile_table = self._profile(inputs)
+            elif self.flush is not None:
+                elapsed_ns, outputs, complaint = timing.time_calls_cuda(self.kernel, inputs, self.flush)
+            else:
+                elapsed_ns, outputs, complaint = timing.time_calls_cpu(self.kernel, inputs)
+        except BaseException as exc:  # noqa: BLE001 - the submission's exception is the case's result
+            poisoned = _cuda_poisoned()
+            self.send(_error("cuda" if poisoned else "exception", exc))
+            if poisoned:
+                os._exit(EXIT_CUDA)
+            return
+        containers, metas, chunks, offsets, pos = [], [], [], [], 0
+        for out in outputs:
+            containers.append(describe(out).type_name)
+            items = list(out) if isinstance(out, (list, tuple)) else []
+            call_metas = []
+            for o in items:
+                meta = describe(o)
+                call_metas.append(meta.__dict__)
+                if meta.plain_tensor and o.dtype == torch.float16:
+                    raw = o.detach().contiguous().cpu().numpy().tobytes()
+                    offsets.append([pos, len(raw)])
+                    chunks.append(raw)
+                    pos += len(raw)
+                else:
+                    offsets.append(None)
+            metas.append(call_metas)
+        self.send({"ok": True, "elapsed_ns": elapsed_ns, "calls": len(inputs), "complaint": complaint,
+                   "containers": containers, "metas": metas, "offsets": offsets,
+                   "guard": timing.guard_report(), "profile": profile_table}, b"".join(chunks))
+
+    def _profile(self, inputs):
+        from torch.profiler import ProfilerActivity, profile
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
+        with profile(activities=acts) as prof:
+            outputs = [self.kernel(x) for x in inputs]
+            if self.device.type == "cuda":
+                torch.cuda.synchronize()
+        sort = "cuda_time_total" if self.device.type == "cuda" else "cpu_time_total"
+        return outputs, 0.0, "", prof.key_averages().table(sort_by=sort, row_limit=15)
+
+
+def main() -> None:
+    stdin = sys.stdin.buffer
+    key = bytes.fromhex(stdin.readline().decode().strip())
+    fd = int(os.environ.pop("FP4BENCH_RESULT_FD"))
+    worker = Worker(Writer(fd, key))
+    readline = stdin.readline
+    while True:
+        line = readline()
+        if not line:
+            return
+        req = json.loads(line)
+        if req["op"] == "exit":
+            return
+        getattr(worker, req["op"])(req)
+
+
+if __name__ == "__main__":
+    main()
