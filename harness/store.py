@@ -148,13 +148,17 @@ class ResultStore:
                 raise StoreError(f"no results store at {self.path} (record a run first, or pass --db / set "
                                  f"${ENV_VAR})")
             self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         try:
-            self._conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
             self._conn.row_factory = sqlite3.Row
             self._conn.execute("PRAGMA foreign_keys = ON")
             self._migrate()
         except sqlite3.DatabaseError as exc:
+            self._conn.close()
             raise StoreError(f"{self.path}: not a usable SQLite results store ({exc})") from None
+        except BaseException:
+            self._conn.close()
+            raise
 
     # -- lifecycle
     def close(self) -> None:

@@ -1,0 +1,264 @@
+"""The SQLite results store: round trips, runs cut short, schema versions, queries. Records built by hand."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import store as store_mod
+from harness.record import CaseResult, Environment, RunRecord, Stats, Status, SubmissionInfo
+from harness.stats import geomean, summarize
+from harness.store import ResultStore, StoreError, gpu_model, new_run_id, resolve_db_path, schema_version
+from task.spec import Case
+
+ROOT = Path(__file__).resolve().parent.parent
+
+H200 = Environment("NVIDIA H200", "sm_90", "580.159", "2.11.0+cu130", "3.6.0", "not installed", "3.12.3",
+                   "dev-box", "cuda-events")
+BENCH = (
+    Case((192, 320), (3072, 3072), (4096, 4096), 2, 1111, "g2_n3072_k4096"),
+    Case((128, 384), (4096, 4096), (1536, 1536), 2, 1111, "g2_n4096_k1536"),
+    Case((96, 128), (128, 256), (256, 512), 2, 1111, "small"),
+)
+
+
+def case_result(case: Case, samples: list[float], status: Status = Status.PASS, message: str = "") -> CaseResult:
+    return CaseResult(case, status, message, tuple(samples), summarize(samples) if samples else None,
+                      calls_checked=15 * len(samples), wall_s=0.25)
+
+
+def make_run(run_id: str = "r1", variant: str = "baseline", started_at: str = "2026-11-29T18:00:00+00:00",
+             mode: str = "leaderboard", env: Environment = H200, scale: float = 1.0, fail_last: bool = False,
+             complete: bool = True, shape_set: str = "benchmarks") -> RunRecord:
+    cases = []
+    for i, case in enumerate(BENCH):
+        base = (40_000.0, 25_000.0, 3_000.0)[i] * scale
+        samples = [base * (1 + 0.01 * j) for j in (-1, 0, 1, 2)]
+        if fail_last and i == len(BENCH) - 1:
+            cases.append(case_result(case, [], Status.FAIL, "mismatch at [3, 7]: got 1.5, expected 2.0"))
+        else:
+            cases.append(case_result(case, samples))
+    gm = geomean([c.stats.mean_ns for c in cases]) if not fail_last else None
+    return RunRecord(run_id, started_at, mode, "official", shape_set, 42,
+                     SubmissionInfo(variant, f"submissions/{variant}/submission.py", "ab" * 32,
+                                    {"leaderboard": "nvfp4_group_gemm", "gpu": "B200"}),
+                     env, tuple(cases), complete, "0123abc", gm)
+
+
+@pytest.fixture
+def db(tmp_path) -> Path:
+    return tmp_path / "results" / "fp4bench.sqlite"
+
+
+def test_save_and_load_round_trip(db):
+    run = make_run()
+    with ResultStore(db) as store:
+        store.save(run)
+    with ResultStore(db) as store:
+        back = store.load("r1")
+    assert back == run
+    assert back.cases[0].samples_ns == run.cases[0].samples_ns
+    assert back.cases[0].case.name == "g2_n3072_k4096"
+    assert back.to_dict() == run.to_dict()
+
+
+def test_begin_add_case_finish_is_the_runner_protocol(db):
+    run = make_run()
+    with ResultStore(db) as store:
+        store.begin(dataclasses.replace(run, cases=(), complete=False, geomean_ns=None))
+        assert store.load("r1").complete is False and store.finished_at("r1") is None
+        for i, case in enumerate(run.cases):
+            store.add_case("r1", case, i)
+        store.finish("r1", run.geomean_ns, complete=True)
+        back = store.load("r1")
+        assert back == run and back.passed
+        assert store.finished_at("r1") is not None
+        with pytest.raises(StoreError, match="already finished"):
+            store.finish("r1", None, complete=False)
+        with pytest.raises(StoreError, match="already finished"):
+            store.add_case("r1", run.cases[0], 9)
+
+
+def test_protocol_errors_are_specific(db):
+    run = make_run()
+    with ResultStore(db) as store:
+        with pytest.raises(StoreError, match="begin takes a run in progress"):
+            store.begin(run)
+        with pytest.raises(StoreError, match="call begin"):
+            store.add_case("nope", run.cases[0], 0)
+        with pytest.raises(StoreError, match="no run 'nope'"):
+            store.finish("nope", None, False)
+        with pytest.raises(StoreError, match="no run 'nope'"):
+            store.load("nope")
+        store.save(run)
+        with pytest.raises(StoreError, match="already in"):
+            store.save(run)
+
+
+def test_a_case_is_stored_whole_or_not_at_all(db):
+    run = make_run(complete=False)
+    with ResultStore(db) as store:
+        store.begin(dataclasses.replace(run, cases=()))
+        store.add_case("r1", run.cases[0], 0)
+        broken = CaseResult(BENCH[1], Status.PASS, "", (1.0, "not a number"), None)  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            store.add_case("r1", broken, 1)
+        with pytest.raises(StoreError, match="already stored"):
+            store.add_case("r1", run.cases[1], 0)
+        assert [c.case.name for c in store.load("r1").cases] == ["g2_n3072_k4096"]
+        store.add_case("r1", run.cases[1], 1)          # the failed attempt left nothing behind
+        assert len(store.load("r1").cases) == 2
+
+
+_CHILD = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from harness.record import RunRecord, run_from_dict
+from harness.store import ResultStore
+d = json.loads(sys.stdin.read())
+run = run_from_dict(d)
+store = ResultStore(sys.argv[2])
+store.begin(RunRecord(**{**run.__dict__, "cases": (), "complete": False, "geomean_ns": None}))
+for i, case in enumerate(run.cases[:2]):
+    store.add_case(run.run_id, case, i)
+print("measured two", flush=True)
+time.sleep(120)
+"""
+
+
+def test_run_killed_midway_keeps_its_cases_and_stays_incomplete(db):
+    run = make_run()
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(ROOT), str(db)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        child.stdin.write(json.dumps(run.to_dict()))
+        child.stdin.close()
+        assert child.stdout.readline().strip() == "measured two"
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+    assert child.returncode == -signal.SIGKILL
+    with ResultStore(db) as store:
+        back = store.load("r1")
+        assert back.complete is False and not back.passed and back.geomean_ns is None
+        assert back.cases == run.cases[:2]
+        assert store.latest(complete=False).run_id == "r1"
+        assert store.runs(passed=True) == []
+
+
+def test_fresh_file_is_marked_and_versioned(db):
+    with ResultStore(db) as store:
+        assert store.version == schema_version() == len(store_mod.MIGRATIONS)
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA application_id").fetchone()[0] == store_mod.APPLICATION_ID
+    conn.close()
+
+
+def test_newer_schema_is_refused_with_a_clear_error(db):
+    ResultStore(db).close()
+    conn = sqlite3.connect(db)
+    conn.execute(f"PRAGMA user_version = {schema_version() + 1}")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match=r"newer fp4bench \(schema v2\); this one reads up to v1"):
+        ResultStore(db)
+
+
+def test_foreign_files_are_refused(tmp_path):
+    other = tmp_path / "other.sqlite"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE notes (x TEXT)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match="not an fp4bench results store"):
+        ResultStore(other)
+    text = tmp_path / "notes.txt"
+    text.write_text("hello, not a database at all " * 100)
+    with pytest.raises(StoreError, match="not a usable SQLite"):
+        ResultStore(text)
+    with pytest.raises(StoreError, match="no results store at"):
+        ResultStore(tmp_path / "missing.sqlite", create=False)
+    assert not (tmp_path / "missing.sqlite").exists()
+
+
+def test_older_file_is_migrated_in_order_and_keeps_its_runs(db, monkeypatch):
+    with ResultStore(db) as store:              # a v1 file with a run in it
+        store.save(make_run())
+
+    def v2(conn):
+        conn.execute("ALTER TABLE runs ADD COLUMN note TEXT NOT NULL DEFAULT ''")
+
+    monkeypatch.setattr(store_mod, "MIGRATIONS", [*store_mod.MIGRATIONS, v2])
+    with ResultStore(db) as store:
+        assert store.version == 2
+        assert store.load("r1") == make_run()
+        store.save(make_run("r2"))
+    conn = sqlite3.connect(db)
+    assert [r[0] for r in conn.execute("SELECT note FROM runs ORDER BY run_id")] == ["", ""]
+    conn.close()
+
+
+def test_failed_migration_leaves_the_file_at_its_old_version(db, monkeypatch):
+    ResultStore(db).close()
+
+    def broken(conn):
+        conn.execute("ALTER TABLE runs ADD COLUMN note TEXT")
+        raise RuntimeError("step failed halfway")
+
+    monkeypatch.setattr(store_mod, "MIGRATIONS", [*store_mod.MIGRATIONS, broken])
+    with pytest.raises(RuntimeError, match="halfway"):
+        ResultStore(db)
+    monkeypatch.undo()
+    with ResultStore(db) as store:
+        assert store.version == 1
+    conn = sqlite3.connect(db)
+    assert "note" not in [r[1] for r in conn.execute("PRAGMA table_info(runs)")]
+    conn.close()
+
+
+def test_queries_filter_and_order(db):
+    b200 = dataclasses.replace(H200, device="NVIDIA B200", compute_capability="sm_100")
+    with ResultStore(db) as store:
+        store.save(make_run("a1", "alpha", "2026-11-29T10:00:00+00:00"))
+        store.save(make_run("a2", "alpha", "2026-11-29T12:00:00+00:00", fail_last=True))
+        store.save(make_run("b1", "beta", "2026-11-29T11:00:00+00:00", env=b200))
+        store.save(make_run("b2", "beta", "2026-11-29T13:00:00+00:00", mode="benchmark"))
+        assert [r.run_id for r in store.runs()] == ["a1", "b1", "a2", "b2"]
+        assert [r.run_id for r in store.runs(variant="alpha")] == ["a1", "a2"]
+        assert [r.run_id for r in store.runs(passed=True, mode="leaderboard")] == ["a1", "b1"]
+        assert [r.run_id for r in store.runs(passed=False)] == ["a2"]
+        assert [r.run_id for r in store.runs(gpu="b200")] == ["b1"]
+        assert [r.run_id for r in store.runs(limit=2)] == ["a2", "b2"]
+        assert store.latest(variant="alpha").run_id == "a2"
+        assert store.latest(variant="alpha", passed=True).run_id == "a1"
+        assert store.latest(variant="gamma") is None
+        assert store.runs(with_samples=False)[0].cases[0].samples_ns == ()
+        assert store.resolve("latest") == "b2"
+        assert store.resolve("b1") == "b1"
+        with pytest.raises(StoreError, match="matches 2 runs"):
+            store.resolve("b")
+        with pytest.raises(StoreError, match="no run matches"):
+            store.resolve("zz")
+
+
+def test_db_path_resolution(monkeypatch, tmp_path):
+    monkeypatch.delenv("FP4BENCH_DB", raising=False)
+    assert resolve_db_path() == ROOT / "results" / "fp4bench.sqlite"
+    monkeypatch.setenv("FP4BENCH_DB", str(tmp_path / "env.sqlite"))
+    assert resolve_db_path() == tmp_path / "env.sqlite"
+    assert resolve_db_path(tmp_path / "opt.sqlite") == tmp_path / "opt.sqlite"
+
+
+def test_helpers():
+    assert gpu_model("NVIDIA H200") == "H200"
+    assert gpu_model("NVIDIA B200") == "B200"
+    assert gpu_model("CPU (x86_64)") == "CPU (x86_64)"
+    a, b = new_run_id(), new_run_id()
+    assert a != b and len(a) == len("20261129-175622-3fa9c1")
