@@ -1,5 +1,191 @@
-"""Report commands (leaderboard, report, history) attached to the CLI group. Placeholder until the store lands."""
+"""Report commands attached to the CLI group: ``leaderboard``, ``report`` and ``history``.
+
+They only read the results store (harness/store.py); rankings and intervals come from harness/ranking.py,
+tables and pictures from harness/report.py. Terminal output uses rich; ``--format`` output is plain text
+written with click (never through rich, whose markup would eat ``[...]``).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from harness.ranking import Verdict
+from harness.report import (FORMATS, Board, ReportError, fmt_interval_us, fmt_pm, fmt_us, history_rows,
+                            leaderboard_report, leaderboards, rank_text, report, shape_label)
+from harness.store import ResultStore, StoreError, gpu_model, resolve_db_path
+
+_DB = click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                   help="Results store (default: $FP4BENCH_DB, else results/fp4bench.sqlite).")
+
+
+def _open(db: Path | None) -> ResultStore:
+    try:
+        return ResultStore(resolve_db_path(db), create=False)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _emit(text: str, out: Path | None) -> None:
+    if out is None:
+        click.echo(text, nl=not text.endswith("\n"))
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    click.echo(f"wrote {out} ({len(text.encode('utf-8'))} bytes)", err=True)
+
+
+def board_rich_table(board: Board) -> Table:
+    """A rich table of one board: rank (``=2`` for a shared rank), variant, geomean us, 95 % CI, % SOL of the
+    board's GPU model, per-shape means (us), who it ties with, run id and commit."""
+    table = Table(title=escape(board.title),
+                  caption="rank = 1 + number of variants detectably faster; overlapping 95% intervals are ties "
+                          "(shown =N)")
+    table.add_column("rank", justify="right", no_wrap=True)
+    table.add_column("variant", no_wrap=True)
+    table.add_column("geomean us", justify="right", no_wrap=True)
+    table.add_column("95% CI us", justify="right", no_wrap=True)
+    if board.peaks:
+        table.add_column(f"% SOL {board.peaks.model}", justify="right", no_wrap=True)
+    for case in board.cases:
+        table.add_column(escape(f"{shape_label(case)}\nus"), justify="right", no_wrap=True)
+    table.add_column("tied with")
+    table.add_column("run", style="dim", overflow="fold")
+    table.add_column("commit", style="dim", overflow="fold")
+    for e in board.entries:
+        row = [rank_text(e, board), f"[bold]{escape(e.variant)}[/]", fmt_us(e.interval.estimate),
+               fmt_interval_us(e.interval)]
+        if board.peaks:
+            row.append("" if e.pct_sol is None else f"{e.pct_sol:.1f}")
+        row += [fmt_us(c.stats.mean_ns) for c in e.run.cases]
+        row += [escape(", ".join(e.tied_with) or "-"), escape(e.run.run_id), escape(e.run.git_commit[:10])]
+        table.add_row(*row)
+    return table
+
+
+@click.command("leaderboard")
+@_DB
+@click.option("--shapes", default=None, help="Only this shape set (e.g. benchmarks).")
+@click.option("--gpu", default=None, help="Only this GPU model (e.g. H200, B200), case-insensitive.")
+@click.option("--mode", default="leaderboard", show_default=True,
+              help="Which runs to rank (leaderboard or benchmark).")
+@click.option("--data", default=None, help="Only this data mode (official or full-range); default: all, "
+                                           "ranked apart.")
+@click.option("--format", "fmt", type=click.Choice(("table",) + FORMATS), default="table", show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the --format output to this file.")
+def leaderboard_cmd(db, shapes, gpu, mode, data, fmt, out) -> None:
+    """Variants ranked by the geomean of their latest passing run, per GPU model and shape set, with 95%
+    confidence intervals; variants whose intervals overlap are shown as ties."""
+    with _open(db) as store:
+        runs = store.runs(mode=mode, shape_set=shapes, gpu=gpu, data=data, passed=True, with_samples=False)
+        considered = len(store.runs(mode=mode, shape_set=shapes, gpu=gpu, data=data, with_samples=False))
+        path = store.path
+    boards = leaderboards(runs)
+    if fmt != "table":
+        _emit(leaderboard_report(boards, fmt), out)
+        return
+    console = Console()
+    if not boards:
+        console.print(f"no passing {mode} runs in {path}"
+                      + (f" for shapes {shapes}" if shapes else "") + (f" on {gpu}" if gpu else "")
+                      + f" ({considered} runs considered)")
+        return
+    for board in boards:
+        console.print(board_rich_table(board))
+    skipped = considered - len(runs)
+    if skipped:
+        console.print(f"[dim]{skipped} run(s) not ranked: incomplete or not every case passed[/]")
+
+
+@click.command("report")
+@click.argument("runs", nargs=-1)
+@_DB
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="md", show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the report here (default: standard output).")
+@click.option("--leaderboard", "board", is_flag=True,
+              help="Report on the runs the leaderboard ranks (latest passing run of each variant) instead.")
+@click.option("--shapes", default=None, help="With --leaderboard: only this shape set.")
+@click.option("--gpu", default=None, help="With --leaderboard: only this GPU model.")
+@click.option("--mode", default="leaderboard", show_default=True, help="With --leaderboard: which runs.")
+def report_cmd(runs, db, fmt, out, board, shapes, gpu, mode) -> None:
+    """Report on stored runs: RUNS are run ids, unique prefixes, or 'latest' (the default). html is one
+    self-contained file with pictures embedded; csv has one row per case; json reads back as RunRecords."""
+    if board and runs:
+        raise click.UsageError("give run ids or --leaderboard, not both")
+    if not board and (shapes or gpu):
+        raise click.UsageError("--shapes and --gpu select runs only with --leaderboard")
+    with _open(db) as store:
+        try:
+            if board:
+                boards = leaderboards(store.runs(mode=mode, shape_set=shapes, gpu=gpu, passed=True))
+                records = [e.run for b in boards for e in b.entries]
+                if not records:
+                    raise click.ClickException(f"no passing {mode} runs to report in {store.path}")
+            else:
+                ids = [store.resolve(r) for r in (runs or ("latest",))]
+                records = [store.load(i) for i in ids]
+            text = report(records, fmt)
+        except (StoreError, ReportError) as exc:
+            raise click.ClickException(str(exc)) from None
+    _emit(text, out)
+
+
+@click.command("history")
+@click.argument("variant")
+@_DB
+@click.option("--mode", default=None, help="Only runs of this mode (default: all).")
+@click.option("--shapes", default=None, help="Only this shape set.")
+@click.option("--gpu", default=None, help="Only this GPU model.")
+@click.option("--limit", type=int, default=None, help="Only the newest LIMIT runs.")
+def history_cmd(variant, db, mode, shapes, gpu, limit) -> None:
+    """A variant's runs over time and commits: result, geomean us with 95% CI, and the change against its
+    previous comparable passing run (same GPU model, shapes, data and mode) with a verdict."""
+    with _open(db) as store:
+        runs = store.runs(variant=variant, mode=mode, shape_set=shapes, gpu=gpu, limit=limit, with_samples=False)
+        path = store.path
+    console = Console()
+    if not runs:
+        console.print(f"no runs of {variant!r} in {path}" + (f" (mode {mode})" if mode else ""))
+        return
+    rows = history_rows(runs)
+    context = {"mode": lambda r: r.mode, "shapes": lambda r: r.shape_set,
+               "GPU": lambda r: gpu_model(r.environment.device)}
+    shared = {k: f(rows[0].run) for k, f in context.items() if len({f(r.run) for r in rows}) == 1}
+    varying = [k for k in context if k not in shared]
+    title = f"history of {variant}" + (f" ({', '.join(shared.values())})" if shared else "")
+    table = Table(title=escape(title),
+                  caption="±: 95% CI half-width; change: geomean against the previous comparable passing run "
+                          "(same GPU, shapes, data, mode), with its 95% CI")
+    columns = ["started (UTC)", "run", "commit", *varying, "result", "geomean us", "±", "change", "verdict"]
+    numeric = {"geomean us", "±", "change"}
+    for col in columns:
+        table.add_column(col, justify="right" if col in numeric else "left", overflow="fold",
+                         no_wrap=col in numeric or col in ("run", "started (UTC)", "verdict"))
+    for row in rows:
+        run = row.run
+        status = f"[green]{row.status}[/]" if row.status == "passed" else f"[red]{escape(row.status)}[/]"
+        change, verdict = "", ""
+        if row.change is not None:
+            c = row.change
+            change = f"{100 * (c.ratio - 1):+.1f} %"
+            if math.isfinite(c.high):
+                change += f" ±{100 * max(c.high - c.ratio, c.ratio - c.low):.1f}"
+            verdict = {Verdict.FASTER: "[green]faster[/]", Verdict.SLOWER: "[red]slower[/]"}.get(
+                c.verdict, "no detectable difference")
+        cells = [run.started_at.replace("T", " ")[:16], run.run_id, run.git_commit[:10],
+                 *(context[k](run) for k in varying)]
+        table.add_row(*map(escape, cells), status, fmt_us(run.geomean_ns), fmt_pm(row.interval), change, verdict)
+    console.print(table)
 
 
 def register(group) -> None:
-    """Attach the report commands to the click ``group``."""
+    """Attach ``leaderboard``, ``report`` and ``history`` to the click ``group``."""
+    group.add_command(leaderboard_cmd)
+    group.add_command(report_cmd)
+    group.add_command(history_cmd)

@@ -1,0 +1,834 @@
+"""Reports on stored runs: per-shape tables, speed-of-light analysis, rankings, pictures; md, html, csv, json.
+
+``report(runs, fmt)`` is the entry point; ``leaderboards(runs)`` groups runs into ranked boards (used by the
+``leaderboard`` command and by reports on several runs); ``compare_table`` / ``compare_rich_table`` render an
+A-versus-B comparison that ``harness.ranking.compare_samples`` produced.
+
+Units: times are stored in ns and shown in us; throughput in TFLOP/s (10^12 FLOP/s); "% SOL" is the
+speed-of-light time over the measured mean time (100 % = at the roofline), for the GPU model the run used
+(task.cost.peaks_for), and only for runs timed with CUDA events. The task's own B200 SOL (1.5 GHz FP4, 7.68 TB/s)
+is always shown beside it. Markdown, CSV and JSON are text only; HTML is one self-contained file with its
+pictures embedded as base64 PNG (no external URL), so it opens offline.
+"""
+from __future__ import annotations
+
+import base64
+import csv
+import dataclasses
+import datetime as _dt
+import hashlib
+import html
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence, Union
+
+from harness import plots
+from harness.ranking import Comparison, Interval, Verdict, geomean_ci, mean_ci, rank_with_ties
+from harness.record import CaseResult, RunRecord, Status
+from harness.stats import geomean
+from harness.store import gpu_model
+from task.cost import GPU_PEAKS, GpuPeaks, bytes_moved, flops, peaks_for, sol_ns, tflops_at
+from task.spec import Case
+
+FORMATS = ("md", "html", "csv", "json")
+#: The task's own reference GPU: its SOL column appears in every report.
+TASK_GPU = "B200"
+#: JSON report layout version (bump when keys change meaning).
+JSON_VERSION = 1
+#: CSV columns, one row per (run, case); units in the names.
+CSV_COLUMNS = (
+    "run_id", "variant", "mode", "data", "shape_set", "gpu_model", "device", "git_commit", "started_at",
+    "complete", "case_index", "case_name", "spec", "status", "runs", "mean_us", "std_us", "err_us", "best_us",
+    "worst_us", "ci95_low_us", "ci95_high_us", "tflops", "sol_here_us", "pct_of_sol_here", "sol_b200_us",
+    "gflop", "mbytes", "flop_per_byte", "message",
+)
+
+
+class ReportError(ValueError):
+    """A report cannot be made as asked (unknown format, no runs); the message says why."""
+
+
+def task_peaks() -> GpuPeaks:
+    """The task's reference GPU peaks (B200 at 1.5 GHz) from task.cost.GPU_PEAKS."""
+    return next(p for p in GPU_PEAKS if p.model == TASK_GPU)
+
+
+# ------------------------------------------------------------------------------------------ per-case figures
+def shape_label(case: Case) -> str:
+    """The case's name, or ``G=2 M=[..] N=[..] K=[..]`` when it has none."""
+    if case.name:
+        return case.name
+    short = lambda xs: str(xs[0]) if len(set(xs)) == 1 else "[" + ",".join(map(str, xs)) + "]"  # noqa: E731
+    return f"G={case.g} M={short(case.m)} N={short(case.n)} K={short(case.k)}"
+
+
+def run_peaks(run: RunRecord) -> GpuPeaks | None:
+    """Peaks of the GPU model the run was timed on; None for CPU-timed runs or unknown models."""
+    if run.environment.timer == "cpu-monotonic":
+        return None
+    return peaks_for(run.environment.device)
+
+
+@dataclass(frozen=True)
+class CaseFigures:
+    """Derived numbers for one case of one run. Times in ns; ``tflops`` TFLOP/s; ``pct_sol_here`` percent of
+    the run's GPU model's speed of light (None when unknown or not measured); ``ci`` the 95 % interval of the
+    mean (ns)."""
+
+    index: int
+    result: CaseResult
+    label: str
+    ci: Interval | None
+    tflops: float | None
+    sol_here_ns: float | None
+    pct_sol_here: float | None
+    sol_task_ns: float
+    flops: int
+    bytes: int
+
+    @property
+    def intensity(self) -> float:
+        """FLOP per byte moved once."""
+        return self.flops / self.bytes
+
+
+def case_figures(run: RunRecord) -> list[CaseFigures]:
+    """Per-case derived figures (TFLOP/s, SOL, interval) for every case of ``run``, in order."""
+    peaks = run_peaks(run)
+    out = []
+    for i, r in enumerate(run.cases):
+        s = r.stats
+        timed = s is not None and s.mean_ns > 0
+        sol_here = sol_ns(r.case, peaks) if peaks else None
+        out.append(CaseFigures(
+            i, r, shape_label(r.case),
+            mean_ci(s) if timed else None,
+            tflops_at(r.case, s.mean_ns) if timed else None,
+            sol_here,
+            100.0 * sol_here / s.mean_ns if timed and sol_here else None,
+            sol_ns(r.case, task_peaks()),
+            flops(r.case), bytes_moved(r.case)))
+    return out
+
+
+def run_geomean_ci(run: RunRecord) -> Interval | None:
+    """95 % interval (ns) on the run's geomean of per-case means, when every case passed with timings; else
+    None."""
+    if not run.cases or not all(c.passed and c.stats and c.stats.mean_ns > 0 for c in run.cases):
+        return None
+    return geomean_ci([c.stats for c in run.cases])
+
+
+def run_status(run: RunRecord) -> str:
+    """``passed``, ``incomplete (k of n cases recorded)``, or ``failed (k of n)``."""
+    failed = sum(1 for c in run.cases if not c.passed)
+    if not run.complete:
+        return f"incomplete ({len(run.cases)} cases recorded, {failed} not passed)"
+    if failed:
+        return f"failed ({failed} of {len(run.cases)} cases)"
+    return "passed"
+
+
+def run_labels(runs: Sequence[RunRecord]) -> list[str]:
+    """A short label per run: the variant name, with the run id's start when a variant appears twice."""
+    names = [r.submission.name for r in runs]
+    return [n if names.count(n) == 1 else f"{n} ({r.run_id[:15]})" for n, r in zip(names, runs)]
+
+
+# ------------------------------------------------------------------------------------------------ boards
+@dataclass(frozen=True)
+class BoardEntry:
+    """One variant on a board: its latest passing run, the 95 % interval on its geomean (ns), its rank
+    (shared with overlapping entries) and the geomean of per-shape SOL over its geomean time, in percent."""
+
+    rank: int
+    tied_with: tuple[str, ...]
+    variant: str
+    run: RunRecord
+    interval: Interval
+    pct_sol: float | None
+
+
+@dataclass(frozen=True)
+class Board:
+    """Runs that can be ranked together: same GPU model, shape set (same case list), data mode and mode."""
+
+    gpu_model: str
+    shape_set: str
+    data: str
+    mode: str
+    cases: tuple[Case, ...]
+    entries: tuple[BoardEntry, ...]
+    peaks: GpuPeaks | None
+    cases_digest: str
+
+    @property
+    def title(self) -> str:
+        return f"{self.shape_set} on {self.gpu_model} ({self.mode}, {self.data} data)"
+
+
+def _rankable(run: RunRecord) -> bool:
+    return run.passed and bool(run.cases) and all(c.stats and c.stats.mean_ns > 0 for c in run.cases)
+
+
+def leaderboards(runs: Iterable[RunRecord]) -> list[Board]:
+    """Group rankable runs (complete, every case passed and timed) by GPU model, shape set, case list, data and
+    mode; keep each variant's latest such run (by ``started_at``); rank variants by geomean with ties
+    (harness.ranking.rank_with_ties). Boards sorted by GPU model, shape set, data, mode."""
+    groups: dict[tuple, dict[str, RunRecord]] = {}
+    for run in sorted(runs, key=lambda r: r.started_at):
+        if not _rankable(run):
+            continue
+        sig = tuple(c.case.text() for c in run.cases)
+        key = (gpu_model(run.environment.device), run.shape_set, run.data, run.mode, sig)
+        groups.setdefault(key, {})[run.submission.name] = run
+    boards = []
+    for (model, shape_set, data, mode, sig), latest in groups.items():
+        intervals = {v: geomean_ci([c.stats for c in r.cases]) for v, r in latest.items()}
+        any_run = next(iter(latest.values()))
+        peaks = run_peaks(any_run)
+        entries = []
+        for ranked in rank_with_ties(intervals):
+            run = latest[ranked.name]
+            pct = None
+            if peaks:
+                pct = 100.0 * geomean([sol_ns(c.case, peaks) for c in run.cases]) / ranked.interval.estimate
+            entries.append(BoardEntry(ranked.rank, ranked.tied_with, ranked.name, run, ranked.interval, pct))
+        boards.append(Board(model, shape_set, data, mode, tuple(c.case for c in any_run.cases), tuple(entries),
+                            peaks, hashlib.sha256("\n".join(sig).encode()).hexdigest()[:8]))
+    boards.sort(key=lambda b: (b.gpu_model, b.shape_set, b.data, b.mode, b.cases_digest))
+    return boards
+
+
+def rank_text(entry: BoardEntry, board: Board) -> str:
+    """``1``, or ``=1`` when another entry shares the rank."""
+    shared = sum(1 for e in board.entries if e.rank == entry.rank) > 1
+    return f"={entry.rank}" if shared else str(entry.rank)
+
+
+# ------------------------------------------------------------------------------------------------ numbers
+def fmt_us(ns: float | None) -> str:
+    """ns -> a us string with 3-4 significant digits (``""`` for None)."""
+    if ns is None or not math.isfinite(ns):
+        return "" if ns is None else "inf"
+    us = ns / 1e3
+    if us >= 1000:
+        return f"{us:.0f}"
+    if us >= 100:
+        return f"{us:.1f}"
+    if us >= 10:
+        return f"{us:.2f}"
+    return f"{us:.3f}"
+
+
+def fmt_interval_us(iv: Interval | None) -> str:
+    """``[low, high]`` in us, or ``unbounded (1 sample)``."""
+    if iv is None:
+        return ""
+    if not math.isfinite(iv.high):
+        return "unbounded (1 sample)"
+    return f"[{fmt_us(iv.low)}, {fmt_us(iv.high)}]"
+
+
+def fmt_pm(iv: Interval | None) -> str:
+    """The interval's relative half-width, e.g. ``±0.42 %``."""
+    if iv is None:
+        return ""
+    if not math.isfinite(iv.high):
+        return "unbounded"
+    pct = 100 * iv.rel_half_width
+    return f"±{pct:.2f} %" if pct < 1 else f"±{pct:.1f} %" if pct < 10 else f"±{pct:.0f} %"
+
+
+def _num(x: float | None, digits: int = 1) -> str:
+    return "" if x is None else f"{x:.{digits}f}"
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+# --------------------------------------------------------------------------------------- document model
+@dataclass
+class Cell:
+    """A table cell with an optional style class (html: ``pass``/``fail``/``warn``/``muted``)."""
+
+    text: str
+    cls: str = ""
+
+
+CellLike = Union[str, Cell]
+
+
+@dataclass
+class Table:
+    columns: list[str]
+    rows: list[list[CellLike]]
+    numeric: set[int] = field(default_factory=set)   # right-aligned column indices
+    caption: str = ""
+
+
+@dataclass
+class Image:
+    png: bytes
+    alt: str
+
+
+@dataclass
+class Para:
+    text: str
+    cls: str = ""
+
+
+@dataclass
+class Details:
+    summary: str
+    body: str
+
+
+@dataclass
+class Section:
+    title: str
+    level: int
+    items: list = field(default_factory=list)
+
+
+def _status_cell(status: Status) -> Cell:
+    return Cell(status.value, "pass" if status is Status.PASS else "warn" if status is Status.SKIPPED else "fail")
+
+
+def _env_text(run: RunRecord) -> str:
+    e = run.environment
+    return (f"{e.device} ({e.compute_capability}), driver {e.driver}, torch {e.torch}, triton {e.triton}, "
+            f"CUTLASS DSL {e.cutlass_dsl}, Python {e.python}, host {e.hostname}, timer {e.timer}")
+
+
+def _runs_table(runs: Sequence[RunRecord], labels: Sequence[str]) -> Table:
+    rows = []
+    for run, label in zip(runs, labels):
+        iv = run_geomean_ci(run)
+        status = run_status(run)
+        rows.append([label, Cell(run.run_id, "id"), run.mode, run.data, run.shape_set,
+                     gpu_model(run.environment.device),
+                     run.git_commit[:10], run.started_at.replace("T", " ")[:19],
+                     Cell(status, "pass" if status == "passed" else "fail"),
+                     fmt_us(run.geomean_ns), fmt_interval_us(iv)])
+    return Table(["variant", "run", "mode", "data", "shapes", "GPU", "commit", "started (UTC)", "result",
+                  "geomean us", "95% CI us"], rows, numeric={9, 10})
+
+
+def _case_table(run: RunRecord) -> Table:
+    peaks = run_peaks(run)
+    figs = case_figures(run)
+    cols = ["#", "shape", "status", "runs", "mean us", "std us", "95% CI", "best us", "TFLOP/s"]
+    if peaks:
+        cols += [f"SOL {peaks.model} us", f"% SOL {peaks.model}"]
+    cols.append(f"SOL {TASK_GPU} us (task)")
+    messages = any(f.result.message for f in figs)
+    if messages:
+        cols.append("message")
+    rows = []
+    for f in figs:
+        s = f.result.stats
+        row: list[CellLike] = [str(f.index), f.label, _status_cell(f.result.status),
+                               str(s.runs) if s else "", fmt_us(s.mean_ns) if s else "",
+                               fmt_us(s.std_ns) if s else "", fmt_pm(f.ci), fmt_us(s.best_ns) if s else "",
+                               _num(f.tflops)]
+        if peaks:
+            row += [fmt_us(f.sol_here_ns), _num(f.pct_sol_here)]
+        first = f.result.message.splitlines()[0] if f.result.message else ""
+        row.append(fmt_us(f.sol_task_ns))
+        if messages:
+            row.append(Cell(first[:160] + ("..." if len(first) > 160 else ""), "muted"))
+        rows.append(row)
+    numeric = {0, 3, 4, 5, 6, 7, 8} | ({9, 10, 11} if peaks else {9})
+    iv = run_geomean_ci(run)
+    caption = ""
+    if run.geomean_ns is not None:
+        caption = f"geomean of per-shape means: {fmt_us(run.geomean_ns)} us, 95% CI {fmt_interval_us(iv)} us"
+        if peaks:
+            sol_g = geomean([sol_ns(c.case, peaks) for c in run.cases])
+            caption += f"; {100 * sol_g / run.geomean_ns:.1f} % of {peaks.model} SOL (geomean)"
+    return Table(cols, rows, numeric, caption)
+
+
+def _board_table(board: Board, ids: bool = True) -> Table:
+    cols = ["rank", "variant", "geomean us", "95% CI us"]
+    if board.peaks:
+        cols.append(f"% SOL {board.peaks.model}")
+    cols += [f"{shape_label(c)} us" for c in board.cases] + ["tied with"] + (["run", "commit"] if ids else [])
+    rows = []
+    for e in board.entries:
+        row: list[CellLike] = [rank_text(e, board), e.variant, fmt_us(e.interval.estimate),
+                               fmt_interval_us(e.interval)]
+        if board.peaks:
+            row.append(_num(e.pct_sol))
+        row += [fmt_us(c.stats.mean_ns) for c in e.run.cases]
+        row.append(Cell(", ".join(e.tied_with) or "-", "muted"))
+        if ids:
+            row += [Cell(e.run.run_id, "id"), Cell(e.run.git_commit[:10], "id")]
+        rows.append(row)
+    n_num = 4 + (1 if board.peaks else 0) + len(board.cases)
+    return Table(cols, rows, set(range(2, n_num)) | {0},
+                 "rank = 1 + number of variants detectably faster; overlapping 95% intervals are ties")
+
+
+def _across_table(runs: Sequence[RunRecord], labels: Sequence[str]) -> Table:
+    specs: dict[str, Case] = {}
+    for run in runs:
+        for c in run.cases:
+            specs.setdefault(c.case.text(), c.case)
+    rows = []
+    for spec, case in specs.items():
+        row: list[CellLike] = [shape_label(case)]
+        for run in runs:
+            r = next((c for c in run.cases if c.case.text() == spec), None)
+            if r is None:
+                row.append(Cell("-", "muted"))
+            elif r.passed and r.stats:
+                row.append(f"{fmt_us(r.stats.mean_ns)} {fmt_pm(mean_ci(r.stats))}")
+            else:
+                row.append(_status_cell(r.status))
+        rows.append(row)
+    rows.append([Cell("geomean", "strong")] + [fmt_us(r.geomean_ns) for r in runs])
+    return Table(["shape"] + [f"{lb} mean us" for lb in labels], rows, set(range(1, len(runs) + 1)))
+
+
+def _sol_sections(cases: Sequence[Case]) -> list:
+    peak_rows = []
+    for p in GPU_PEAKS:
+        peak_rows.append([p.model, f"{p.exact_tflops:g}", f"{p.floor_tflops:g}", f"{p.hbm_tbps:g}",
+                          f"{p.exact_tflops / p.hbm_tbps:.0f}", Cell(p.source, "muted")])
+    items: list = [
+        Para("Speed of light (SOL) = max(FLOPs / MMA peak, bytes / HBM bandwidth), bytes counted once: fp4 A and "
+             "B, fp8 scales, fp16 C. The exact-MMA peak is the fastest tensor-core path that computes this "
+             "problem exactly (FP4 on Blackwell; bf16/fp16 after dequantisation on Hopper, which has no FP4)."),
+        Table(["GPU", "exact MMA TFLOP/s", "fastest MMA TFLOP/s", "HBM TB/s", "ridge FLOP/B", "source"],
+              peak_rows, {1, 2, 3, 4}),
+    ]
+    rows = []
+    for c in cases:
+        f, b = flops(c), bytes_moved(c)
+        row: list[CellLike] = [shape_label(c), f"{f / 1e9:.2f}", f"{b / 1e6:.2f}", f"{f / b:.0f}"]
+        for p in GPU_PEAKS:
+            compute, memory = f / (p.exact_tflops * 1e12), b / (p.hbm_tbps * 1e12)
+            row.append(f"{fmt_us(sol_ns(c, p))} ({'compute' if compute >= memory else 'memory'})")
+        rows.append(row)
+    items.append(Table(["shape", "GFLOP", "MB moved", "FLOP/B"] + [f"SOL {p.model} us (bound)" for p in GPU_PEAKS],
+                       rows, set(range(1, 4 + len(GPU_PEAKS)))))
+    return items
+
+
+def _pictures(runs: Sequence[RunRecord], labels: Sequence[str]) -> list:
+    if not plots.available():
+        return [Para("matplotlib is not installed: no pictures (pip install matplotlib).", "warn")]
+    specs: dict[str, Case] = {}
+    for run in runs:
+        for c in run.cases:
+            specs.setdefault(c.case.text(), c.case)
+    timed = [(run, lb) for run, lb in zip(runs, labels) if any(c.stats for c in run.cases)]
+    items: list = []
+    if timed and specs:
+        bars = []
+        for spec in specs:
+            row = []
+            for run, _ in timed:
+                r = next((c for c in run.cases if c.case.text() == spec), None)
+                if r is not None and r.passed and r.stats:
+                    iv = mean_ci(r.stats)
+                    row.append(plots.Bar(r.stats.mean_ns / 1e3, iv.low / 1e3, iv.high / 1e3))
+                else:
+                    row.append(plots.Bar(None, note=r.status.value if r else "not run"))
+            bars.append(row)
+        models = {run_peaks(run).model if run_peaks(run) else None for run, _ in timed}
+        sol_us = None
+        sol_label = "SOL"
+        if len(models) == 1 and None not in models:
+            peaks = run_peaks(timed[0][0])
+            sol_us = [sol_ns(c, peaks) / 1e3 for c in specs.values()]
+            sol_label = f"{peaks.model} SOL"
+        png = plots.shape_bars_png([shape_label(c) for c in specs.values()], [lb for _, lb in timed], bars,
+                                   sol_us, sol_label)
+        items.append(Image(png, "Per-shape mean time for each run, with 95% confidence intervals"))
+    points = []
+    for run, lb in timed:
+        for f in case_figures(run):
+            if f.result.passed and f.tflops:
+                points.append(plots.RoofPoint(lb, f.label, f.intensity, f.tflops))
+    model_names = [TASK_GPU] + sorted({run_peaks(r).model for r, _ in timed if run_peaks(r)} - {TASK_GPU})
+    roofs = [p for name in model_names for p in GPU_PEAKS if p.model == name]
+    shape_ai = [(shape_label(c), flops(c) / bytes_moved(c)) for c in specs.values()]
+    items.append(Image(plots.roofline_png(roofs, points, shape_ai),
+                       "Roofline with each shape's arithmetic intensity and the measured TFLOP/s"))
+    return items
+
+
+def _document(runs: Sequence[RunRecord], pictures: bool) -> list[Section]:
+    labels = run_labels(runs)
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    secs = [Section("fp4bench report", 1, [
+        Para(f"{len(runs)} run{'s' if len(runs) != 1 else ''}, generated {now}. Times are mean time per call in "
+             f"microseconds (us); 95% CI from the per-shape standard error with a t quantile "
+             f"(harness/ranking.py)."),
+        _runs_table(runs, labels)])]
+    if len(runs) > 1:
+        across = Section("Across runs", 2, [_across_table(runs, labels)])
+        boards = leaderboards(runs)
+        for board in boards:
+            if len(board.entries) > 1:
+                across.items += [Para(f"Ranking: {board.title}", "strong"), _board_table(board, ids=False)]
+        secs.append(across)
+    if pictures:
+        secs.append(Section("Pictures", 2, _pictures(runs, labels)))
+    for run, label in zip(runs, labels):
+        sec = Section(f"{label}: run {run.run_id}", 2)
+        if not run.complete:
+            sec.items.append(Para("INCOMPLETE: this run never finished (killed or interrupted); the cases below "
+                                  "are what it measured before it stopped.", "warn"))
+        sec.items.append(Para(f"{run.mode} mode, {run.data} data, shape set {run.shape_set}, secret seed "
+                              f"{'none' if run.secret_seed is None else run.secret_seed}, commit "
+                              f"{run.git_commit or 'unknown'}, started {run.started_at}."))
+        sec.items.append(Para(f"Submission {run.submission.path} (sha256 {run.submission.sha256[:16]}...). "
+                              f"Environment: {_env_text(run)}."))
+        sec.items.append(_case_table(run))
+        for r in run.cases:
+            if r.message and (not r.passed or "\n" in r.message):
+                sec.items.append(Details(f"{shape_label(r.case)}: {r.status.value}", r.message))
+        secs.append(sec)
+    specs: dict[str, Case] = {}
+    for run in runs:
+        for c in run.cases:
+            specs.setdefault(c.case.text(), c.case)
+    secs.append(Section("Speed of light by GPU model", 2, _sol_sections(list(specs.values()))))
+    return secs
+
+
+# ------------------------------------------------------------------------------------------- renderers
+def _text(c: CellLike) -> str:
+    return c.text if isinstance(c, Cell) else c
+
+
+def _md_escape(s: str) -> str:
+    return s.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _render_md(secs: list[Section]) -> str:
+    out: list[str] = []
+    for sec in secs:
+        out.append("#" * sec.level + " " + sec.title)
+        out.append("")
+        for item in sec.items:
+            if isinstance(item, Para):
+                out += [f"**{item.text}**" if item.cls in ("warn", "strong") else item.text, ""]
+            elif isinstance(item, Table):
+                out.append("| " + " | ".join(_md_escape(c) for c in item.columns) + " |")
+                out.append("| " + " | ".join("---:" if i in item.numeric else "---"
+                                             for i in range(len(item.columns))) + " |")
+                for row in item.rows:
+                    out.append("| " + " | ".join(_md_escape(_text(c)) for c in row) + " |")
+                out.append("")
+                if item.caption:
+                    out += [f"_{item.caption}_", ""]
+            elif isinstance(item, Details):
+                out += [f"<details><summary>{html.escape(item.summary)}</summary>", "", "```",
+                        item.body.replace("```", "'''"), "```", "</details>", ""]
+            elif isinstance(item, Image):
+                out += [f"_(picture omitted in markdown: {item.alt}; use --format html)_", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+_CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; margin: 24px auto;
+       max-width: 1320px; padding: 0 16px; color: #1d1d1f; line-height: 1.45; font-size: 15px; }
+h1 { font-size: 26px; margin-bottom: 4px; } h2 { font-size: 20px; margin-top: 36px; border-bottom: 2px solid #ddd;
+padding-bottom: 4px; }
+p { margin: 8px 0; } p.warn { background: #fff3cd; border-left: 4px solid #e0a800; padding: 8px 12px; }
+p.strong { font-weight: 600; margin-top: 18px; }
+.tablewrap { overflow-x: auto; margin: 10px 0 4px; }
+table { border-collapse: collapse; font-size: 13.5px; }
+th, td { border: 1px solid #d0d0d5; padding: 5px 9px; vertical-align: top; }
+th { background: #f0f1f4; text-align: left; font-weight: 600; white-space: nowrap; }
+tbody tr:nth-child(even) td { background: #fafafb; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td.pass { color: #146c2e; font-weight: 600; } td.fail { color: #b00020; font-weight: 600; }
+td.warn { color: #8a6100; font-weight: 600; } td.muted { color: #666; font-size: 12.5px; }
+td.strong { font-weight: 600; } td.id { white-space: nowrap; font-family: ui-monospace, "DejaVu Sans Mono", monospace;
+font-size: 12.5px; }
+.caption { color: #444; font-size: 13px; margin: 2px 0 12px; }
+img { max-width: 100%; height: auto; border: 1px solid #e3e3e8; margin: 10px 0; background: white; }
+details { margin: 6px 0; } summary { cursor: pointer; color: #b00020; }
+pre { background: #f6f6f8; padding: 10px; overflow-x: auto; font-size: 12.5px; }
+"""
+
+
+def _render_html(secs: list[Section], title: str) -> str:
+    e = html.escape
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           '<meta name="viewport" content="width=device-width, initial-scale=1">',
+           f"<title>{e(title)}</title><style>{_CSS}</style></head><body>"]
+    for sec in secs:
+        out.append(f"<h{sec.level}>{e(sec.title)}</h{sec.level}>")
+        for item in sec.items:
+            if isinstance(item, Para):
+                out.append(f'<p class="{e(item.cls)}">{e(item.text)}</p>' if item.cls else f"<p>{e(item.text)}</p>")
+            elif isinstance(item, Table):
+                out.append('<div class="tablewrap"><table><thead><tr>')
+                out.append("".join(f'<th class="num">{e(c)}</th>' if i in item.numeric else f"<th>{e(c)}</th>"
+                                   for i, c in enumerate(item.columns)))
+                out.append("</tr></thead><tbody>")
+                for row in item.rows:
+                    cells = []
+                    for i, c in enumerate(row):
+                        cls = " ".join(x for x in ("num" if i in item.numeric else "",
+                                                   c.cls if isinstance(c, Cell) else "") if x)
+                        cells.append(f'<td class="{cls}">{e(_text(c))}</td>' if cls else f"<td>{e(_text(c))}</td>")
+                    out.append("<tr>" + "".join(cells) + "</tr>")
+                out.append("</tbody></table></div>")
+                if item.caption:
+                    out.append(f'<p class="caption">{e(item.caption)}</p>')
+            elif isinstance(item, Details):
+                out.append(f"<details><summary>{e(item.summary)}</summary><pre>{e(item.body)}</pre></details>")
+            elif isinstance(item, Image):
+                data = base64.b64encode(item.png).decode("ascii")
+                out.append(f'<img alt="{e(item.alt)}" src="data:image/png;base64,{data}">')
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def _csv_rows(runs: Sequence[RunRecord]) -> list[dict]:
+    rows = []
+    for run in runs:
+        for f in case_figures(run):
+            s = f.result.stats
+            rows.append({
+                "run_id": run.run_id, "variant": run.submission.name, "mode": run.mode, "data": run.data,
+                "shape_set": run.shape_set, "gpu_model": gpu_model(run.environment.device),
+                "device": run.environment.device, "git_commit": run.git_commit, "started_at": run.started_at,
+                "complete": run.complete, "case_index": f.index, "case_name": f.result.case.name,
+                "spec": f.result.case.text(), "status": f.result.status.value,
+                "runs": s.runs if s else "", "mean_us": s.mean_ns / 1e3 if s else "",
+                "std_us": s.std_ns / 1e3 if s else "", "err_us": s.err_ns / 1e3 if s else "",
+                "best_us": s.best_ns / 1e3 if s else "", "worst_us": s.worst_ns / 1e3 if s else "",
+                "ci95_low_us": f.ci.low / 1e3 if f.ci else "",
+                "ci95_high_us": f.ci.high / 1e3 if f.ci and math.isfinite(f.ci.high) else "",
+                "tflops": f.tflops if f.tflops is not None else "",
+                "sol_here_us": f.sol_here_ns / 1e3 if f.sol_here_ns else "",
+                "pct_of_sol_here": f.pct_sol_here if f.pct_sol_here is not None else "",
+                "sol_b200_us": f.sol_task_ns / 1e3, "gflop": f.flops / 1e9, "mbytes": f.bytes / 1e6,
+                "flop_per_byte": f.intensity, "message": f.result.message,
+            })
+    return rows
+
+
+def _render_csv(runs: Sequence[RunRecord]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(_csv_rows(runs))
+    return buf.getvalue()
+
+
+def _render_json(runs: Sequence[RunRecord]) -> str:
+    figures = []
+    for run in runs:
+        iv = run_geomean_ci(run)
+        figures.append({
+            "run_id": run.run_id,
+            "gpu_model": gpu_model(run.environment.device),
+            "status": run_status(run),
+            "geomean_ns": run.geomean_ns,
+            "geomean_ci95_ns": [_finite(iv.low), _finite(iv.high)] if iv else None,
+            "cases": [{
+                "index": f.index, "label": f.label, "tflops": f.tflops,
+                "mean_ci95_ns": [_finite(f.ci.low), _finite(f.ci.high)] if f.ci else None,
+                "sol_here_ns": f.sol_here_ns, "pct_of_sol_here": f.pct_sol_here, "sol_b200_ns": f.sol_task_ns,
+                "flops": f.flops, "bytes": f.bytes, "flop_per_byte": f.intensity,
+            } for f in case_figures(run)],
+        })
+    doc = {
+        "format": "fp4bench-report", "version": JSON_VERSION,
+        "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "runs": [run.to_dict() for run in runs],
+        "figures": figures,
+        "gpu_peaks": [dataclasses.asdict(p) for p in GPU_PEAKS],
+    }
+    return json.dumps(doc, indent=2, allow_nan=False)
+
+
+def report(runs: RunRecord | Sequence[RunRecord], fmt: str = "md") -> str:
+    """A report on one or more runs as text in ``fmt``:
+
+    - ``md``: sections with per-shape tables (mean/std/best us, 95 % CI, TFLOP/s, % SOL of the run's GPU model,
+      the task's B200 SOL), a cross-run table and ranking when several runs are given, the SOL analysis;
+    - ``html``: the same plus per-shape bar charts with error bars and a roofline, embedded as base64 PNG;
+    - ``csv``: one row per (run, case), columns ``CSV_COLUMNS`` (us, TFLOP/s, percent);
+    - ``json``: ``{"format", "version", "runs": [RunRecord.to_dict()], "figures", "gpu_peaks"}``; each entry
+      of ``runs`` reads back with ``harness.record.run_from_dict``.
+
+    Raises ReportError for an unknown format or no runs."""
+    runs = [runs] if isinstance(runs, RunRecord) else list(runs)
+    if not runs:
+        raise ReportError("nothing to report: no runs given")
+    if fmt not in FORMATS:
+        raise ReportError(f"unknown report format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if fmt == "csv":
+        return _render_csv(runs)
+    if fmt == "json":
+        return _render_json(runs)
+    secs = _document(runs, pictures=fmt == "html")
+    if fmt == "md":
+        return _render_md(secs)
+    labels = run_labels(runs)
+    title = "fp4bench: " + ", ".join(labels[:4]) + (" ..." if len(labels) > 4 else "")
+    return _render_html(secs, title)
+
+
+def leaderboard_report(boards: Sequence[Board], fmt: str = "md") -> str:
+    """The ranked boards as ``md``, ``html``, ``csv`` or ``json`` text (the ``leaderboard`` command's
+    --format). Raises ReportError for an unknown format."""
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(["gpu_model", "shape_set", "data", "mode", "rank", "tied", "variant", "geomean_us",
+                    "ci95_low_us", "ci95_high_us", "pct_of_sol", "run_id", "git_commit"])
+        for b in boards:
+            for e in b.entries:
+                w.writerow([b.gpu_model, b.shape_set, b.data, b.mode, e.rank, ";".join(e.tied_with), e.variant,
+                            e.interval.estimate / 1e3, e.interval.low / 1e3,
+                            e.interval.high / 1e3 if math.isfinite(e.interval.high) else "",
+                            "" if e.pct_sol is None else e.pct_sol, e.run.run_id, e.run.git_commit])
+        return buf.getvalue()
+    if fmt == "json":
+        return json.dumps([{
+            "gpu_model": b.gpu_model, "shape_set": b.shape_set, "data": b.data, "mode": b.mode,
+            "cases": [c.text() for c in b.cases],
+            "entries": [{"rank": e.rank, "tied_with": list(e.tied_with), "variant": e.variant,
+                         "geomean_ns": e.interval.estimate,
+                         "ci95_ns": [_finite(e.interval.low), _finite(e.interval.high)],
+                         "pct_of_sol": e.pct_sol, "run_id": e.run.run_id, "git_commit": e.run.git_commit,
+                         "mean_ns": [c.stats.mean_ns for c in e.run.cases]} for e in b.entries],
+        } for b in boards], indent=2, allow_nan=False)
+    if fmt not in FORMATS:
+        raise ReportError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    secs = [Section("fp4bench leaderboard", 1, [Para(
+        "Each variant's latest passing run per GPU model and shape set, ranked by the geometric mean of per-shape "
+        "mean times (us); 95% CI by the log-space delta method; overlapping intervals are ties.")])]
+    if not boards:
+        secs[0].items.append(Para("No passing runs to rank yet.", "warn"))
+    for b in boards:
+        secs.append(Section(b.title, 2, [_board_table(b)]))
+    return _render_md(secs) if fmt == "md" else _render_html(secs, "fp4bench leaderboard")
+
+
+# ------------------------------------------------------------------------------------------------ compare
+def _verdict_text(c: Comparison, a_name: str, b_name: str) -> str:
+    if c.verdict is Verdict.FASTER:
+        return f"{a_name} faster, {c.speedup:.3g}x"
+    if c.verdict is Verdict.SLOWER:
+        return f"{a_name} slower, {c.speedup:.3g}x"
+    return "no detectable difference"
+
+
+def _ratio_ci(c: Comparison) -> str:
+    return f"[{c.low:.4g}, {c.high:.4g}]" if math.isfinite(c.high) else "unbounded"
+
+
+def _compare_rows(rows: Sequence[tuple[Case | str, Comparison]], overall: Comparison | None
+                  ) -> list[tuple[str, Comparison]]:
+    out = [(shape_label(s) if isinstance(s, Case) else str(s), c) for s, c in rows]
+    if overall is not None:
+        out.append(("geomean", overall))
+    return out
+
+
+def compare_rich_table(a_name: str, b_name: str, rows: Sequence[tuple[Case | str, Comparison]],
+                       overall: Comparison | None = None, title: str | None = None):
+    """A rich Table: per shape A and B mean us, time ratio A/B with its 95 % CI, and the verdict (green when
+    A is faster, red when slower). ``rows``: (case or label, Comparison from harness.ranking.compare_samples);
+    ``overall``: the whole-set Comparison (harness.ranking.compare_geomeans), shown as a last row."""
+    from rich.table import Table as RichTable
+
+    level = next((c.level for _, c in rows), overall.level if overall else 0.95)
+    table = RichTable(title=title or f"{a_name} (A) vs {b_name} (B)",
+                      caption="ratio = A time / B time; below 1: A is faster")
+    for col, right in (("shape", False), (f"{a_name} us", True), (f"{b_name} us", True), ("A/B", True),
+                       (f"{level:.0%} CI", True), ("verdict", False)):
+        table.add_column(col, justify="right" if right else "left")
+    for label, c in _compare_rows(rows, overall):
+        style = {Verdict.FASTER: "green", Verdict.SLOWER: "red"}.get(c.verdict, "")
+        verdict = _verdict_text(c, "A", "B")
+        table.add_row(label, fmt_us(c.a_ns), fmt_us(c.b_ns), f"{c.ratio:.4f}", _ratio_ci(c),
+                      f"[{style}]{verdict}[/]" if style else verdict, end_section=label == "geomean")
+    return table
+
+
+def compare_table(a_name: str, b_name: str, rows: Sequence[tuple[Case | str, Comparison]],
+                  overall: Comparison | None = None, fmt: str = "text") -> str:
+    """An A-versus-B comparison as text: ``text`` (the rich table, plain characters, 120 columns), ``md``,
+    ``csv`` (columns shape, a_mean_us, b_mean_us, ratio, ci_low, ci_high, level, dof, verdict, method) or
+    ``json`` (a list of those objects). ``rows`` as in ``compare_rich_table``.
+
+    Raises ReportError for an unknown format."""
+    items = _compare_rows(rows, overall)
+    if fmt == "text":
+        from rich.console import Console
+
+        console = Console(file=io.StringIO(), width=120, color_system=None, force_terminal=False)
+        console.print(compare_rich_table(a_name, b_name, rows, overall))
+        return console.file.getvalue()
+    records = [{"shape": label, "a_mean_us": c.a_ns / 1e3, "b_mean_us": c.b_ns / 1e3, "ratio": c.ratio,
+                "ci_low": c.low, "ci_high": _finite(c.high), "level": c.level,
+                "dof": c.dof if math.isfinite(c.dof) else None, "verdict": c.verdict.value, "method": c.method}
+               for label, c in items]
+    if fmt == "json":
+        return json.dumps({"a": a_name, "b": b_name, "rows": records}, indent=2, allow_nan=False)
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=list(records[0]) if records else ["shape"], lineterminator="\n")
+        w.writeheader()
+        w.writerows(records)
+        return buf.getvalue()
+    if fmt == "md":
+        table = Table(["shape", f"{a_name} us", f"{b_name} us", "A/B time", "95% CI", "verdict"],
+                      [[label, fmt_us(c.a_ns), fmt_us(c.b_ns), f"{c.ratio:.4f}", _ratio_ci(c),
+                        _verdict_text(c, a_name, b_name)] for label, c in items], {1, 2, 3, 4},
+                      "ratio = A time / B time; below 1: A is faster")
+        return _render_md([Section(f"{a_name} (A) vs {b_name} (B)", 2, [table])])
+    raise ReportError(f"unknown compare format {fmt!r}; expected text, md, csv or json")
+
+
+# ------------------------------------------------------------------------------------------------ history
+@dataclass(frozen=True)
+class HistoryRow:
+    """One run of a variant over time: its 95 % geomean interval (ns; None unless it passed with timings) and,
+    when an earlier passing run on the same GPU model, shape set (same cases), data and mode exists, the
+    Comparison of this run over that one (ratio below 1: this run is faster)."""
+
+    run: RunRecord
+    status: str
+    interval: Interval | None
+    previous_run_id: str | None = None
+    change: Comparison | None = None
+
+
+def history_rows(runs: Iterable[RunRecord]) -> list[HistoryRow]:
+    """Runs (of one variant) oldest first, each compared with the previous comparable passing run by
+    harness.ranking.compare_geomeans."""
+    from harness.ranking import compare_geomeans
+
+    last: dict[tuple, RunRecord] = {}
+    out = []
+    for run in sorted(runs, key=lambda r: r.started_at):
+        iv = run_geomean_ci(run)
+        key = (gpu_model(run.environment.device), run.shape_set, run.data, run.mode,
+               tuple(c.case.text() for c in run.cases))
+        prev, change = None, None
+        if iv is not None and _rankable(run):
+            prev = last.get(key)
+            if prev is not None:
+                change = compare_geomeans([c.stats for c in run.cases], [c.stats for c in prev.cases])
+            last[key] = run
+        out.append(HistoryRow(run, run_status(run), iv, prev.run_id if prev else None, change))
+    return out

@@ -1,0 +1,275 @@
+"""Reports, boards, pictures and the report commands, on hand-built RunRecords (no GPU, no runner)."""
+from __future__ import annotations
+
+import base64
+import csv
+import dataclasses
+import io
+import json
+import re
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from harness import cli_reports, plots
+from harness.ranking import Verdict, compare_geomeans, compare_samples
+from harness.record import CaseResult, Environment, RunRecord, Status, SubmissionInfo, run_from_dict
+from harness.report import (CSV_COLUMNS, ReportError, compare_table, fmt_us, history_rows, leaderboard_report,
+                            leaderboards, report, shape_label)
+from harness.stats import geomean, summarize
+from harness.store import ResultStore
+from task.cost import GPU_PEAKS, sol_ns, tflops_at
+from task.spec import Case
+
+H200 = Environment("NVIDIA H200", "sm_90", "580.159", "2.11.0+cu130", "3.6.0", "not installed", "3.12.3",
+                   "dev-box", "cuda-events")
+B200 = dataclasses.replace(H200, device="NVIDIA B200", compute_capability="sm_100")
+CPU = dataclasses.replace(H200, device="CPU (x86_64)", compute_capability="none", timer="cpu-monotonic")
+BENCH = (
+    Case((192, 320), (3072, 3072), (4096, 4096), 2, 1111, "g2_n3072_k4096"),
+    Case((128, 384), (4096, 4096), (1536, 1536), 2, 1111, "g2_n4096_k1536"),
+)
+BASE_NS = (40_000.0, 25_000.0)
+PEAKS = {p.model: p for p in GPU_PEAKS}
+
+
+def make_run(run_id="r1", variant="baseline", started_at="2026-11-29T18:00:00+00:00", scale=1.0, noise=0.01,
+             env=H200, fail=None, complete=True, mode="leaderboard", message="", commit="0123abc"):
+    cases = []
+    for i, case in enumerate(BENCH):
+        if fail == i:
+            cases.append(CaseResult(case, Status.FAIL, message or "mismatch at [3, 7]: got 1.5, expected 2.0"))
+            continue
+        base = BASE_NS[i] * scale
+        samples = [base * (1 + noise * d) for d in (-1.5, -0.5, 0.5, 1.5)]
+        cases.append(CaseResult(case, Status.PASS, message, tuple(samples), summarize(samples), 60, 0.5))
+    gm = geomean([c.stats.mean_ns for c in cases]) if fail is None and complete else None
+    return RunRecord(run_id, started_at, mode, "official", "benchmarks", 7,
+                     SubmissionInfo(variant, f"submissions/{variant}/submission.py", "cd" * 32, {}),
+                     env, tuple(cases), complete, commit, gm)
+
+
+# ---------------------------------------------------------------------------------------------- formats
+def test_markdown_has_per_shape_figures_and_sol():
+    run = make_run()
+    md = report(run, "md")
+    mean = run.cases[0].stats.mean_ns
+    assert mean == pytest.approx(40_000.0)
+    assert "| 0 | g2_n3072_k4096 | pass | 4 | 40.00 |" in md
+    assert f"| {tflops_at(BENCH[0], mean):.1f} |" in md                                  # TFLOP/s
+    assert f"| {100 * sol_ns(BENCH[0], PEAKS['H200']) / mean:.1f} |" in md               # % SOL H200
+    assert "| 2.406 |" in md and "| 1.525 |" in md                                       # the task's B200 SOL
+    assert "% SOL H200" in md and "SOL B200 us (task)" in md
+    assert "## Speed of light by GPU model" in md
+    assert "| B200 | 7274 | 7274 | 7.68 | 947 |" in md                                   # peaks table
+    assert "| H200 | 989.4 | 1978.9 | 4.8 | 206 |" in md
+    assert f"geomean of per-shape means: {fmt_us(run.geomean_ns)} us" in md
+    assert "INCOMPLETE" not in md
+
+
+def test_markdown_marks_incomplete_runs_and_cpu_runs_have_no_gpu_sol():
+    md = report(make_run(complete=False, env=CPU, fail=1, message="boom | pipe"), "md")
+    assert "INCOMPLETE: this run never finished" in md
+    assert "% SOL" not in md.split("## Speed of light")[0]          # no GPU peak for a CPU-timed run
+    assert "SOL B200 us (task)" in md
+    assert "boom \\| pipe" in md                                    # a pipe in a message cannot break the table
+
+
+def test_csv_parses_with_the_documented_columns():
+    runs = [make_run(), make_run("r2", "fast", scale=0.5, fail=1)]
+    rows = list(csv.DictReader(io.StringIO(report(runs, "csv"))))
+    assert tuple(rows[0].keys()) == CSV_COLUMNS
+    assert len(rows) == 4
+    assert float(rows[0]["mean_us"]) == pytest.approx(40.0)
+    assert float(rows[0]["sol_b200_us"]) == pytest.approx(2.406, abs=5e-4)
+    assert float(rows[0]["pct_of_sol_here"]) == pytest.approx(100 * sol_ns(BENCH[0], PEAKS["H200"]) / 40_000)
+    assert float(rows[0]["ci95_low_us"]) < 40.0 < float(rows[0]["ci95_high_us"])
+    assert rows[3]["status"] == "fail" and rows[3]["mean_us"] == "" and "mismatch" in rows[3]["message"]
+    assert rows[2]["variant"] == "fast" and float(rows[2]["mean_us"]) == pytest.approx(20.0)
+
+
+def test_json_round_trips_the_records():
+    runs = [make_run(), make_run("r2", "other", env=B200, fail=0)]
+    doc = json.loads(report(runs, "json"))
+    assert doc["format"] == "fp4bench-report" and doc["version"] == 1
+    assert [run_from_dict(d) for d in doc["runs"]] == runs
+    fig = doc["figures"][0]
+    low, high = fig["geomean_ci95_ns"]
+    assert low < runs[0].geomean_ns < high
+    assert fig["cases"][0]["sol_b200_ns"] == pytest.approx(2406, abs=1)
+    assert doc["figures"][1]["geomean_ci95_ns"] is None and doc["figures"][1]["gpu_model"] == "B200"
+    assert {p["model"] for p in doc["gpu_peaks"]} >= {"B200", "H200"}
+
+
+def test_html_is_self_contained_with_embedded_pictures_and_escapes_text():
+    runs = [make_run(message="<script>alert(1)</script>"), make_run("r2", "fast", scale=0.5)]
+    page = report(runs, "html")
+    assert page.startswith("<!DOCTYPE html>")
+    images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert len(images) == 2                                         # per-shape bars and the roofline
+    for data in images:
+        assert base64.b64decode(data)[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not re.search(r"https?://|//cdn|<link|<script", page, re.IGNORECASE)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "40.00" in page and "Ranking: benchmarks on H200" in page
+
+
+def test_html_without_matplotlib_says_so(monkeypatch):
+    monkeypatch.setattr(plots, "available", lambda: False)
+    page = report(make_run(), "html")
+    assert "matplotlib is not installed" in page and "data:image/png" not in page
+
+
+def test_report_rejects_bad_requests():
+    with pytest.raises(ReportError, match="unknown report format 'pdf'"):
+        report(make_run(), "pdf")
+    with pytest.raises(ReportError, match="no runs"):
+        report([], "md")
+
+
+def test_shape_label():
+    assert shape_label(BENCH[0]) == "g2_n3072_k4096"
+    assert shape_label(Case((80, 128), (256, 256), (512, 512), 2, 1)) == "G=2 M=[80,128] N=256 K=512"
+
+
+# ------------------------------------------------------------------------------------------------ boards
+def test_leaderboards_rank_latest_passing_run_per_variant_and_gpu_with_ties():
+    runs = [
+        make_run("a1", "alpha", "2026-11-29T10:00:00+00:00", scale=1.00),
+        make_run("a2", "alpha", "2026-11-29T11:00:00+00:00", scale=0.50, fail=0),     # newer but failed
+        make_run("b1", "beta", "2026-11-29T10:30:00+00:00", scale=1.005),              # overlaps alpha
+        make_run("c1", "gamma", "2026-11-29T10:40:00+00:00", scale=2.0),               # clearly slower
+        make_run("d1", "delta", "2026-11-29T10:50:00+00:00", scale=0.1, env=B200),     # another GPU
+        make_run("e1", "eps", "2026-11-29T10:55:00+00:00", scale=0.1, complete=False),  # never finished
+    ]
+    boards = leaderboards(runs)
+    assert [(b.gpu_model, b.shape_set) for b in boards] == [("B200", "benchmarks"), ("H200", "benchmarks")]
+    h200 = boards[1]
+    assert [(e.variant, e.run.run_id, e.rank, e.tied_with) for e in h200.entries] == [
+        ("alpha", "a1", 1, ("beta",)), ("beta", "b1", 1, ("alpha",)), ("gamma", "c1", 3, ())]
+    alpha = h200.entries[0]
+    expected_pct = 100 * geomean([sol_ns(c, PEAKS["H200"]) for c in BENCH]) / alpha.interval.estimate
+    assert alpha.pct_sol == pytest.approx(expected_pct)
+    md = leaderboard_report(boards, "md")
+    assert "| =1 | alpha |" in md and "| =1 | beta |" in md and "| 3 | gamma |" in md
+    rows = list(csv.DictReader(io.StringIO(leaderboard_report(boards, "csv"))))
+    assert [r["variant"] for r in rows] == ["delta", "alpha", "beta", "gamma"]
+    assert json.loads(leaderboard_report(boards, "json"))[1]["entries"][2]["rank"] == 3
+
+
+def test_history_rows_compare_with_the_previous_comparable_run():
+    runs = [make_run("h1", started_at="2026-11-29T10:00:00+00:00", scale=1.0, noise=0.001),
+            make_run("h2", started_at="2026-11-29T11:00:00+00:00", scale=0.8, noise=0.001),
+            make_run("h3", started_at="2026-11-29T12:00:00+00:00", scale=0.8, fail=0),
+            make_run("h4", started_at="2026-11-29T13:00:00+00:00", scale=0.9, noise=0.001, env=B200),
+            make_run("h5", started_at="2026-11-29T14:00:00+00:00", scale=0.9, noise=0.001)]
+    rows = history_rows(reversed(runs))
+    assert [r.run.run_id for r in rows] == ["h1", "h2", "h3", "h4", "h5"]
+    assert rows[0].change is None
+    assert rows[1].previous_run_id == "h1" and rows[1].change.verdict is Verdict.FASTER
+    assert rows[1].change.ratio == pytest.approx(0.8)
+    assert rows[2].change is None and rows[2].status == "failed (1 of 2 cases)"
+    assert rows[3].previous_run_id is None                          # first run on a B200
+    assert rows[4].previous_run_id == "h2" and rows[4].change.verdict is Verdict.SLOWER
+
+
+# ----------------------------------------------------------------------------------------------- compare
+def test_compare_table_renders_every_format():
+    a = [10_000.0, 10_100.0, 9_900.0, 10_050.0]
+    b = [20_000.0, 20_200.0, 19_800.0, 20_100.0]
+    same = [20_010.0, 20_190.0, 19_790.0, 20_110.0]
+    rows = [(BENCH[0], compare_samples(a, b)), ("second", compare_samples(same, b))]
+    overall = compare_geomeans([summarize(a), summarize(same)], [summarize(b), summarize(b)])
+    text = compare_table("mine", "ref", rows, overall)
+    assert "A faster, 2x" in text and "no detectable difference" in text and "geomean" in text
+    md = compare_table("mine", "ref", rows, overall, fmt="md")
+    assert "| g2_n3072_k4096 | 10.01 | 20.02 | 0.5000 |" in md and "mine faster, 2x" in md
+    parsed = list(csv.DictReader(io.StringIO(compare_table("mine", "ref", rows, overall, fmt="csv"))))
+    assert [r["verdict"] for r in parsed] == ["faster", "no detectable difference", "faster"]
+    assert float(parsed[0]["ratio"]) == pytest.approx(0.5, rel=1e-3)
+    doc = json.loads(compare_table("mine", "ref", rows, fmt="json"))
+    assert doc["a"] == "mine" and len(doc["rows"]) == 2 and doc["rows"][0]["a_mean_us"] == pytest.approx(10.0125)
+    with pytest.raises(ReportError, match="unknown compare format"):
+        compare_table("a", "b", rows, fmt="pdf")
+
+
+# ------------------------------------------------------------------------------------------------ plots
+def test_plots_return_png_and_check_dimensions():
+    bars = [[plots.Bar(10.0, 9.0, 11.0), plots.Bar(None, note="fail")]]
+    png = plots.shape_bars_png(["s"], ["a", "b"], bars, sol_us=[2.0], sol_label="H200 SOL")
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="1 shapes x 3 series"):
+        plots.shape_bars_png(["s"], ["a", "b", "c"], bars)
+    roof = plots.roofline_png(GPU_PEAKS[:2], [plots.RoofPoint("a", "s", 400.0, 300.0)], [("s", 400.0)])
+    assert roof[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --------------------------------------------------------------------------------------------------- CLI
+@pytest.fixture
+def cli():
+    group = click.Group()
+    cli_reports.register(group)
+    runner = CliRunner()
+    return lambda *args: runner.invoke(group, list(args), env={"COLUMNS": "250", "FP4BENCH_DB": None},
+                                       catch_exceptions=False)
+
+
+@pytest.fixture
+def db(tmp_path):
+    path = tmp_path / "results.sqlite"
+    with ResultStore(path) as store:
+        store.save(make_run("20261129-100000-aaaaaa", "alpha", "2026-11-29T10:00:00+00:00", scale=1.0))
+        store.save(make_run("20261129-103000-bbbbbb", "beta", "2026-11-29T10:30:00+00:00", scale=1.005))
+        store.save(make_run("20261129-104000-cccccc", "gamma", "2026-11-29T10:40:00+00:00", scale=2.0,
+                            commit="feedbeef"))
+        store.save(make_run("20261129-110000-dddddd", "alpha", "2026-11-29T11:00:00+00:00", scale=0.5, fail=1))
+    return path
+
+
+def test_cli_leaderboard_shows_ranks_and_ties(cli, db):
+    result = cli("leaderboard", "--db", str(db))
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "benchmarks on H200 (leaderboard, official data)" in out
+    assert out.index("alpha") < out.index("beta") < out.index("gamma")
+    assert len(re.findall(r"=1", out)) == 2 and re.search(r"│\s+3 │ gamma", out)
+    assert "1 run(s) not ranked" in out
+    assert "no passing leaderboard runs" in cli("leaderboard", "--db", str(db), "--gpu", "B200").output
+    md = cli("leaderboard", "--db", str(db), "--format", "md").output
+    assert "| =1 | alpha |" in md
+
+
+def test_cli_report_formats_and_run_selection(cli, db, tmp_path):
+    doc = json.loads(cli("report", "--db", str(db), "--format", "json").output)
+    assert [r["run_id"] for r in doc["runs"]] == ["20261129-110000-dddddd"]          # latest by default
+    md = cli("report", "20261129-10", "--db", str(db))
+    assert md.exit_code == 1 and "matches 3 runs" in md.output
+    md = cli("report", "20261129-1000", "20261129-1040", "--db", str(db)).output
+    assert "## alpha: run 20261129-100000-aaaaaa" in md and "## gamma: run" in md and "| 40.00 |" in md
+    out = tmp_path / "r" / "report.html"
+    result = cli("report", "--leaderboard", "--db", str(db), "--format", "html", "--out", str(out))
+    assert result.exit_code == 0 and "wrote" in result.output
+    page = out.read_text()
+    assert page.count("data:image/png;base64,") == 2 and "gamma" in page
+    rows = list(csv.DictReader(io.StringIO(cli("report", "latest", "--db", str(db), "--format", "csv").output)))
+    assert [r["status"] for r in rows] == ["pass", "fail"]
+    assert cli("report", "x", "--leaderboard", "--db", str(db)).exit_code == 2
+
+
+def test_cli_history_and_missing_store(cli, db, tmp_path):
+    out = cli("history", "alpha", "--db", str(db)).output
+    assert "20261129-100000-aaaaaa" in out and "20261129-110000-dddddd" in out and "failed (1 of 2" in out
+    assert "no runs of 'nobody'" in cli("history", "nobody", "--db", str(db)).output
+    missing = cli("leaderboard", "--db", str(tmp_path / "none.sqlite"))
+    assert missing.exit_code == 1 and "no results store at" in missing.output
+    assert not (tmp_path / "none.sqlite").exists()
+
+
+def test_cli_history_shows_change_verdicts(cli, tmp_path):
+    path = tmp_path / "h.sqlite"
+    with ResultStore(path) as store:
+        store.save(make_run("h1", "alpha", "2026-11-29T10:00:00+00:00", noise=0.001))
+        store.save(make_run("h2", "alpha", "2026-11-29T11:00:00+00:00", scale=0.8, noise=0.001))
+    out = cli("history", "alpha", "--db", str(path)).output
+    assert "-20.0 %" in out and "faster" in out
