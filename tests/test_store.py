@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness import store as store_mod
-from harness.record import CaseResult, Environment, RunRecord, Stats, Status, SubmissionInfo
+from harness.record import CaseResult, Environment, RunRecord, Status, SubmissionInfo
 from harness.stats import geomean, summarize
 from harness.store import ResultStore, StoreError, gpu_model, new_run_id, resolve_db_path, schema_version
 from task.spec import Case
