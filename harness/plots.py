@@ -20,6 +20,8 @@ DPI = 100
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+#: Roofline shape labels closer than this ratio of arithmetic intensities are staggered.
+LABEL_GAP = 1.12
 
 
 def available() -> bool:
@@ -142,7 +144,7 @@ def shape_bars_png(shapes: Sequence[str], series: Sequence[str], bars: Sequence[
     note = f"; dashed line: {sol_label}" if sol_us is not None and any(sol_us) else ""
     fig.suptitle(f"Mean time per call for each shape, lower is better (error bars: 95 % CI of the mean{note})",
                  fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.45 / fig.get_figheight()))
     return _png(fig)
 
 
@@ -171,10 +173,26 @@ def roofline_png(peaks: Sequence[GpuPeaks], points: Sequence[RoofPoint],
         ridge = pk.exact_tflops / pk.hbm_tbps
         ax.annotate(f"{pk.model} ridge {ridge:.0f} FLOP/B", (ridge, pk.exact_tflops), textcoords="offset points",
                     xytext=(4, 4), fontsize=8, color=c)
-    for name, x in shape_intensity:
+    # Shapes: their own names when short and few, else numbers with a key beside the plot. Labels of shapes
+    # closer than LABEL_GAP (ratio of intensities) are staggered upwards so they do not overlap.
+    named = len(shape_intensity) <= 8 and all(len(name) <= 16 for name, _ in shape_intensity)
+    order = sorted(range(len(shape_intensity)), key=lambda i: shape_intensity[i][1])
+    level, prev_x = 0, None
+    for i in order:
+        name, x = shape_intensity[i]
+        level = level + 1 if prev_x is not None and x / prev_x < LABEL_GAP and not named else 0
+        prev_x = x
         ax.axvline(x, color="#999999", linewidth=0.6, alpha=0.6)
-        ax.text(x, 1.02, name, rotation=90, transform=ax.get_xaxis_transform(), ha="center", va="bottom",
-                fontsize=8, color="#555555")
+        if named:
+            ax.text(x, 1.02, name, rotation=90, transform=ax.get_xaxis_transform(), ha="center", va="bottom",
+                    fontsize=8, color="#555555")
+        else:
+            ax.text(x, 1.01 + 0.045 * (level % 6), str(i + 1), transform=ax.get_xaxis_transform(), ha="center",
+                    va="bottom", fontsize=8, color="#333333")
+    if shape_intensity and not named:
+        key = "\n".join(f"{i + 1}: {name} ({x:.0f} FLOP/B)" for i, (name, x) in enumerate(shape_intensity))
+        ax.text(1.02, 1.0, "shapes\n" + key, transform=ax.transAxes, va="top", ha="left", fontsize=8,
+                family="monospace", color="#333333")
     series = list(dict.fromkeys(p.series for p in points))
     for j, s in enumerate(series):
         pts = [p for p in points if p.series == s]
@@ -187,9 +205,12 @@ def roofline_png(peaks: Sequence[GpuPeaks], points: Sequence[RoofPoint],
     ax.set_xlabel("arithmetic intensity (FLOP per byte moved once)")
     ax.set_ylabel("TFLOP/s")
     ax.grid(which="both", alpha=0.25)
-    longest = max((len(name) for name, _ in shape_intensity), default=0)
+    if named:
+        pad = 5.2 * max((len(name) for name, _ in shape_intensity), default=0) + 14
+    else:
+        pad = 14 + 12 * min(6, max(1, len(shape_intensity)))
     ax.set_title("Roofline: each shape at its arithmetic intensity (vertical lines), roofs per GPU model",
-                 fontsize=10, pad=5.2 * longest + 14 if shape_intensity else 6)
+                 fontsize=10, pad=pad if shape_intensity else 6)
     ax.legend(fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, frameon=False)
     fig.tight_layout()
     return _png(fig)

@@ -114,18 +114,20 @@ def case_figures(run: RunRecord) -> list[CaseFigures]:
 
 
 def run_geomean_ci(run: RunRecord) -> Interval | None:
-    """95 % interval (ns) on the run's geomean of per-case means, when every case passed with timings; else
-    None."""
-    if not run.cases or not all(c.passed and c.stats and c.stats.mean_ns > 0 for c in run.cases):
+    """95 % interval (ns) on the run's geomean of per-case means, when the run is complete and every case passed
+    with timings; else None (a geomean over part of a shape set is not comparable)."""
+    if not run.complete or not run.cases or not all(c.passed and c.stats and c.stats.mean_ns > 0
+                                                        for c in run.cases):
         return None
     return geomean_ci([c.stats for c in run.cases])
 
 
 def run_status(run: RunRecord) -> str:
-    """``passed``, ``incomplete (k of n cases recorded)``, or ``failed (k of n)``."""
+    """``passed``, ``incomplete (n cases recorded[, k not passed])`` or ``failed (k of n cases)``."""
     failed = sum(1 for c in run.cases if not c.passed)
     if not run.complete:
-        return f"incomplete ({len(run.cases)} cases recorded, {failed} not passed)"
+        return (f"incomplete ({len(run.cases)} case{'s' if len(run.cases) != 1 else ''} recorded"
+                + (f", {failed} not passed)" if failed else ")"))
     if failed:
         return f"failed ({failed} of {len(run.cases)} cases)"
     return "passed"

@@ -16,7 +16,7 @@ from harness import cli_reports, plots
 from harness.ranking import Verdict, compare_geomeans, compare_samples
 from harness.record import CaseResult, Environment, RunRecord, Status, SubmissionInfo, run_from_dict
 from harness.report import (CSV_COLUMNS, ReportError, compare_table, fmt_us, history_rows, leaderboard_report,
-                            leaderboards, report, shape_label)
+                            leaderboards, report, run_geomean_ci, run_status, shape_label)
 from harness.stats import geomean, summarize
 from harness.store import ResultStore
 from task.cost import GPU_PEAKS, sol_ns, tflops_at
@@ -74,6 +74,9 @@ def test_markdown_marks_incomplete_runs_and_cpu_runs_have_no_gpu_sol():
     assert "% SOL" not in md.split("## Speed of light")[0]          # no GPU peak for a CPU-timed run
     assert "SOL B200 us (task)" in md
     assert "boom \\| pipe" in md                                    # a pipe in a message cannot break the table
+    partial = make_run(complete=False)
+    assert run_geomean_ci(partial) is None and run_status(partial) == "incomplete (2 cases recorded)"
+    assert run_geomean_ci(make_run()) is not None
 
 
 def test_csv_parses_with_the_documented_columns():
@@ -203,6 +206,8 @@ def test_plots_return_png_and_check_dimensions():
         plots.shape_bars_png(["s"], ["a", "b", "c"], bars)
     roof = plots.roofline_png(GPU_PEAKS[:2], [plots.RoofPoint("a", "s", 400.0, 300.0)], [("s", 400.0)])
     assert roof[:8] == b"\x89PNG\r\n\x1a\n"
+    many = [(f"G=3 M=[{i},128,256] N=[384,256,128] K=[256,512,256]", 150.0 + i) for i in range(10)]
+    assert plots.roofline_png(GPU_PEAKS, [], many)[:4] == b"\x89PNG"       # numbered labels with a key
 
 
 # --------------------------------------------------------------------------------------------------- CLI
