@@ -385,3 +385,39 @@ class ResultStore:
         if row is None:
             raise StoreError(f"no run {run_id!r} in {self.path}")
         return row["finished_at"]
+
+
+class StoreRecorder:
+    """Records a run into a ResultStore as the runner reports it: the runner's Observer hooks (``on_start``,
+    ``on_case``, ``on_finish``) mapped to ``begin``, ``add_case`` and ``finish``, each one transaction.
+    ``inner``, if given, is another observer (e.g. a progress display) that receives every hook as well.
+
+    Duck-typed on purpose (no import of harness.runner, which pulls in torch); pass it where an Observer goes.
+    A run whose ``on_finish`` never comes (killed, interrupted) stays incomplete in the store."""
+
+    def __init__(self, store: ResultStore, inner=None) -> None:
+        self.store, self.inner = store, inner
+        self.run_id: str | None = None
+
+    def _forward(self, name: str, *args) -> None:
+        if self.inner is not None:
+            getattr(self.inner, name)(*args)
+
+    def on_start(self, record: RunRecord) -> None:
+        self.store.begin(record)
+        self.run_id = record.run_id
+        self._forward("on_start", record)
+
+    def on_case_start(self, index: int, case) -> None:
+        self._forward("on_case_start", index, case)
+
+    def on_sample(self, index: int, runs: int) -> None:
+        self._forward("on_sample", index, runs)
+
+    def on_case(self, index: int, result: CaseResult) -> None:
+        self.store.add_case(self.run_id, result, index)
+        self._forward("on_case", index, result)
+
+    def on_finish(self, record: RunRecord) -> None:
+        self.store.finish(record.run_id, record.geomean_ns, record.complete)
+        self._forward("on_finish", record)

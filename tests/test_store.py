@@ -15,7 +15,8 @@ import pytest
 from harness import store as store_mod
 from harness.record import CaseResult, Environment, RunRecord, Status, SubmissionInfo
 from harness.stats import geomean, summarize
-from harness.store import ResultStore, StoreError, gpu_model, new_run_id, resolve_db_path, schema_version
+from harness.store import (ResultStore, StoreError, StoreRecorder, gpu_model, new_run_id, resolve_db_path,
+                           schema_version)
 from task.spec import Case
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -262,3 +263,24 @@ def test_helpers():
     assert gpu_model("CPU (x86_64)") == "CPU (x86_64)"
     a, b = new_run_id(), new_run_id()
     assert a != b and len(a) == len("20261129-175622-3fa9c1")
+
+
+def test_store_recorder_follows_the_runner_hooks_and_forwards_them(db):
+    run = make_run()
+    seen = []
+
+    class Inner:
+        def __getattr__(self, name):
+            return lambda *args: seen.append(name)
+
+    with ResultStore(db) as store:
+        rec = StoreRecorder(store, Inner())
+        rec.on_start(dataclasses.replace(run, cases=(), complete=False, geomean_ns=None))
+        for i, case in enumerate(run.cases):
+            rec.on_case_start(i, case.case)
+            rec.on_sample(i, 1)
+            rec.on_case(i, case)
+        assert store.load("r1").complete is False and len(store.load("r1").cases) == 3
+        rec.on_finish(run)
+        assert store.load("r1") == run
+    assert seen[:4] == ["on_start", "on_case_start", "on_sample", "on_case"] and seen[-1] == "on_finish"
