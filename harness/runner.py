@@ -155,6 +155,9 @@ class CaseRunner:
         expected = [expected_outputs(case, s, self.opts.data, self.device) for s in seeds] if check else None
         reply, payload = self.session.run({"case": _case_dict(case), "seeds": seeds, "data": self.opts.data,
                                            "profile": profile})
+        if reply.get("tampered"):
+            raise CaseFailed(Status.FAIL, "the submission modified fp4bench's measurement code or objects: "
+                                          + ", ".join(reply["tampered"]))
         if check:
             judge(case, reply, payload, expected, self.device)
         for name in reply.get("guard", []):

@@ -63,7 +63,7 @@ class Worker:
         self.kernel = kernel
         self.send({"ok": True, "device": str(self.device)})
 
-    def run(self, req: dict) -> None:
+    def run(self, req: dict, tampered=lambda: []) -> None:
         c = req["case"]
         inputs = [generate_input(c["m"], c["n"], c["k"], c["g"], s, req["data"], self.device) for s in req["seeds"]]
         profile_table = ""
@@ -98,7 +98,8 @@ class Worker:
             metas.append(call_metas)
         self.send({"ok": True, "elapsed_ns": elapsed_ns, "calls": len(inputs), "complaint": complaint,
                    "containers": containers, "metas": metas, "offsets": offsets,
-                   "guard": timing.guard_report(), "profile": profile_table}, b"".join(chunks))
+                   "guard": timing.guard_report(), "tampered": tampered(),
+                   "profile": profile_table}, b"".join(chunks))
 
     def _profile(self, inputs):
         from torch.profiler import ProfilerActivity, profile
@@ -112,12 +113,31 @@ class Worker:
         return outputs, 0.0, "", prof.key_averages().table(sort_by=sort, row_limit=15)
 
 
+def _measurement_objects(worker: Worker) -> dict:
+    """Everything the measurement depends on, by name: timing's globals, the worker's and the L2 flush's
+    attributes, and the code of the timing functions. Compared by identity after every request."""
+    objects = {f"harness.worker.timing.{k}": v for k, v in vars(timing).items() if not k.startswith("__")}
+    objects.update({f"worker.{k}": v for k, v in vars(worker).items()})
+    if worker.flush is not None:
+        objects.update({f"L2Flush.{k}": v for k, v in vars(worker.flush).items()})
+    for fn in (timing.time_calls_cuda, timing.time_calls_cpu, timing.fingerprint, timing.L2Flush.__call__,
+               Worker.run, Writer.send):
+        objects[f"{fn.__qualname__}.__code__"] = fn.__code__
+    return objects
+
+
 def main() -> None:
     stdin = sys.stdin.buffer
     key = bytes.fromhex(stdin.readline().decode().strip())
     fd = int(os.environ.pop("FP4BENCH_RESULT_FD"))
     worker = Worker(Writer(fd, key))
     readline = stdin.readline
+    snapshot = _measurement_objects(worker)  # before any submission code runs, import included
+
+    def tampered() -> list[str]:
+        now = _measurement_objects(worker)
+        return sorted(k for k in snapshot.keys() | now.keys() if snapshot.get(k) is not now.get(k))
+
     while True:
         line = readline()
         if not line:
@@ -125,7 +145,11 @@ def main() -> None:
         req = json.loads(line)
         if req["op"] == "exit":
             return
-        getattr(worker, req["op"])(req)
+        if req["op"] == "load":
+            worker.load(req)
+            snapshot["worker.kernel"] = worker.kernel
+        else:
+            worker.run(req, tampered)
 
 
 if __name__ == "__main__":

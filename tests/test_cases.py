@@ -1,0 +1,200 @@
+"""Every shared case (tests/cases/shared, from shared/cases) and every adversarial case (tests/cases/adversarial)
+run through the harness on this machine, with its expected outcome asserted. GPU-only behaviours are in
+test_gpu.py."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.record import Status
+from harness.registry import read_variant
+from harness.runner import RunOptions, run
+from harness.settings import Settings
+from task.spec import Case, ShapeSet
+
+from conftest import ADVERSARIAL, SHARED_CASES
+
+TWO_GROUPS = ShapeSet("t", (Case((64, 40), (128, 256), (256, 512), 2, 7),))
+TWO_CASES = ShapeSet("t2", (Case((64, 40), (128, 256), (256, 512), 2, 7), Case((32,), (128,), (128,), 1, 8)))
+#: Benchmark mode kept short on a CPU: few samples, small time limits.
+FAST = Settings(import_s=60, first_call_s=60, call_s=60, calls_per_sample=15, warmup_samples=1, min_runs=3,
+                min_time_ms=1, max_runs=4)
+
+
+def _run(path, mode="test", shapes=TWO_GROUPS, settings=FAST, **kw):
+    return run(read_variant(path), shapes, RunOptions(mode, settings=settings, **kw))
+
+
+def _only(record):
+    assert len(record.cases) == 1
+    return record.cases[0]
+
+
+@pytest.mark.parametrize("mode", ["test", "benchmark"])
+def test_honest_passes_every_mode(mode):
+    rec = _run(SHARED_CASES / "honest_torch.py", mode, TWO_CASES)
+    assert [c.status for c in rec.cases] == [Status.PASS, Status.PASS]
+    if mode == "benchmark":
+        for c in rec.cases:
+            assert c.stats.runs == len(c.samples_ns) >= 3 and c.stats.mean_ns > 0
+            assert c.calls_checked == 1 + 15 * c.stats.runs  # every timed output checked
+        assert rec.geomean_ns > 0 and rec.environment.timer == "cpu-monotonic"
+
+
+def test_empty_list():
+    r = _only(_run(SHARED_CASES / "empty_list.py"))
+    assert (r.status, r.message) == (Status.FAIL, "expected 2 outputs (one per group), got 0")
+
+
+@pytest.mark.parametrize("name", ["untouched_c.py", "nibble_swap.py"])
+def test_wrong_values_get_a_mismatch_report(name):
+    r = _only(_run(SHARED_CASES / name))
+    assert r.status is Status.FAIL
+    assert r.message.startswith("output 0: ") and " elements differ (rtol=0.001, atol=0.001); first: [0, " in r.message
+    assert " got " in r.message and " expected " in r.message
+
+
+@pytest.mark.parametrize("mode,message", [
+    ("fp32", "output 0: dtype torch.float32 (expected torch.float16)"),
+    ("squeezed", "output 0: shape [64, 128] (expected [64, 128, 1])"),
+    ("tuple", "expected a list of 2 tensors (output_t), got builtins.tuple"),
+    ("numpy", "output 0: expected torch.Tensor, got numpy.ndarray (not a tensor)"),
+])
+def test_wrong_containers(monkeypatch, mode, message):
+    monkeypatch.setenv("WRONG_OUTPUT", mode)
+    r = _only(_run(SHARED_CASES / "wrong_outputs.py"))
+    assert (r.status, r.message) == (Status.FAIL, message)
+
+
+def test_raises_reports_type_message_traceback_and_goes_on():
+    rec = _run(SHARED_CASES / "raises.py", shapes=TWO_CASES)
+    for r in rec.cases:
+        assert r.status is Status.ERROR
+        assert r.message.startswith("raised: ValueError: kernel refused the problem: K must be a multiple of 512")
+        assert "Traceback" in r.message and "raises.py" in r.message
+
+
+def test_import_error_fails_before_data():
+    r = _only(_run(SHARED_CASES / "import_error.py"))
+    assert r.status is Status.ERROR
+    assert r.message.startswith("import failed: ModuleNotFoundError: No module named 'a_module_that_does_not_exist'")
+
+
+def test_no_entry_point():
+    r = _only(_run(SHARED_CASES / "no_entry_point.py"))
+    assert r.status is Status.ERROR
+    assert "defines no callable custom_kernel(data) (callables found: kernel)" in r.message
+
+
+def test_hard_crash_is_reported_and_the_run_goes_on():
+    rec = _run(SHARED_CASES / "hard_crash.py", shapes=TWO_CASES)
+    assert [c.status for c in rec.cases] == [Status.CRASH, Status.CRASH]
+    assert "killed by SIGABRT (signal 6)" in rec.cases[0].message
+
+
+def test_hang_times_out_then_the_next_case_runs():
+    short = Settings(import_s=60, first_call_s=3, call_s=3)
+    rec = _run(SHARED_CASES / "hang.py", shapes=TWO_CASES, settings=short)
+    assert [(c.status, c.message) for c in rec.cases] == [(Status.TIMEOUT, "timeout after 3 s")] * 2
+
+
+def test_fd_writer_has_no_effect():
+    rec = _run(SHARED_CASES / "fd_writer.py", "benchmark")
+    r = _only(rec)
+    assert r.status is Status.PASS and r.stats.runs >= 3
+    assert "stray bytes the submission wrote to the result channel" in r.message
+
+
+def test_timer_patch_cannot_reach_the_timer():
+    r = _only(_run(SHARED_CASES / "timer_patch.py", "benchmark"))
+    assert r.status is Status.PASS
+    assert "replaced torch.cuda.Event.elapsed_time" in r.message  # noted; the harness used its own copy
+
+
+def test_pointer_cache_never_passes_a_replay(tmp_path, monkeypatch):
+    """Fresh contents every call: a replay by pointer either never happens (honest work) or fails the check."""
+    r = _only(_run(SHARED_CASES / "pointer_cache.py", "benchmark"))
+    assert r.status is Status.PASS or (r.status is Status.FAIL and " elements differ " in r.message)
+    log = tmp_path / "hits"
+    monkeypatch.setenv("REPLAY_LOG", str(log))
+    r = _only(_run(ADVERSARIAL / "pointer_replay_logged.py", "benchmark"))
+    hits = int(log.read_text())
+    assert (r.status is Status.PASS and hits == 0) or (r.status is Status.FAIL and hits > 0), (r.status, hits)
+
+
+def test_side_stream_is_honest_on_cpu():
+    """No streams on a CPU: it computes honestly there (the GPU test asserts it is caught)."""
+    if torch.cuda.is_available():
+        pytest.skip("GPU behaviour is asserted in test_gpu.py")
+    r = _only(_run(SHARED_CASES / "side_stream.py"))
+    assert r.status is Status.ERROR
+    assert r.message.startswith("raised: RuntimeError: torch.cuda.Stream requires CUDA support")
+
+
+# --- adversarial cases written for fp4bench -------------------------------------------------------------
+
+
+def test_lazy_tensor_subclass_rejected():
+    r = _only(_run(ADVERSARIAL / "lazy_output.py"))
+    assert r.status is Status.FAIL
+    assert r.message.startswith("output 0: expected torch.Tensor, got submission.LazyTensor (a tensor subclass)")
+
+
+def test_module_tamper_detected():
+    r = _only(_run(ADVERSARIAL / "module_tamper.py", "benchmark"))
+    assert r.status is Status.FAIL
+    assert "modified fp4bench's measurement code or objects: harness.worker.timing._perf_ns" in r.message
+
+
+def test_gc_reach_into_worker_detected():
+    r = _only(_run(ADVERSARIAL / "gc_flush.py", "benchmark"))
+    assert r.status is Status.FAIL
+    assert "modified fp4bench's measurement code or objects: worker.send" in r.message
+
+
+def test_content_replay_gets_no_hits(tmp_path, monkeypatch):
+    log = tmp_path / "replay.log"
+    monkeypatch.setenv("REPLAY_LOG", str(log))
+    r = _only(_run(ADVERSARIAL / "content_replay.py", "benchmark"))
+    hits, distinct = map(int, log.read_text().split())
+    assert r.status is Status.PASS and hits == 0
+    assert distinct == 1 + 15 + 15 * r.stats.runs  # every input it ever saw was new
+
+
+def test_deferred_work_fails():
+    r = _only(_run(ADVERSARIAL / "deferred.py", "benchmark"))
+    assert r.status is Status.FAIL and " elements differ " in r.message
+
+
+def test_only_first_calls_correct_fails_in_timed_samples():
+    r = _only(_run(ADVERSARIAL / "first_calls_correct.py", "benchmark"))
+    assert r.status is Status.FAIL
+    # right for the correctness call and the first two (unchecked) warm-up calls: the first timed call is caught
+    assert r.message.startswith("call 1 of 15: output 0: ")
+
+
+def test_out_of_memory_fails_only_its_case():
+    rec = _run(ADVERSARIAL / "oom.py", shapes=TWO_CASES)
+    for r in rec.cases:
+        assert r.status is Status.ERROR and "raised: " in r.message
+
+
+def test_leaderboard_stops_at_first_failing_shape():
+    rec = _run(ADVERSARIAL / "first_calls_correct.py", "leaderboard", TWO_CASES)
+    assert rec.cases[0].status is Status.FAIL
+    assert rec.cases[1].status is Status.SKIPPED and "an earlier shape did not pass" in rec.cases[1].message
+
+
+def test_secret_seed_changes_every_input(tmp_path, monkeypatch):
+    log = tmp_path / "replay.log"
+    monkeypatch.setenv("REPLAY_LOG", str(log))
+    monkeypatch.setenv("POPCORN_SEED", "should-not-be-seen")  # the worker never sees it
+    rec = _run(ADVERSARIAL / "content_replay.py", secret=12345)
+    assert _only(rec).status is Status.PASS and rec.secret_seed == 12345
+
+
+def test_unmet_requirement_is_skipped_with_reason(tmp_path):
+    f = tmp_path / "needs_b200.py"
+    f.write_text("#!FP4BENCH requires sm_100a\nraise SystemExit('must never be imported')\n")
+    r = _only(_run(f))
+    assert r.status is Status.SKIPPED and r.message.startswith("needs sm_100a; this ")

@@ -1,0 +1,68 @@
+"""The result channel ignores forged and stray bytes; the POPCORN key stream and exit codes."""
+import os
+
+import pytest
+
+from harness.channel import MAGIC, ChannelClosed, ChannelTimeout, Reader, Writer, encode
+from harness.popcorn import ExitCode, exit_code, lines, write_stream
+from harness.record import CaseResult, Environment, RunRecord, Stats, Status, SubmissionInfo
+from task.spec import Case
+
+
+def test_channel_skips_strays_and_forgeries():
+    r, w = os.pipe()
+    key = os.urandom(32)
+    writer = Writer(w, key)
+    os.write(w, b"check: pass\nbenchmark.0.mean: 1.0\n")
+    os.write(w, encode(os.urandom(32), {"ok": True, "forged": True}))   # right format, wrong key
+    writer.send({"ok": True, "n": 1}, b"\x01\x02")
+    os.write(w, MAGIC + b"\xff" * 80)
+    writer.send({"ok": True, "n": 2})
+    os.close(w)
+    reader = Reader(r, key)
+    assert reader.receive(2) == ({"ok": True, "n": 1}, b"\x01\x02")
+    assert reader.receive(2) == ({"ok": True, "n": 2}, b"")
+    assert reader.stray_bytes > 30
+    with pytest.raises(ChannelClosed):
+        reader.receive(2)
+
+
+def test_channel_timeout():
+    r, w = os.pipe()
+    with pytest.raises(ChannelTimeout):
+        Reader(r, b"k").receive(0.2)
+    os.close(w)
+
+
+def _record(mode, statuses):
+    env = Environment("cpu", "none", "none", "t", "t", "c", "3", "h", "cpu-monotonic")
+    case = Case((64,), (128,), (256,), 1, 1)
+    cases = tuple(CaseResult(case, s, "boom\nmore" if s is not Status.PASS else "",
+                             (1.0, 3.0), Stats(2, 2.0, 1.4, 1.0, 1.0, 3.0)) for s in statuses)
+    return RunRecord("r", "t", mode, "official", "x", None, SubmissionInfo("s", "p", "h"), env, cases, True)
+
+
+def test_stream_keys():
+    out = lines(_record("benchmark", [Status.PASS, Status.FAIL]))
+    assert out[0] == "benchmark-count: 2"
+    assert "benchmark.0.spec: m: [64]; n: [128]; k: [256]; g: 1; seed: 1" in out
+    assert "benchmark.0.mean: 2.0" in out and "benchmark.0.runs: 2" in out
+    assert "benchmark.0.status: pass" in out and "benchmark.1.status: fail" in out
+    assert "benchmark.1.error: fail: boom" in out and out[-1] == "check: fail"
+    test_out = lines(_record("test", [Status.PASS]))
+    assert test_out == ["test-count: 1", "test.0.spec: m: [64]; n: [128]; k: [256]; g: 1; seed: 1",
+                        "test.0.status: pass", "check: pass"]
+
+
+def test_exit_codes():
+    assert exit_code(_record("test", [Status.PASS, Status.SKIPPED])) is ExitCode.OK
+    assert exit_code(_record("test", [Status.PASS, Status.FAIL])) == 112
+    assert exit_code(_record("test", [Status.FAIL, Status.TIMEOUT])) == 114
+
+
+def test_write_stream_to_fd():
+    r, w = os.pipe()
+    assert write_stream(_record("test", [Status.PASS]), {"POPCORN_FD": str(w)})
+    os.close(w)
+    assert os.read(r, 1000).decode().endswith("check: pass\n")
+    assert not write_stream(_record("test", [Status.PASS]), {})

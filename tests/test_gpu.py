@@ -1,0 +1,120 @@
+"""GPU-only behaviours, run on the H200 through the device tool (skipped without CUDA)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.record import Status
+from harness.registry import read_variant, resolve
+from harness.runner import RunOptions, run
+from task.check import check_outputs
+from task.formats import BLOCKED_PERMUTE, blocked_index
+from task.inputs import generate_input
+from task.reference import ref_kernel
+from task.spec import Case, ShapeSet, load_shapes
+
+from conftest import ADVERSARIAL, SHARED_CASES
+from test_cases import FAST, TWO_CASES, TWO_GROUPS
+
+pytestmark = pytest.mark.gpu
+
+
+def _replay_official(m, n, k, seed):
+    """The documented draw order, by hand, for one group on CUDA (A, B, C, SFA/SFB on the CPU, reordered)."""
+    torch.manual_seed(seed)
+    a = torch.randint(255, (1, m, k // 2), dtype=torch.uint8, device="cuda") & 0b1011_1011
+    b = torch.randint(255, (1, n, k // 2), dtype=torch.uint8, device="cuda") & 0b1011_1011
+    c = torch.randn((1, m, n), dtype=torch.float16, device="cuda")
+    sfa = torch.randint(1, 3, (1, m, k // 16), dtype=torch.int8).to(torch.float8_e4m3fn)
+    sfb = torch.randint(1, 3, (1, n, k // 16), dtype=torch.int8).to(torch.float8_e4m3fn)
+    out = []
+    for sf, rows in ((sfa, m), (sfb, n)):
+        shape = (1, -(-rows // 128), -(-(k // 16) // 4), 32, 4, 4)
+        r = torch.randint(1, 3, shape, dtype=torch.int8, device="cuda").to(torch.float8_e4m3fn)
+        r.view(-1)[blocked_index(rows, k // 16, "cuda").view(-1)] = sf[0].to("cuda").reshape(-1)
+        out.append(r.permute(*BLOCKED_PERMUTE))
+    return a.permute(1, 2, 0), b.permute(1, 2, 0), c.permute(1, 2, 0), sfa.permute(1, 2, 0), sfb.permute(1, 2, 0), out
+
+
+def test_generator_replays_the_official_draw_order_on_cuda():
+    data = generate_input((72,), (256,), (512,), 1, 1111)
+    a, b, c, sfa, sfb, (ra, rb) = _replay_official(72, 256, 512, 1111)
+    u8 = lambda t: t.view(torch.uint8)  # noqa: E731
+    assert torch.equal(u8(data[0][0][0]), a) and torch.equal(u8(data[0][0][1]), b)
+    assert torch.equal(data[0][0][2], c)
+    assert torch.equal(u8(data[1][0][0]), u8(sfa)) and torch.equal(u8(data[1][0][1]), u8(sfb))
+    assert torch.equal(u8(data[2][0][0]), u8(ra)) and torch.equal(u8(data[2][0][1]), u8(rb))
+    assert data[0][0][0].is_cuda and not data[1][0][0].is_cuda
+
+
+@pytest.mark.parametrize("data", ["official", "full-range"])
+def test_reference_same_on_gpu_and_cpu(data):
+    inputs = generate_input((80, 40), (384, 128), (1024, 512), 2, 3, data=data)
+    on_gpu = ref_kernel(inputs)
+    cpu_inputs = ([(a.cpu(), b.cpu(), c.cpu()) for a, b, c in inputs[0]], inputs[1], inputs[2], inputs[3])
+    on_cpu = ref_kernel(cpu_inputs)
+    for g, cp in zip(on_gpu, on_cpu):
+        assert g.is_cuda and torch.equal(g.cpu(), cp)
+
+
+@pytest.mark.parametrize("data", ["official", "full-range"])
+def test_torch_reference_passes_official_tests(data):
+    rec = run(resolve("torch_reference"), load_shapes("tests"), RunOptions("test", data, settings=FAST))
+    assert [c.status for c in rec.cases] == [Status.PASS] * 10, [c.message for c in rec.cases]
+
+
+def test_torch_reference_benchmark_mode_on_gpu():
+    shapes = ShapeSet("b", (Case((128, 384), (4096, 4096), (1536, 1536), 2, 1111),))
+    rec = run(resolve("torch_reference"), shapes, RunOptions("benchmark", settings=FAST))
+    r = rec.cases[0]
+    assert r.status is Status.PASS and rec.environment.timer == "cuda-events"
+    assert r.calls_checked == 1 + 15 * r.stats.runs
+
+
+def test_side_stream_is_caught():
+    rec = run(read_variant(SHARED_CASES / "side_stream.py"), TWO_GROUPS, RunOptions("benchmark", settings=FAST))
+    r = rec.cases[0]
+    assert r.status is Status.FAIL
+    assert "outputs changed after the timed window closed" in r.message or " elements differ " in r.message
+
+
+def test_cpu_outputs_rejected_on_gpu(monkeypatch):
+    monkeypatch.setenv("WRONG_OUTPUT", "cpu")
+    rec = run(read_variant(SHARED_CASES / "wrong_outputs.py"), TWO_GROUPS, RunOptions("test", settings=FAST))
+    assert rec.cases[0].message == "output 0: device cpu (expected cuda:0)"
+
+
+def test_timer_patch_and_fd_writer_pass_on_gpu():
+    for name in ("timer_patch.py", "fd_writer.py"):
+        rec = run(read_variant(SHARED_CASES / name), TWO_GROUPS, RunOptions("benchmark", settings=FAST))
+        assert rec.cases[0].status is Status.PASS, rec.cases[0].message
+
+
+def test_module_tamper_detected_on_gpu():
+    rec = run(read_variant(ADVERSARIAL / "module_tamper.py"), TWO_GROUPS, RunOptions("benchmark", settings=FAST))
+    assert rec.cases[0].status is Status.FAIL
+    assert "harness.worker.timing._elapsed_ms" in rec.cases[0].message
+
+
+def test_illegal_memory_access_fails_its_case_then_next_runs_clean():
+    rec = run(read_variant(ADVERSARIAL / "illegal_access.py"), TWO_CASES, RunOptions("test", settings=FAST))
+    for r in rec.cases:
+        assert r.status in (Status.ERROR, Status.CRASH), r.message
+        assert "CUDA" in r.message or "cuda" in r.message or "illegal" in r.message
+
+
+def test_out_of_memory_on_gpu_fails_only_its_case():
+    rec = run(read_variant(ADVERSARIAL / "oom.py"), TWO_CASES, RunOptions("test", settings=FAST))
+    for r in rec.cases:
+        assert r.status is Status.ERROR and "OutOfMemoryError" in r.message
+
+
+def test_sm100a_variant_skipped_on_hopper(tmp_path):
+    if torch.cuda.get_device_capability() == (10, 0):
+        pytest.skip("this is a B200")
+    f = tmp_path / "needs_b200.py"
+    f.write_text("#!FP4BENCH requires sm_100a\nraise SystemExit('never imported')\n")
+    rec = run(read_variant(f), TWO_GROUPS, RunOptions("benchmark", settings=FAST))
+    name = torch.cuda.get_device_name()
+    major, minor = torch.cuda.get_device_capability()
+    assert rec.cases[0].message == f"needs sm_100a; this is {name}, sm_{major}{minor}"

@@ -1,0 +1,109 @@
+"""The generator: official layouts, dtypes, strides and devices; the index map; determinism; full-range data."""
+import math
+
+import pytest
+import torch
+
+from task.formats import SF_VEC, blocked_offset, decode_e2m1, decode_e4m3fn, unblock
+from task.inputs import default_device, full_range_scale_exponent, generate_input
+
+M, N, K = (64, 40, 132), (128, 256, 128), (256, 512, 64)
+
+
+@pytest.fixture(scope="module")
+def official():
+    return generate_input(M, N, K, 3, 1111)
+
+
+def test_structure_dtypes_shapes_devices(official):
+    abc, sfs, sfr, sizes = official
+    dev = default_device()
+    assert len(abc) == len(sfs) == len(sfr) == len(sizes) == 3
+    for (a, b, c), (sfa, sfb), (ra, rb), (m, n, k, l), in zip(abc, sfs, sfr, sizes):
+        assert (l, a.dtype, b.dtype, c.dtype) == (1, torch.float4_e2m1fn_x2, torch.float4_e2m1fn_x2, torch.float16)
+        assert a.shape == (m, k // 2, 1) and b.shape == (n, k // 2, 1) and c.shape == (m, n, 1)
+        assert a.stride() == (k // 2, 1, m * k // 2)  # K-major permuted view of [1, M, K/2]
+        assert c.stride() == (n, 1, m * n)
+        assert sfa.shape == (m, k // 16, 1) and sfb.shape == (n, k // 16, 1)
+        assert sfa.dtype == sfb.dtype == ra.dtype == rb.dtype == torch.float8_e4m3fn
+        assert sfa.device.type == "cpu" and sfb.device.type == "cpu"
+        assert a.device == b.device == c.device == ra.device == dev
+        rest_k = math.ceil(k / 64)
+        assert ra.shape == (32, 4, math.ceil(m / 128), 4, rest_k, 1)
+        assert rb.shape == (32, 4, math.ceil(n / 128), 4, rest_k, 1)
+
+
+def test_official_values_and_scales(official):
+    abc, sfs, _, _ = official
+    for (a, b, _), (sfa, sfb) in zip(abc, sfs):
+        for x in (a, b):
+            vals = set(decode_e2m1(x[:, :, 0]).unique().tolist())
+            assert vals <= {0.0, 0.5, 1.0, 1.5, -0.5, -1.0, -1.5}
+        for s in (sfa, sfb):
+            assert set(decode_e4m3fn(s).unique().tolist()) == {1.0, 2.0}
+
+
+def test_reordered_holds_plain_scales_at_index_map(official):
+    _, sfs, sfr, sizes = official
+    for (sfa, sfb), (ra, rb), (m, n, k, _) in zip(sfs, sfr, sizes):
+        cols = k // SF_VEC
+        for plain, blocked, rows in ((sfa, ra, m), (sfb, rb, n)):
+            storage = blocked.permute(5, 2, 4, 0, 1, 3).reshape(-1).view(torch.uint8).cpu()
+            p = plain[:, :, 0].view(torch.uint8)
+            for r in (0, rows // 2, rows - 1):
+                for j in (0, cols - 1):
+                    assert storage[blocked_offset(r, j, math.ceil(cols / 4))] == p[r, j]
+            assert torch.equal(unblock(blocked, rows, cols).view(torch.uint8).cpu(), p)
+            padding = set(decode_e4m3fn(storage).unique().tolist())
+            assert padding == {1.0, 2.0}  # padding rows/columns hold 1.0/2.0, not zeros
+
+
+def test_same_seed_same_data_other_seed_other_data(official):
+    again = generate_input(M, N, K, 3, 1111)
+    other = generate_input(M, N, K, 3, 1112)
+    for x, y, z in zip(official[0], again[0], other[0]):
+        for t1, t2, t3 in zip(x, y, z):
+            assert torch.equal(t1.view(torch.uint8) if t1.dtype != torch.float16 else t1,
+                               t2.view(torch.uint8) if t2.dtype != torch.float16 else t2)
+        assert not torch.equal(x[0].view(torch.uint8), z[0].view(torch.uint8))
+
+
+def test_draw_order_matches_the_official_sequence():
+    """Re-draw group 0 by hand in the documented order and compare (CPU generator on a CPU machine)."""
+    if torch.cuda.is_available():
+        pytest.skip("the CPU replay covers the CPU path; GPU bit-compatibility is tested in test_gpu.py")
+    data = generate_input((64,), (128,), (256,), 1, 7)
+    torch.manual_seed(7)
+    a = torch.randint(255, (1, 64, 128), dtype=torch.uint8) & 0b1011_1011
+    b = torch.randint(255, (1, 128, 128), dtype=torch.uint8) & 0b1011_1011
+    c = torch.randn((1, 64, 128), dtype=torch.float16)
+    sfa = torch.randint(1, 3, (1, 64, 16), dtype=torch.int8).to(torch.float8_e4m3fn)
+    assert torch.equal(data[0][0][0].view(torch.uint8), a.permute(1, 2, 0))
+    assert torch.equal(data[0][0][1].view(torch.uint8), b.permute(1, 2, 0))
+    assert torch.equal(data[0][0][2], c.permute(1, 2, 0))
+    assert torch.equal(data[1][0][0].view(torch.uint8), sfa.permute(1, 2, 0).view(torch.uint8))
+
+
+def test_full_range_uses_all_codes_and_bounds_fp16():
+    k = 7168
+    data = generate_input((128,), (256,), (k,), 1, 3, data="full-range")
+    (a, b, _), (sfa, sfb) = data[0][0], data[1][0]
+    codes = torch.cat([(a.view(torch.uint8) & 15).flatten(), (a.view(torch.uint8) >> 4).flatten()])
+    assert set(codes.unique().tolist()) == set(range(16))
+    s = full_range_scale_exponent(k)
+    assert s == -4 and full_range_scale_exponent(256) == 1
+    va, vb = decode_e4m3fn(sfa)[:, :, 0], decode_e4m3fn(sfb)[:, :, 0]
+    assert float(va.min()) >= 2.0**-6 and float(vb.min()) >= 2.0**-6  # positive normals only
+    assert float(va.max()) <= 448 and float(vb.max()) <= 448
+    assert len(set(torch.log2(va).floor().unique().tolist())) >= 6  # spread over many binades
+    worst = k * 36 * float((va.max(0).values * vb.max(0).values).max())
+    assert worst <= 65504
+    mantissas = (sfa.view(torch.uint8) & 7).unique().tolist()
+    assert mantissas == list(range(8))
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="data mode must be one of"):
+        generate_input((64,), (128,), (256,), 1, 1, data="random")
+    with pytest.raises(ValueError, match="expected g=2 entries"):
+        generate_input((64,), (128,), (256,), 2, 1)

@@ -1,0 +1,1 @@
+"""Tests of the kernel variants under submissions/ (one module per variant)."""
