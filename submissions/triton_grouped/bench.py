@@ -1,0 +1,178 @@
+"""Standalone tuning bench for submissions/triton_grouped (not the harness: the lead takes final numbers with it).
+
+    python3 submissions/triton_grouped/bench.py                    # default config, the 4 benchmark shapes
+    python3 submissions/triton_grouped/bench.py --configs a,b,c    # presets from CONFIGS below
+    python3 submissions/triton_grouped/bench.py --inspect --configs all   # no GPU: compile for sm_90, print
+                                                                          # registers, spills, smem, occupancy
+
+Timing: per shape, ``--inputs`` freshly generated inputs (seed + 42 i, the official draw); one sample = L2
+flushed (a buffer the size of the L2, zeroed on the stream), then every input run back to back between one
+pair of CUDA events, divided by the count. Reports mean and median us per call and TFLOP/s, against the bf16
+roofline (989.4 TFLOP/s dense). Each config is checked against task.reference.ref_kernel on the first input
+before it is timed.
+"""
+import argparse
+import importlib.util
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("triton_grouped_submission", HERE / "submission.py")
+sub = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = sub
+_spec.loader.exec_module(sub)
+TC, Config = sub.TileClass, sub.Config
+
+#: Named presets; "default" is what custom_kernel uses for shapes no rule picks otherwise.
+CONFIGS = {
+    "default": sub.DEFAULT_CONFIG,
+    "w8_bk128": Config((TC(64, 128), TC(128, 128), TC(256, 128)), bk=128, num_warps=8, num_stages=3),
+    "w8_bk64": Config((TC(64, 128), TC(128, 128), TC(256, 128)), bk=64, num_warps=8, num_stages=3),
+    "w8_bk64_s4": Config((TC(64, 128), TC(128, 128), TC(256, 128)), bk=64, num_warps=8, num_stages=4),
+    "w8_bm64": Config((TC(64, 128), TC(64, 128), TC(64, 128)), bk=128, num_warps=8, num_stages=3),
+    "w8_bm128": Config((TC(64, 128), TC(128, 128), TC(128, 128)), bk=64, num_warps=8, num_stages=3),
+    "w4_bn64": Config((TC(64, 64), TC(128, 64), TC(256, 64)), bk=64, num_warps=4, num_stages=3),
+    "w4_bn64_bk128": Config((TC(64, 64), TC(128, 64), TC(256, 64)), bk=128, num_warps=4, num_stages=3),
+    "w4_mix": Config((TC(64, 128), TC(128, 64), TC(256, 64)), bk=64, num_warps=4, num_stages=3),
+    "w4_bm128": Config((TC(64, 128), TC(128, 64), TC(128, 64)), bk=64, num_warps=4, num_stages=3),
+    "w4_bm128_s4": Config((TC(64, 128), TC(128, 64), TC(128, 64)), bk=64, num_warps=4, num_stages=4),
+    "w8_f16": Config((TC(64, 128), TC(128, 128), TC(256, 128)), bk=64, num_warps=8, num_stages=3, decode="f16"),
+    "w8_split": Config((TC(64, 128), TC(128, 128), TC(256, 128)), bk=64, num_warps=8, num_stages=3, join=False),
+}
+
+#: bf16 dense roofline per benchmark shape (us), from shared/docs/hardware.md.
+ROOFLINE_US = {"g8_n4096_k7168": 60.8, "g8_n7168_k2048": 30.4, "g2_n3072_k4096": 13.0, "g2_n4096_k1536": 6.5}
+
+
+def inspect(names):
+    """Compile each config for sm_90 on this machine (no GPU needed) and print its resources."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    for name in names:
+        cfg = CONFIGS[name]
+        c0, c1, c2 = cfg.classes
+        sig = {"tab_ptr": "*i64", "tile_ptr": "*i32", "acc_scale": "fp32"}
+        cst = dict(BM0=c0.bm, BN0=c0.bn, BM1=c1.bm, BN1=c1.bn, BM2=c2.bm, BN2=c2.bn, BK=cfg.bk,
+                   DECODE=cfg.decode, JOIN=cfg.join)
+        sig.update({k: "constexpr" for k in cst})
+        cc = triton.compile(ASTSource(fn=sub._group_gemm_kernel, signature=sig, constexprs=cst),
+                            target=GPUTarget("cuda", 90, 32),
+                            options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
+        path = Path("/tmp") / f"tg_{name}.cubin"
+        path.write_bytes(cc.asm["cubin"])
+        usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", str(path)], capture_output=True,
+                               text=True).stdout
+        regs, stack = map(int, re.search(r"REG:(\d+) STACK:(\d+)", usage).groups())
+        threads = 32 * cfg.num_warps
+        occ = min(65536 // (((regs + 7) // 8 * 8) * threads), 233472 // (cc.metadata.shared + 1024))
+        waits = re.findall(r"pendings = (\d+)", cc.asm["ttgir"])
+        print(f"{triton.__version__} {name:16s} regs {regs:3d} stack {stack:4d} smem {cc.metadata.shared:6d} "
+              f"CTAs/SM {occ} wgmma waits {waits}", flush=True)
+
+
+def load_cases():
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "configs" / "shapes" / "benchmarks.yml").read_text())
+    return doc["cases"]
+
+
+def check(out, ref):
+    bad = 0
+    for o, r in zip(out, ref):
+        o, r = o.float(), r.float()
+        ok = (o - r).abs() <= 1e-3 + 1e-3 * r.abs()
+        ok |= torch.isnan(o) & torch.isnan(r)
+        bad += int((~ok).sum())
+    return bad
+
+
+def time_config(cfg, inputs, flush, samples):
+    fn = lambda d: sub.grouped_gemm(d, cfg)  # noqa: E731
+    for d in inputs:  # warm-up: compile, plans, tables
+        fn(d)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(samples):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for d in inputs:
+            fn(d)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / len(inputs))
+    return times
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--configs", default="default")
+    ap.add_argument("--inspect", action="store_true")
+    ap.add_argument("--inputs", type=int, default=15)
+    ap.add_argument("--samples", type=int, default=30)
+    ap.add_argument("--shapes", default="", help="comma-separated case names (default: all)")
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    names = list(CONFIGS) if args.configs == "all" else args.configs.split(",")
+    if args.inspect:
+        inspect(names)
+        return
+    from task.inputs import generate_input
+    from task.reference import ref_kernel
+
+    dev = torch.device("cuda")
+    props = torch.cuda.get_device_properties(dev)
+    flush = torch.empty(props.L2_cache_size, dtype=torch.uint8, device=dev)
+    print(f"{props.name}, {props.multi_processor_count} SMs, L2 {props.L2_cache_size} B; torch {torch.__version__}, "
+          f"triton {sub.triton.__version__}", flush=True)
+    results = {}
+    cases = [c for c in load_cases() if not args.shapes or c["name"] in args.shapes.split(",")]
+    for case in cases:
+        m, n, k, g, seed = case["m"], case["n"], case["k"], case["g"], case["seed"]
+        inputs = [generate_input(m, n, k, g, seed + 42 * i) for i in range(args.inputs)]
+        ref = ref_kernel(inputs[0])
+        flops = sum(2 * a * b * c for a, b, c in zip(m, n, k))
+        for name in names:
+            cfg = CONFIGS[name]
+            for _, _, c in inputs[0][0]:
+                c.fill_(float("nan"))
+            try:
+                bad = check(sub.grouped_gemm(inputs[0], cfg), ref)
+                times = time_config(cfg, inputs, flush, args.samples)
+            except Exception as exc:  # a config that fails to compile or run is reported, not fatal
+                print(f"{case['name']:16s} {name:16s} FAILED {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+                continue
+            mean, med = statistics.fmean(times), statistics.median(times)
+            rec = dict(shape=case["name"], config=name, mismatches=bad, mean_us=mean, median_us=med,
+                       min_us=min(times), tflops=flops / mean / 1e6, roofline_us=ROOFLINE_US.get(case["name"]))
+            results.setdefault(name, []).append(rec)
+            print(f"{case['name']:16s} {name:16s} bad {bad:6d} mean {mean:8.1f} us  median {med:8.1f}  min "
+                  f"{min(times):8.1f}  {rec['tflops']:6.1f} TFLOP/s  roofline {rec['roofline_us']} us", flush=True)
+        del inputs, ref
+        torch.cuda.empty_cache()
+    print("\nsummary (geomean of mean us over shapes measured)")
+    for name, recs in results.items():
+        gm = math.exp(statistics.fmean(math.log(r["mean_us"]) for r in recs))
+        per = "  ".join(f"{r['mean_us']:7.1f}" for r in recs)
+        print(f"{name:16s} {per}   geomean {gm:7.1f} us  mismatches {sum(r['mismatches'] for r in recs)}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
