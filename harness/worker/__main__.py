@@ -41,6 +41,7 @@ class Worker:
         self.kernel = None
         self.device = default_device()
         self.flush = timing.L2Flush(self.device) if self.device.type == "cuda" else None
+        self.watch = timing.StreamWatch(self.device) if self.device.type == "cuda" else None
 
     def load(self, req: dict) -> None:
         path = req["path"]
@@ -71,7 +72,7 @@ class Worker:
             if req.get("profile"):
                 outputs, elapsed_ns, complaint, profile_table = self._profile(inputs)
             elif self.flush is not None:
-                elapsed_ns, outputs, complaint = timing.time_calls_cuda(self.kernel, inputs, self.flush)
+                elapsed_ns, outputs, complaint = timing.time_calls_cuda(self.kernel, inputs, self.flush, self.watch)
             else:
                 elapsed_ns, outputs, complaint = timing.time_calls_cpu(self.kernel, inputs)
         except BaseException as exc:  # noqa: BLE001 - the submission's exception is the case's result
@@ -120,7 +121,8 @@ def _measurement_objects(worker: Worker) -> dict:
     objects.update({f"worker.{k}": v for k, v in vars(worker).items()})
     if worker.flush is not None:
         objects.update({f"L2Flush.{k}": v for k, v in vars(worker.flush).items()})
-    for fn in (timing.time_calls_cuda, timing.time_calls_cpu, timing.fingerprint, timing.L2Flush.__call__,
+    for fn in (timing.time_calls_cuda, timing.time_calls_cpu, timing.fingerprint, timing._fingerprint_async,
+               timing.L2Flush.__call__, timing.StreamWatch.busy,
                Worker.run, Writer.send):
         objects[f"{fn.__qualname__}.__code__"] = fn.__code__
     return objects

@@ -70,23 +70,41 @@ class L2Flush:
         _zero_(self._buf)
 
 
+def _fingerprint_async(outputs) -> list:
+    """Enqueue a content fingerprint of every plain fp16 tensor in ``outputs`` (others: None), no host sync."""
+    return [_sum(_to(_view(o, torch.int16), torch.int64)) if type(o) is _Tensor and o.dtype == torch.float16
+            else None for o in outputs]
+
+
 def fingerprint(outputs) -> list[int]:
     """A cheap content fingerprint of every plain fp16 tensor in ``outputs`` (others: -1), read back to host."""
-    sums = []
-    for o in outputs:
-        if type(o) is _Tensor and o.dtype == torch.float16:
-            sums.append(_sum(_to(_view(o, torch.int16), torch.int64)))
-        else:
-            sums.append(None)
-    values = [int(s) if s is not None else -1 for s in sums]
-    return values
+    return [int(s) if s is not None else -1 for s in _fingerprint_async(outputs)]
 
 
-def time_calls_cuda(kernel, inputs: list, flush: L2Flush) -> tuple[float, list, str]:
+class StreamWatch:
+    """Every stream of torch's per-device pools (torch.cuda.Stream() hands them out round robin), to ask
+    whether any still has work queued when the timed window closes. Streams made outside torch are not seen
+    here; the output fingerprint taken at the end event covers those."""
+
+    def __init__(self, device: torch.device):
+        self.streams = []
+        for priority in (0, -1, -2, -3):
+            try:
+                self.streams += [torch.cuda.Stream(device=device, priority=priority) for _ in range(32)]
+            except (RuntimeError, ValueError):
+                break
+        self._query = torch.cuda.Stream.query
+
+    def busy(self) -> int:
+        return sum(1 for s in self.streams if not self._query(s))
+
+
+def time_calls_cuda(kernel, inputs: list, flush: L2Flush, watch: StreamWatch) -> tuple[float, list, str]:
     """Run ``kernel`` on every input back to back between one pair of CUDA events, after an L2 flush.
 
-    Returns (elapsed ns for all calls, outputs, complaint): ``complaint`` is non-empty when an output changed
-    after the end event fired (work left on another stream or finished late: outside the timed window).
+    Returns (elapsed ns for all calls, outputs, complaint): ``complaint`` is non-empty when work was still
+    queued on another stream when the end event completed, or an output changed after the end event (work
+    outside the timed window).
     """
     _device_sync()
     flush()
@@ -94,16 +112,20 @@ def time_calls_cuda(kernel, inputs: list, flush: L2Flush) -> tuple[float, list, 
     _record(start)
     outputs = [kernel(x) for x in inputs]
     _record(end)
+    at_end = [_fingerprint_async(o) if isinstance(o, list) else None for o in outputs]  # runs right after end
     _event_sync(end)
-    at_end = [fingerprint(o) if isinstance(o, list) else None for o in outputs]
+    busy = watch.busy()
     _device_sync()
+    at_end = [[int(s) if s is not None else -1 for s in fp] if fp is not None else None for fp in at_end]
     after = [fingerprint(o) if isinstance(o, list) else None for o in outputs]
     complaint = ""
+    if busy:
+        complaint = (f"{busy} other CUDA stream(s) still had work queued when the timed window closed; "
+                     f"the call must be complete when its end event fires (join side streams to the current one)")
     for i, (a, b) in enumerate(zip(at_end, after)):
-        if a != b:
-            complaint = (f"call {i}: outputs changed after the timed window closed (work on another stream or "
-                         f"finished after the end event); the call must be complete when its end event fires")
-            break
+        if a != b and not complaint:
+            complaint = (f"call {i + 1}: outputs changed after the timed window closed (work on another stream "
+                         f"or finished after the end event); the call must be complete when its end event fires")
     return _elapsed_ms(start, end) * 1e6, outputs, complaint
 
 

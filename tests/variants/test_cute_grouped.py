@@ -357,6 +357,17 @@ def test_descriptor_update_is_released_and_acquired_per_descriptor(compiled, gro
 
 
 @pytest.mark.slow
+def test_the_epilogue_is_predicated(compiled):
+    ptx = compiled[8].ptx
+    row_bytes = host.CONFIG.tile_n * 2
+    assert len(re.findall(r"st\.global\.v4\.b32", ptx)) == row_bytes // 16  # full tile: a row in 16-byte stores
+    # Tile cut by N: one 2-byte store per column, each behind its own branch on the columns left (the last column
+    # cannot be reached on that path, taken only when fewer than 128 columns are left).
+    guarded = re.findall(r"setp\.\w+\.[sb]32\s+%p\d+, %r\d+, (\d+);\s*@%p\d+ bra\s+\S+;\s*st\.global\.b16", ptx)
+    assert len(re.findall(r"st\.global\.b16", ptx)) == len(guarded) == host.CONFIG.tile_n - 1
+
+
+@pytest.mark.slow
 def test_group_count_changes_the_compiled_code(compiled):
     assert compiled[8].key != compiled[9].key
     assert compiled[8].ptx != compiled[9].ptx

@@ -1,0 +1,64 @@
+"""Time a submission the way the official evaluator does, in one process, with none of fp4bench's integrity
+measures: the same 15 inputs reused by every sample, one event pair per sample, L2 cleared with a buffer of the
+device's L2 size, no rechecks, no stream watch, no fingerprint. It exists to show that fp4bench's checks do
+not move an honest submission's times: compare its per-shape means with `python -m harness run --mode benchmark`.
+
+    python benchmarks/official_style.py --submission torch_reference --shapes benchmarks --out FILE.json
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from harness.registry import resolve  # noqa: E402
+from harness.stats import StoppingRule, summarize  # noqa: E402
+from task.inputs import generate_input  # noqa: E402
+from task.spec import load_shapes  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--submission", required=True)
+    parser.add_argument("--shapes", default="benchmarks")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    variant = resolve(args.submission)
+    sys.path.insert(0, str(variant.path.parent))
+    spec = importlib.util.spec_from_file_location("submission", variant.path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    flush = torch.empty(torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.uint8, device="cuda")
+    rule = StoppingRule(budget_ns=10e9)
+    results = []
+    for case in load_shapes(args.shapes).cases:
+        inputs = [generate_input(case.m, case.n, case.k, case.g, case.seed + 42 * (j + 1)) for j in range(15)]
+        module.custom_kernel(inputs[0])  # warm-up
+        samples, t0 = [], time.monotonic_ns()
+        while True:
+            torch.cuda.synchronize()
+            flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for x in inputs:
+                module.custom_kernel(x)
+            end.record()
+            torch.cuda.synchronize()
+            samples.append(start.elapsed_time(end) * 1e6 / len(inputs))
+            if rule.is_finished(samples, time.monotonic_ns() - t0):
+                break
+        s = summarize(samples)
+        results.append({"case": case.name or case.text(), "runs": s.runs, "mean_ns": s.mean_ns, "std_ns": s.std_ns})
+        print(f"{case.name or case.text()}: {s.mean_ns / 1e3:.2f} us over {s.runs} samples", flush=True)
+    args.out.write_text(json.dumps({"submission": variant.name, "device": torch.cuda.get_device_name(),
+                                    "results": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
