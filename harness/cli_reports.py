@@ -19,6 +19,9 @@ from harness.report import (FORMATS, Board, ReportError, fmt_interval_us, fmt_pm
                             leaderboard_report, leaderboards, rank_text, report, shape_label)
 from harness.store import ResultStore, StoreError, gpu_model, resolve_db_path
 
+#: Shape names longer than this are numbered in terminal tables, with a key under the table.
+SHORT_LABEL = 18
+
 _DB = click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
                    help="Results store (default: $FP4BENCH_DB, else results/fp4bench.sqlite).")
 
@@ -42,17 +45,21 @@ def _emit(text: str, out: Path | None) -> None:
 def board_rich_table(board: Board) -> Table:
     """A rich table of one board: rank (``=2`` for a shared rank), variant, geomean us, 95 % CI, % SOL of the
     board's GPU model, per-shape means (us), who it ties with, run id and commit."""
-    table = Table(title=escape(board.title),
-                  caption="rank = 1 + number of variants detectably faster; overlapping 95% intervals are ties "
-                          "(shown =N)")
+    labels = [shape_label(c) for c in board.cases]
+    numbered = any(len(label) > SHORT_LABEL for label in labels)
+    caption = "rank = 1 + number of variants detectably faster; overlapping 95% intervals are ties (shown =N)"
+    if numbered:
+        caption += "\n" + "\n".join(f"shape {i + 1}: {label}" for i, label in enumerate(labels))
+    table = Table(title=escape(board.title), caption=escape(caption), caption_justify="left")
     table.add_column("rank", justify="right", no_wrap=True)
     table.add_column("variant", no_wrap=True)
     table.add_column("geomean us", justify="right", no_wrap=True)
     table.add_column("95% CI us", justify="right", no_wrap=True)
     if board.peaks:
         table.add_column(f"% SOL {board.peaks.model}", justify="right", no_wrap=True)
-    for case in board.cases:
-        table.add_column(escape(f"{shape_label(case)}\nus"), justify="right", no_wrap=True)
+    for i, label in enumerate(labels):
+        table.add_column(f"shape {i + 1}\nus" if numbered else escape(f"{label}\nus"), justify="right",
+                         no_wrap=True)
     table.add_column("tied with")
     table.add_column("run", style="dim", overflow="fold")
     table.add_column("commit", style="dim", overflow="fold")

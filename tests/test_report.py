@@ -278,3 +278,14 @@ def test_cli_history_shows_change_verdicts(cli, tmp_path):
         store.save(make_run("h2", "alpha", "2026-11-29T11:00:00+00:00", scale=0.8, noise=0.001))
     out = cli("history", "alpha", "--db", str(path)).output
     assert "-20.0 %" in out and "faster" in out
+
+
+def test_cli_leaderboard_numbers_long_shape_labels_with_a_key(cli, tmp_path):
+    path = tmp_path / "u.sqlite"
+    run = make_run("u1", "alpha")
+    unnamed = dataclasses.replace(run, cases=tuple(dataclasses.replace(c, case=dataclasses.replace(c.case, name=""))
+                                                   for c in run.cases))
+    with ResultStore(path) as store:
+        store.save(unnamed)
+    out = cli("leaderboard", "--db", str(path)).output
+    assert "shape 1: G=2 M=[192,320] N=3072 K=4096" in out and "shape 2: G=2 M=[128,384] N=4096 K=1536" in out
