@@ -13,6 +13,7 @@ Host logic that needs no GPU (limits, grid, caches) lives in dense_host.py besid
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -401,6 +402,7 @@ def compile_for_sm100(*, dump_dir: str | None = None, config: host.KernelConfig 
     kernel = DenseBlockScaledGemm(config)
     options = f"--gpu-arch {TARGET_ARCH}"
     if dump_dir is not None:
+        os.makedirs(dump_dir, exist_ok=True)  # 4.8.1 silently skips the dump into a missing folder
         options += f" --keep-ptx --dump-dir {dump_dir}"
     start = time.perf_counter()
     fn = cute.compile(
@@ -414,6 +416,8 @@ def compile_for_sm100(*, dump_dir: str | None = None, config: host.KernelConfig 
     )
     seconds = time.perf_counter() - start
     ptx = fn.__ptx__ if dump_dir is not None else None
+    if ptx is not None and ".target" not in ptx:
+        raise RuntimeError(f"expected PTX text from the compiler in {dump_dir}, got {ptx[:200]!r}")
     return CompiledKernel(host.compile_key(TARGET_ARCH, cutlass.__version__, config), fn, seconds, ptx)
 
 

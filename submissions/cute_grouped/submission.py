@@ -14,6 +14,7 @@ Host logic that needs no GPU (limits, tile bookkeeping, caches) lives in grouped
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -507,6 +508,7 @@ def compile_for_sm100(num_groups: int, *, dump_dir: str | None = None,
     kernel = GroupedBlockScaledGemm(config, num_groups)
     options = f"--gpu-arch {TARGET_ARCH}"
     if dump_dir is not None:
+        os.makedirs(dump_dir, exist_ok=True)  # 4.8.1 silently skips the dump into a missing folder
         options += f" --keep-ptx --dump-dir {dump_dir}"
     start = time.perf_counter()
     fn = cute.compile(
@@ -523,6 +525,8 @@ def compile_for_sm100(num_groups: int, *, dump_dir: str | None = None,
     )
     seconds = time.perf_counter() - start
     ptx = fn.__ptx__ if dump_dir is not None else None
+    if ptx is not None and ".target" not in ptx:
+        raise RuntimeError(f"expected PTX text from the compiler in {dump_dir}, got {ptx[:200]!r}")
     key = host.compile_key(num_groups, TARGET_ARCH, cutlass.__version__, config)
     return CompiledKernel(key, fn, seconds, ptx)
 
