@@ -53,8 +53,17 @@ class Writer:
         self._fd, self._key = fd, key
         self._write = os.write
 
-    def send(self, header: dict, payload: bytes = b"") -> None:
-        view = memoryview(encode(self._key, header, payload))
+    def send(self, header: dict, payload=b"") -> None:
+        """``payload``: bytes, or a list of buffers sent one after another without joining them."""
+        chunks = [memoryview(c).cast("B") for c in (payload if isinstance(payload, list) else [payload])]
+        hbytes = json.dumps(header).encode()
+        lengths = _LENGTHS.pack(len(hbytes), sum(c.nbytes for c in chunks))
+        self._write_all(MAGIC + lengths + _mac(self._key, lengths)[:16] + _mac(self._key, hbytes, *chunks) + hbytes)
+        for chunk in chunks:
+            self._write_all(chunk)
+
+    def _write_all(self, data) -> None:
+        view = memoryview(data)
         while view:
             view = view[self._write(self._fd, view):]
 
@@ -83,7 +92,7 @@ class Reader:
         while len(self._buf) < n:
             self._fill(deadline)
 
-    def receive(self, timeout_s: float) -> tuple[dict, bytes]:
+    def receive(self, timeout_s: float) -> tuple[dict, bytearray]:
         """The next authentic frame's (header, payload). Raises ChannelTimeout or ChannelClosed."""
         deadline = time.monotonic() + timeout_s
         while True:
@@ -111,7 +120,7 @@ class Reader:
             body_mac = bytes(self._buf[pos + 16:pos + 48])
             self._need(_PREFIX + hlen + plen, deadline)
             hbytes = bytes(self._buf[_PREFIX:_PREFIX + hlen])
-            payload = bytes(self._buf[_PREFIX + hlen:_PREFIX + hlen + plen])
+            payload = self._buf[_PREFIX + hlen:_PREFIX + hlen + plen]
             if not hmac.compare_digest(body_mac, _mac(self._key, hbytes, payload)):
                 self.stray_bytes += 1
                 del self._buf[:1]

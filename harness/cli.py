@@ -14,6 +14,7 @@ from harness.environment import device_facts
 from harness.registry import RegistryError, find_variants, resolve
 from harness.runner import MODES, Observer, RunOptions, run as run_variant
 from harness.settings import SettingsError, load_settings
+from harness.store import ResultStore, StoreRecorder, resolve_db_path
 from task.inputs import DATA_MODES
 from task.spec import SpecError, load_shapes
 
@@ -43,7 +44,10 @@ def main() -> None:
 @click.option("--settings", "settings_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="Run settings YAML (default configs/run.yml).")
 @click.option("--timeout", type=float, default=None, help="Override every time limit (seconds).")
-def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, timeout) -> None:
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Results store (default $FP4BENCH_DB, else results/fp4bench.sqlite).")
+@click.option("--no-store", is_flag=True, help="Do not record this run in the results store.")
+def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, timeout, db, no_store) -> None:
     """Run submissions over a shape set; exit code as the official runner (0, 110, 112, 113, 114)."""
     console = Console()
     try:
@@ -58,14 +62,15 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
     if timeout is not None:
         settings = settings.with_timeout(timeout)
     opts = RunOptions(mode, data, secret, settings)
+    store = None if no_store else ResultStore(resolve_db_path(db))
     records = []
     for variant in variants:
         label = f"{variant.name} {mode}"
         if mode in ("benchmark", "leaderboard") and console.is_terminal:
             with ProgressObserver(console, len(shape_set.cases), label) as obs:
-                record = run_variant(variant, shape_set, opts, obs)
+                record = run_variant(variant, shape_set, opts, StoreRecorder(store, obs) if store else obs)
         else:
-            record = run_variant(variant, shape_set, opts, Observer())
+            record = run_variant(variant, shape_set, opts, StoreRecorder(store, Observer()) if store else Observer())
         records.append(record)
         console.print(results_table(record))
         for r in record.cases:

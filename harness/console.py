@@ -14,7 +14,10 @@ _STYLE = {Status.PASS: "green", Status.SKIPPED: "yellow"}
 
 
 def case_label(case: Case) -> str:
-    return case.name or f"G={case.g} M={list(case.m)} N={list(case.n)} K={list(case.k)}"
+    """The case's name, or a compact ``G2 m64,40 n128,256 k256,512`` (equal entries shown once)."""
+    def part(key: str, values: tuple[int, ...]) -> str:
+        return key + (str(values[0]) if len(set(values)) == 1 else ",".join(map(str, values)))
+    return case.name or " ".join([f"G{case.g}", part("m", case.m), part("n", case.n), part("k", case.k)])
 
 
 def results_table(record: RunRecord) -> Table:
@@ -24,8 +27,11 @@ def results_table(record: RunRecord) -> Table:
     table = Table(title=f"{record.submission.name}: {record.mode} on {env.device} "
                         f"({'CUDA events' if env.timer == 'cuda-events' else 'CPU, monotonic clock'}, "
                         f"{record.data} data)")
-    for col in ("case", "status", "runs", "mean us", "std us", "best us", "worst us", "TFLOP/s"):
-        table.add_column(col, justify="right" if col not in ("case", "status") else "left")
+    timed = any(r.stats for r in record.cases)
+    columns = ("case", "status") + (("runs", "mean us", "std us", "best us", "worst us", "TFLOP/s") if timed else ())
+    for col in columns:
+        table.add_column(col, justify="right" if col not in ("case", "status") else "left", no_wrap=col == "case")
+    peaks = peaks if timed else None
     if peaks:
         table.add_column(f"% SOL {peaks.model}", justify="right")
     table.add_column("message", overflow="fold")
@@ -35,7 +41,7 @@ def results_table(record: RunRecord) -> Table:
         if s:
             cells += [str(s.runs), f"{s.mean_ns / 1e3:.2f}", f"{s.std_ns / 1e3:.2f}", f"{s.best_ns / 1e3:.2f}",
                       f"{s.worst_ns / 1e3:.2f}", f"{tflops_at(r.case, s.mean_ns):.1f}"]
-        else:
+        elif timed:
             cells += [""] * 6
         if peaks:
             cells.append(f"{100 * sol_ns(r.case, peaks) / s.mean_ns:.1f}" if s else "")

@@ -70,9 +70,17 @@ class WorkerProcess:
         except (BrokenPipeError, OSError):
             pass  # the reply read reports how the worker ended
 
+    def send(self, req: dict) -> None:
+        """Send one request line; its reply comes from ``receive``."""
+        self._send_line(json.dumps(req))
+
     def request(self, req: dict, timeout_s: float) -> tuple[dict, bytes]:
         """Send one request and wait for its reply. Raises WorkerTimeout (worker killed) or WorkerDied."""
-        self._send_line(json.dumps(req))
+        self.send(req)
+        return self.receive(timeout_s)
+
+    def receive(self, timeout_s: float) -> tuple[dict, bytes]:
+        """The next reply. Raises WorkerTimeout (worker killed) or WorkerDied."""
         try:
             return self._reader.receive(timeout_s)
         except ChannelTimeout:

@@ -23,7 +23,7 @@ from harness.settings import Settings
 from harness.stats import geomean, summarize
 from task.check import OutputMeta, ReferenceError, check_outputs, validate_container
 from task.cost import peaks_for, sol_ns
-from task.inputs import default_device, generate_input
+from task.inputs import default_device, generate_many
 from task.reference import ref_kernel
 from task.spec import Case, ShapeSet
 
@@ -79,9 +79,11 @@ class Session:
             where = "import failed" if reply["kind"] == "import" else "no entry point"
             raise CaseFailed(Status.ERROR, f"{where}: {reply['type']}: {reply['message']}\n{reply['traceback']}".strip())
 
-    def _ask(self, req: dict, timeout_s: float) -> tuple[dict, bytes]:
+    def _ask(self, req: dict | None, timeout_s: float) -> tuple[dict, bytes]:
         try:
-            return self.proc.request(req, timeout_s)
+            if req is not None:
+                self.proc.send(req)
+            return self.proc.receive(timeout_s)
         except WorkerTimeout as exc:
             self.close()
             raise CaseFailed(Status.TIMEOUT, str(exc)) from None
@@ -89,18 +91,29 @@ class Session:
             self.close()
             raise CaseFailed(Status.CRASH, str(exc)) from None
 
-    def run(self, req: dict) -> tuple[dict, bytes]:
-        """One run request; the first after a (re)start gets the first-call time limit (compiles happen)."""
+    def run(self, req: dict, prepare=lambda: None):
+        """One run request; returns (reply, payload, what ``prepare()`` returned).
+
+        The worker draws its inputs, says it is ready and waits; meanwhile the parent runs ``prepare`` (the
+        expected outputs) and finishes its own GPU work, then says go, so nothing of ours overlaps the timed
+        window. The first request after a (re)start gets the first-call time limit (compiles happen there).
+        """
         self.load()
         timeout = self.settings.first_call_s if self.first_call else self.settings.call_s
         self.first_call = False
-        reply, payload = self._ask(dict(req, op="run"), timeout)
+        self.proc.send(dict(req, op="run"))
+        prepared = prepare()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        reply, payload = self._ask(None, timeout)
+        if reply.get("ready"):
+            reply, payload = self._ask({"op": "go"}, timeout)
         if not reply["ok"]:
             kind = "CUDA error" if reply["kind"] == "cuda" else "raised"
             if reply["kind"] == "cuda":
                 self.close()
             raise CaseFailed(Status.ERROR, f"{kind}: {reply['type']}: {reply['message']}\n{reply['traceback']}".strip())
-        return reply, payload
+        return reply, payload, prepared
 
     def close(self) -> None:
         if self.proc is not None:
@@ -109,10 +122,9 @@ class Session:
             self.proc = None
 
 
-def expected_outputs(case: Case, seed: int, data: str, device: torch.device) -> list[torch.Tensor]:
-    """The reference outputs for the input drawn from ``seed``; inputs are dropped, only outputs kept."""
-    inputs = generate_input(case.m, case.n, case.k, case.g, seed, data, device)
-    return ref_kernel(inputs)
+def expected_outputs(case: Case, seeds: list[int], data: str, device: torch.device) -> list[list[torch.Tensor]]:
+    """The reference outputs for the inputs drawn from ``seeds``; inputs are dropped, only outputs kept."""
+    return [ref_kernel(x) for x in generate_many(case.m, case.n, case.k, case.g, seeds, data, device)]
 
 
 def judge(case: Case, reply: dict, payload: bytes, expected: list[list[torch.Tensor]], device: torch.device) -> None:
@@ -128,7 +140,7 @@ def judge(case: Case, reply: dict, payload: bytes, expected: list[list[torch.Ten
             where = next(offsets)
             if where is not None and problem is None:
                 start, length = where
-                got.append(torch.frombuffer(bytearray(payload[start:start + length]), dtype=torch.float16)
+                got.append(torch.frombuffer(payload, dtype=torch.float16, count=length // 2, offset=start)
                            .view(m, n, 1).to(device))
         if problem:
             raise CaseFailed(Status.FAIL, prefix + problem)
@@ -152,9 +164,9 @@ class CaseRunner:
         self.notes: list[str] = []
 
     def _call(self, case: Case, seeds: list[int], check: bool = True, profile: bool = False) -> dict:
-        expected = [expected_outputs(case, s, self.opts.data, self.device) for s in seeds] if check else None
-        reply, payload = self.session.run({"case": _case_dict(case), "seeds": seeds, "data": self.opts.data,
-                                           "profile": profile})
+        prepare = (lambda: expected_outputs(case, seeds, self.opts.data, self.device)) if check else (lambda: None)
+        reply, payload, expected = self.session.run(
+            {"case": _case_dict(case), "seeds": seeds, "data": self.opts.data, "profile": profile}, prepare)
         if reply.get("tampered"):
             raise CaseFailed(Status.FAIL, "the submission modified fp4bench's measurement code or objects: "
                                           + ", ".join(reply["tampered"]))

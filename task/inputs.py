@@ -7,6 +7,8 @@ generator. Without a GPU the device draws come from the CPU generator (values th
 from __future__ import annotations
 
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Literal, Sequence
 
 import torch
@@ -38,8 +40,9 @@ def _reordered(sf: torch.Tensor, rows: int, sf_cols: int, device: torch.device, 
     return view
 
 
-def _official_scales(rows: int, sf_cols: int) -> torch.Tensor:
-    return torch.randint(1, 3, (1, rows, sf_cols), dtype=torch.int8).to(torch.float8_e4m3fn).permute(1, 2, 0)
+def _official_scales(rows: int, sf_cols: int, gen: torch.Generator) -> torch.Tensor:
+    return torch.randint(1, 3, (1, rows, sf_cols), dtype=torch.int8, generator=gen).to(
+        torch.float8_e4m3fn).permute(1, 2, 0)
 
 
 def full_range_scale_exponent(k: int) -> int:
@@ -49,7 +52,8 @@ def full_range_scale_exponent(k: int) -> int:
     return math.floor(math.log2(FP16_MAX / (_FULL_RANGE_PRODUCT * k)))
 
 
-def _full_range_scales(rows_a: int, rows_b: int, sf_cols: int, k: int, device: torch.device):
+def _full_range_scales(rows_a: int, rows_b: int, sf_cols: int, k: int, device: torch.device,
+                       gen: torch.Generator):
     """Scales over e4m3fn's positive normal range, anti-correlated per 16-block so no output can overflow.
 
     Per scale-column j a shared exponent t_j is drawn; sfa exponents are t_j + {-1, 0}, sfb exponents
@@ -60,11 +64,11 @@ def _full_range_scales(rows_a: int, rows_b: int, sf_cols: int, k: int, device: t
     lo, hi = max(-5, s - 8), min(8, s + 5)
     if lo > hi:
         raise ValueError(f"full-range data cannot bound fp16 output for K={k} (scale exponent {s})")
-    t = torch.randint(lo, hi + 1, (sf_cols,), device=device)
+    t = torch.randint(lo, hi + 1, (sf_cols,), device=device, generator=gen)
 
     def draw(rows: int, centre: torch.Tensor) -> torch.Tensor:
-        exp = centre + torch.randint(-1, 1, (rows, sf_cols), device=device)
-        man = torch.randint(0, 8, (rows, sf_cols), device=device)
+        exp = centre + torch.randint(-1, 1, (rows, sf_cols), device=device, generator=gen)
+        man = torch.randint(0, 8, (rows, sf_cols), device=device, generator=gen)
         bits = ((exp + 7) << 3) | man
         return bits.to(torch.uint8).view(torch.float8_e4m3fn).cpu().unsqueeze(-1)
 
@@ -84,26 +88,29 @@ def generate_input(m: Sequence[int], n: Sequence[int], k: Sequence[int], g: int,
     if not (len(m) == len(n) == len(k) == g):
         raise ValueError(f"expected g={g} entries in m, n, k; got {len(m)}, {len(n)}, {len(k)}")
     dev = torch.device(device) if device is not None else default_device()
-    torch.manual_seed(seed)
+    # torch.manual_seed(seed) as the official generator does, but on private generators (same streams) so that
+    # several inputs can be drawn at once and the caller's global RNG state is left alone.
+    gen_cpu = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(device=dev).manual_seed(seed) if dev.type == "cuda" else gen_cpu
     abc, sfs, sfs_reordered, sizes = [], [], [], []
     for mi, ni, ki in zip(m, n, k):
         sf_cols = ki // SF_VEC
         if data == "official":
-            a = (torch.randint(255, (1, mi, ki // 2), dtype=torch.uint8, device=dev) & OFFICIAL_NIBBLE_MASK)
-            b = (torch.randint(255, (1, ni, ki // 2), dtype=torch.uint8, device=dev) & OFFICIAL_NIBBLE_MASK)
+            a = torch.randint(255, (1, mi, ki // 2), dtype=torch.uint8, device=dev, generator=gen) & OFFICIAL_NIBBLE_MASK
+            b = torch.randint(255, (1, ni, ki // 2), dtype=torch.uint8, device=dev, generator=gen) & OFFICIAL_NIBBLE_MASK
         else:
-            a = torch.randint(256, (1, mi, ki // 2), dtype=torch.uint8, device=dev)
-            b = torch.randint(256, (1, ni, ki // 2), dtype=torch.uint8, device=dev)
+            a = torch.randint(256, (1, mi, ki // 2), dtype=torch.uint8, device=dev, generator=gen)
+            b = torch.randint(256, (1, ni, ki // 2), dtype=torch.uint8, device=dev, generator=gen)
         a = a.permute(1, 2, 0).view(torch.float4_e2m1fn_x2)
         b = b.permute(1, 2, 0).view(torch.float4_e2m1fn_x2)
-        c = torch.randn((1, mi, ni), dtype=torch.float16, device=dev).permute(1, 2, 0)
+        c = torch.randn((1, mi, ni), dtype=torch.float16, device=dev, generator=gen).permute(1, 2, 0)
         if data == "official":
-            sfa, sfb = _official_scales(mi, sf_cols), _official_scales(ni, sf_cols)
+            sfa, sfb = _official_scales(mi, sf_cols, gen_cpu), _official_scales(ni, sf_cols, gen_cpu)
         else:
-            sfa, sfb = _full_range_scales(mi, ni, sf_cols, ki, dev)
+            sfa, sfb = _full_range_scales(mi, ni, sf_cols, ki, dev, gen)
 
         def pad_fill(shape):
-            return torch.randint(1, 3, shape, dtype=torch.int8, device=dev).to(torch.float8_e4m3fn)
+            return torch.randint(1, 3, shape, dtype=torch.int8, device=dev, generator=gen).to(torch.float8_e4m3fn)
 
         sfa_r = _reordered(sfa[:, :, 0], mi, sf_cols, dev, pad_fill)
         sfb_r = _reordered(sfb[:, :, 0], ni, sf_cols, dev, pad_fill)
@@ -112,3 +119,19 @@ def generate_input(m: Sequence[int], n: Sequence[int], k: Sequence[int], g: int,
         sfs_reordered.append((sfa_r, sfb_r))
         sizes.append((mi, ni, ki, 1))
     return abc, sfs, sfs_reordered, sizes
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def generate_many(m: Sequence[int], n: Sequence[int], k: Sequence[int], g: int, seeds: Sequence[int],
+                  data: DataMode = "official", device: torch.device | str | None = None) -> list[input_t]:
+    """``generate_input`` for each seed, drawn concurrently (each input has its own generators, and torch
+    releases the GIL inside its ops); the result is the same as drawing them one after another."""
+    global _POOL
+    if len(seeds) == 1:
+        return [generate_input(m, n, k, g, seeds[0], data, device)]
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1), thread_name_prefix="fp4bench-gen")
+    dev = torch.device(device) if device is not None else default_device()
+    return list(_POOL.map(lambda s: generate_input(m, n, k, g, s, data, dev), seeds))

@@ -38,7 +38,8 @@ def test_honest_passes_every_mode(mode):
         for c in rec.cases:
             assert c.stats.runs == len(c.samples_ns) >= 3 and c.stats.mean_ns > 0
             assert c.calls_checked == 1 + 15 * c.stats.runs  # every timed output checked
-        assert rec.geomean_ns > 0 and rec.environment.timer == "cpu-monotonic"
+        assert rec.geomean_ns > 0
+        assert rec.environment.timer == ("cuda-events" if torch.cuda.is_available() else "cpu-monotonic")
 
 
 def test_empty_list():
@@ -102,7 +103,8 @@ def test_fd_writer_has_no_effect():
     rec = _run(SHARED_CASES / "fd_writer.py", "benchmark")
     r = _only(rec)
     assert r.status is Status.PASS and r.stats.runs >= 3
-    assert "stray bytes the submission wrote to the result channel" in r.message
+    if not torch.cuda.is_available():  # on a GPU the channel's descriptor number may lie beyond the ones it sprays
+        assert "stray bytes the submission wrote to the result channel" in r.message
 
 
 def test_timer_patch_cannot_reach_the_timer():
@@ -143,13 +145,14 @@ def test_lazy_tensor_subclass_rejected():
 def test_module_tamper_detected():
     r = _only(_run(ADVERSARIAL / "module_tamper.py", "benchmark"))
     assert r.status is Status.FAIL
-    assert "modified fp4bench's measurement code or objects: harness.worker.timing._perf_ns" in r.message
+    assert "modified fp4bench's measurement code or objects: " in r.message
+    assert "harness.worker.timing._perf_ns" in r.message
 
 
 def test_gc_reach_into_worker_detected():
     r = _only(_run(ADVERSARIAL / "gc_flush.py", "benchmark"))
     assert r.status is Status.FAIL
-    assert "modified fp4bench's measurement code or objects: worker.send" in r.message
+    assert "modified fp4bench's measurement code or objects: " in r.message and "worker.send" in r.message
 
 
 def test_content_replay_gets_no_hits(tmp_path, monkeypatch):

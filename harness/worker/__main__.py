@@ -12,7 +12,7 @@ import traceback
 from harness.worker import timing  # first: captures the measurement functions before any submission import
 from harness.channel import Writer
 from task.check import describe
-from task.inputs import default_device, generate_input
+from task.inputs import default_device, generate_many
 
 import torch
 
@@ -36,8 +36,9 @@ def _cuda_poisoned() -> str:
 
 
 class Worker:
-    def __init__(self, writer: Writer):
+    def __init__(self, writer: Writer, readline):
         self.send = writer.send
+        self.readline = readline
         self.kernel = None
         self.device = default_device()
         self.flush = timing.L2Flush(self.device) if self.device.type == "cuda" else None
@@ -66,7 +67,12 @@ class Worker:
 
     def run(self, req: dict, tampered=lambda: []) -> None:
         c = req["case"]
-        inputs = [generate_input(c["m"], c["n"], c["k"], c["g"], s, req["data"], self.device) for s in req["seeds"]]
+        inputs = generate_many(c["m"], c["n"], c["k"], c["g"], req["seeds"], req["data"], self.device)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        self.send({"ok": True, "ready": True})
+        if json.loads(self.readline()).get("op") != "go":
+            raise SystemExit("protocol error: expected go")
         profile_table = ""
         try:
             if req.get("profile"):
@@ -90,17 +96,17 @@ class Worker:
                 meta = describe(o)
                 call_metas.append(meta.__dict__)
                 if meta.plain_tensor and o.dtype == torch.float16:
-                    raw = o.detach().contiguous().cpu().numpy().tobytes()
-                    offsets.append([pos, len(raw)])
+                    raw = o.detach().contiguous().cpu().numpy()
+                    offsets.append([pos, raw.nbytes])
                     chunks.append(raw)
-                    pos += len(raw)
+                    pos += raw.nbytes
                 else:
                     offsets.append(None)
             metas.append(call_metas)
         self.send({"ok": True, "elapsed_ns": elapsed_ns, "calls": len(inputs), "complaint": complaint,
                    "containers": containers, "metas": metas, "offsets": offsets,
                    "guard": timing.guard_report(), "tampered": tampered(),
-                   "profile": profile_table}, b"".join(chunks))
+                   "profile": profile_table}, chunks)
 
     def _profile(self, inputs):
         from torch.profiler import ProfilerActivity, profile
@@ -132,8 +138,8 @@ def main() -> None:
     stdin = sys.stdin.buffer
     key = bytes.fromhex(stdin.readline().decode().strip())
     fd = int(os.environ.pop("FP4BENCH_RESULT_FD"))
-    worker = Worker(Writer(fd, key))
     readline = stdin.readline
+    worker = Worker(Writer(fd, key), readline)
     snapshot = _measurement_objects(worker)  # before any submission code runs, import included
 
     def tampered() -> list[str]:
