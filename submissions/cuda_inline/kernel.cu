@@ -451,11 +451,15 @@ at::Tensor encode_operand_map(const at::Tensor &operand, int64_t rows, int64_t k
   const uint64_t strides[2] = {uint64_t(k / 2), uint64_t(kTileK / 2)};  // bytes: next row, next K block
   const uint32_t box[3] = {uint32_t(kTileK), uint32_t(box_rows), 1};
   const uint32_t element_strides[3] = {1, 1, 1};
-  check_driver(cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B, 3, operand.data_ptr(), dims,
-                                      strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
-                                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-               "cuTensorMapEncodeTiled");
+  const CUresult status = cuTensorMapEncodeTiled(
+      &map, CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B, 3, operand.data_ptr(), dims, strides, box, element_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  // Seen on an H200 (sm_90): the driver refuses the packed fp4 type with "invalid argument" whatever the geometry.
+  TORCH_CHECK(status != CUDA_ERROR_INVALID_VALUE, "cuTensorMapEncodeTiled refused the fp4 operand map (rows=", rows,
+              ", K=", k, ", box rows=", box_rows, "): invalid argument. Before sm_100 the driver says this for any packed fp4 map; on "
+              "sm_100, check the operand's address and sizes");
+  check_driver(status, "cuTensorMapEncodeTiled");
   at::Tensor bytes = at::empty({int64_t(sizeof(CUtensorMap))}, at::TensorOptions().dtype(at::kByte));
   std::memcpy(bytes.data_ptr(), &map, sizeof(CUtensorMap));
   return bytes;
