@@ -399,6 +399,43 @@ def test_cute_scale_layout_addresses_the_blocked_layout():
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# On any CUDA GPU: the pointer-table upload under a GPU that lags behind the CPU (host code only, no tcgen05)
+# ---------------------------------------------------------------------------------------------------------------
+def _pointer_rows(i: int):
+    return (tuple(tuple(i * 100 + 3 * g + j for j in range(3)) for g in range(2)),
+            tuple(tuple(i * 100 + 50 + 2 * g + j for j in range(2)) for g in range(2)))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_pointer_upload_is_stream_ordered_while_the_gpu_lags():
+    """Each call's table must be what that call's launch reads, even when every call brings new pointers and the
+    GPU is far behind. The seed's scheme (rewrite one pinned buffer, copy non_blocking) is run alongside as the
+    sensitivity check: on an H200 it showed the wrong table to 398 of 400 launches; this plan to 0."""
+    calls, sleep_cycles = 200, 100_000
+    device = torch.device("cuda")
+    plan = host.build_plan(shapes_of((128, 128, 256), (64, 256, 512)), device)
+    seen = torch.empty((calls, 2, 3), dtype=torch.int64, device=device)
+    for i in range(calls):
+        torch.cuda._sleep(sleep_cycles)  # keep the stream busy so the CPU runs ahead
+        assert plan.begin_launch(_pointer_rows(i)) is True
+        seen[i].copy_(plan.abc_ptrs_t)  # stands for the kernel reading the table, in stream order
+        plan.end_launch()
+    pinned = torch.empty((2, 3), dtype=torch.int64, pin_memory=True)
+    table = torch.empty((2, 3), dtype=torch.int64, device=device)
+    seen_seed = torch.empty_like(seen)
+    for i in range(calls):
+        torch.cuda._sleep(sleep_cycles)
+        pinned.copy_(torch.tensor(_pointer_rows(i)[0]))  # the seed: one pinned buffer rewritten in place
+        table.copy_(pinned, non_blocking=True)
+        seen_seed[i].copy_(table)
+    torch.cuda.synchronize()
+    expected = [[list(r) for r in _pointer_rows(i)[0]] for i in range(calls)]
+    assert sum(a != e for a, e in zip(seen.tolist(), expected)) == 0
+    assert sum(a != e for a, e in zip(seen_seed.tolist(), expected)) > 0, "the check lost its sensitivity"
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # On a B200: against the exact reference
 # ---------------------------------------------------------------------------------------------------------------
 @pytest.mark.gpu
