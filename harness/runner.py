@@ -235,6 +235,9 @@ def run(variant: Variant, shapes: ShapeSet, opts: RunOptions, observer: Observer
         raise ValueError(f"mode must be one of {MODES}, got {opts.mode!r}")
     observer = observer or Observer()
     device = default_device()
+    # The parent's CPU work (drawing inputs on a thread pool, checks) must not leave spinning thread teams that
+    # compete with the worker while it is being timed: one intra-op thread per pool thread.
+    torch.set_num_threads(1)
     record = RunRecord(
         run_id=uuid.uuid4().hex[:12], started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         mode=opts.mode, data=opts.data, shape_set=shapes.name, secret_seed=opts.secret,

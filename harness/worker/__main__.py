@@ -67,7 +67,12 @@ class Worker:
 
     def run(self, req: dict, tampered=lambda: []) -> None:
         c = req["case"]
-        inputs = generate_many(c["m"], c["n"], c["k"], c["g"], req["seeds"], req["data"], self.device)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # the draws run on a thread pool; a CPU thread team each would oversubscribe
+        try:
+            inputs = generate_many(c["m"], c["n"], c["k"], c["g"], req["seeds"], req["data"], self.device)
+        finally:
+            torch.set_num_threads(threads)
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         self.send({"ok": True, "ready": True})
