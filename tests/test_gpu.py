@@ -72,9 +72,10 @@ def test_torch_reference_benchmark_mode_on_gpu():
 
 
 def test_side_stream_is_caught():
-    """A shape large enough that the last call's tail (dequantise B, matmul) is still running at the end event."""
+    """A shape large enough that the last call's tail (dequantise B, matmul) is still running at the end event.
+    Timed samples catch it; the very first call of a fresh worker may be serialised by library start-up."""
     big = ShapeSet("big", (Case((256,), (4096,), (7168,), 1, 5),))
-    rec = run(read_variant(SHARED_CASES / "side_stream.py"), big, RunOptions("test", settings=FAST))
+    rec = run(read_variant(SHARED_CASES / "side_stream.py"), big, RunOptions("benchmark", settings=FAST))
     r = rec.cases[0]
     assert r.status is Status.FAIL
     assert "still had work queued when the timed window closed" in r.message
