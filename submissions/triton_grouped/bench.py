@@ -37,18 +37,28 @@ TC, Config = sub.TileClass, sub.Config
 #: Named presets; "default" is what custom_kernel uses for shapes no rule picks otherwise.
 CONFIGS = {
     "default": sub.DEFAULT_CONFIG,
-    "w8_bk128": Config((TC(64, 128), TC(128, 128), TC(256, 128)), bk=128, num_warps=8, num_stages=3),
-    "w8_bk64": Config((TC(64, 128), TC(128, 128), TC(256, 128)), bk=64, num_warps=8, num_stages=3),
-    "w8_bk64_s4": Config((TC(64, 128), TC(128, 128), TC(256, 128)), bk=64, num_warps=8, num_stages=4),
-    "w8_bm64": Config((TC(64, 128), TC(64, 128), TC(64, 128)), bk=128, num_warps=8, num_stages=3),
-    "w8_bm128": Config((TC(64, 128), TC(128, 128), TC(128, 128)), bk=64, num_warps=8, num_stages=3),
-    "w4_bn64": Config((TC(64, 64), TC(128, 64), TC(256, 64)), bk=64, num_warps=4, num_stages=3),
-    "w4_bn64_bk128": Config((TC(64, 64), TC(128, 64), TC(256, 64)), bk=128, num_warps=4, num_stages=3),
-    "w4_mix": Config((TC(64, 128), TC(128, 64), TC(256, 64)), bk=64, num_warps=4, num_stages=3),
-    "w4_bm128": Config((TC(64, 128), TC(128, 64), TC(128, 64)), bk=64, num_warps=4, num_stages=3),
-    "w4_bm128_s4": Config((TC(64, 128), TC(128, 64), TC(128, 64)), bk=64, num_warps=4, num_stages=4),
-    "w8_f16": Config((TC(64, 128), TC(128, 128), TC(256, 128)), bk=64, num_warps=8, num_stages=3, decode="f16"),
-    "w8_split": Config((TC(64, 128), TC(128, 128), TC(256, 128)), bk=64, num_warps=8, num_stages=3, join=False),
+    # round 1 (bf16 decode, natural K order, joined nibbles): 8 warps, one CTA per SM; geomean 126 us
+    "r1_w8_join": Config((TC(64, 128), TC(128, 128), TC(256, 128)), bk=128, join=True, perm=False, decode="bf16"),
+    # round 2: K permutation (16-byte shared loads of B), low/high nibbles as two dots (no join shuffles)
+    "r2_w8_bf16": Config((TC(64, 128), TC(128, 128), TC(256, 128)), bk=128, num_warps=8, decode="bf16"),
+    "r2_w4_128_bf16": Config((TC(64, 128), TC(128, 128), TC(128, 128)), bk=64, num_warps=4, decode="bf16"),
+    # round 3: fp16 decode with one multiply per pair (f16s)
+    "w8_bk128": Config((TC(64, 128), TC(128, 128), TC(256, 128)), bk=128, num_warps=8),
+    "w4_128": Config((TC(64, 128), TC(128, 128), TC(128, 128)), bk=64, num_warps=4),
+    "w4_128_s4": Config((TC(64, 128), TC(128, 128), TC(128, 128)), bk=64, num_warps=4, num_stages=4),
+    "w4_128_join": Config((TC(64, 128), TC(128, 128), TC(128, 128)), bk=64, num_warps=4, join=True),
+    "w4_256x64": Config((TC(64, 128), TC(128, 128), TC(256, 64)), bk=64, num_warps=4),
+    "w8_128_r128": Config((TC(64, 128), TC(128, 128), TC(128, 128)), bk=64, num_warps=8, maxnreg=128),
+    "w8_128_bk128_r128": Config((TC(64, 128), TC(128, 128), TC(128, 128)), bk=128, num_warps=8, maxnreg=128),
+    "w4_small": Config((TC(64, 128), TC(128, 64), TC(128, 64)), bk=64, num_warps=4),
+    "w4_64": Config((TC(64, 128), TC(64, 128), TC(64, 128)), bk=128, num_warps=4),
+    "w4_128_sk2": Config((TC(64, 128), TC(128, 128), TC(128, 128)), bk=64, num_warps=4, split_k=2),
+    "w8_128_r128_sk2": Config((TC(64, 128), TC(128, 128), TC(128, 128)), bk=64, num_warps=8, maxnreg=128,
+                              split_k=2),
+    "w4_small_sk2": Config((TC(64, 128), TC(128, 64), TC(128, 64)), bk=64, num_warps=4, split_k=2),
+    "w8_128_bk128_r128_sk2": Config((TC(64, 128), TC(128, 128), TC(128, 128)), bk=128, num_warps=8, maxnreg=128,
+                                    split_k=2),
+    "auto": None,  # custom_kernel's per-shape choice (choose_config)
 }
 
 #: bf16 dense roofline per benchmark shape (us), from shared/docs/hardware.md.
@@ -63,15 +73,17 @@ def inspect(names):
 
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     for name in names:
-        cfg = CONFIGS[name]
+        cfg = CONFIGS[name] or sub.DEFAULT_CONFIG
         c0, c1, c2 = cfg.classes
-        sig = {"tab_ptr": "*i64", "tile_ptr": "*i32", "acc_scale": "fp32"}
+        sig = {"tab_ptr": "*i64", "tile_ptr": "*i32", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "acc_scale": "fp32"}
         cst = dict(BM0=c0.bm, BN0=c0.bn, BM1=c1.bm, BN1=c1.bn, BM2=c2.bm, BN2=c2.bn, BK=cfg.bk,
-                   DECODE=cfg.decode, JOIN=cfg.join)
+                   DECODE=cfg.decode, JOIN=cfg.join, PERM=cfg.perm,
+                   WS_STRIDE=max(c.bm * c.bn for c in cfg.classes), SPLIT=cfg.split_k > 1)
         sig.update({k: "constexpr" for k in cst})
         cc = triton.compile(ASTSource(fn=sub._group_gemm_kernel, signature=sig, constexprs=cst),
                             target=GPUTarget("cuda", 90, 32),
-                            options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
+                            options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                                         **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {})))
         path = Path("/tmp") / f"tg_{name}.cubin"
         path.write_bytes(cc.asm["cubin"])
         usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", str(path)], capture_output=True,
@@ -101,8 +113,12 @@ def check(out, ref):
     return bad
 
 
+def run_config(cfg, d):
+    return sub.custom_kernel(d) if cfg is None else sub.grouped_gemm(d, cfg)
+
+
 def time_config(cfg, inputs, flush, samples):
-    fn = lambda d: sub.grouped_gemm(d, cfg)  # noqa: E731
+    fn = lambda d: run_config(cfg, d)  # noqa: E731
     for d in inputs:  # warm-up: compile, plans, tables
         fn(d)
     torch.cuda.synchronize()
@@ -152,7 +168,7 @@ def main():
             for _, _, c in inputs[0][0]:
                 c.fill_(float("nan"))
             try:
-                bad = check(sub.grouped_gemm(inputs[0], cfg), ref)
+                bad = check(run_config(cfg, inputs[0]), ref)
                 times = time_config(cfg, inputs, flush, args.samples)
             except Exception as exc:  # a config that fails to compile or run is reported, not fatal
                 print(f"{case['name']:16s} {name:16s} FAILED {type(exc).__name__}: {str(exc)[:300]}", flush=True)

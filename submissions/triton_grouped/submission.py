@@ -21,7 +21,7 @@ Algorithm (see README.md beside this file):
 """
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -56,11 +56,30 @@ class Config:
     bk: int = 128
     num_warps: int = 8
     num_stages: int = 3
-    decode: str = "bf16"  # "bf16" (1 FMA per pair), "f16" (2 multiplies per pair); interpreter: "pure"
-    join: bool = True
+    decode: str = "f16s"  # "f16s"/"bf16" (one multiply per pair, operands carry 2^-7), "f16" (two); "pure"
+    join: bool = False
+    perm: bool = True
+    maxnreg: int = 0      # 0: compiler's choice
+    split_k: int = 1      # 1 or 2 (two K halves per tile, reduced by the second to finish)
 
 
-DEFAULT_CONFIG = Config()
+#: Measured best on the large benchmark shapes (H200, bench.py, see README): 128 x 128 tiles (64 x 128 for a
+#: remainder of M of 64 or less), K step 128, 8 warps capped at 128 registers so two CTAs share an SM and one
+#: decodes while the other's wgmma runs (Triton waits for each wgmma before the next decode in one CTA).
+DEFAULT_CONFIG = Config((TileClass(64, 128), TileClass(128, 128), TileClass(128, 128)), bk=128, num_warps=8,
+                        num_stages=3, maxnreg=128)
+#: Resident CTAs per SM that DEFAULT_CONFIG's resources allow (registers: 128 x 256 threads; smem ~74 KB).
+CTAS_PER_SM = 2
+
+
+def choose_config(sizes, num_sms: int) -> Config:
+    """Per shape class: the default tiles; and 2-way split-K when the tiles would not fill every CTA slot of the
+    GPU once (few groups, small N: the last two benchmarks) and K has at least two steps."""
+    cfg = DEFAULT_CONFIG
+    tiles = len(plan_tiles(sizes, cfg, cfg.bk))
+    if tiles < CTAS_PER_SM * num_sms and all(k >= 2 * cfg.bk for _, _, k, _ in sizes):
+        return replace(cfg, split_k=2)
+    return cfg
 
 # ----------------------------------------------------------------------------------------------------------
 # Kernel
@@ -139,6 +158,34 @@ mul.rn.f16x2 $1, v, $6;
 }
 """)
 
+# fp16 with one multiply: each byte becomes an e4m3-like byte s000mmm0 (sign bit 7, magnitude bits 3..1) for
+# both nibbles of four bytes at once, then one byte permute per output register puts it in the high byte of each
+# half: an fp16 pattern worth value * 2^-14 (code 1 is the subnormal 2^-15). Times scale * 2^7 (exact in fp16
+# for every e4m3fn scale: at most 57344) gives value * scale * 2^-7, exact: every product is a multiple of 2^-24
+# of at most 6 significant bits and at most 21 in magnitude.
+_ASM_F16S = tl.constexpr("""
+{
+.reg .b32 eh, el, t, u, v;
+and.b32 eh, $4, 0x80808080;
+shr.b32 t, $4, 3;
+and.b32 t, t, 0x0E0E0E0E;
+or.b32 eh, eh, t;
+shl.b32 el, $4, 4;
+and.b32 el, el, 0x80808080;
+shl.b32 u, $4, 1;
+and.b32 u, u, 0x0E0E0E0E;
+or.b32 el, el, u;
+prmt.b32 v, el, 0, 0x1404;
+mul.rn.f16x2 $0, v, $5;
+prmt.b32 v, el, 0, 0x3424;
+mul.rn.f16x2 $1, v, $6;
+prmt.b32 v, eh, 0, 0x1404;
+mul.rn.f16x2 $2, v, $5;
+prmt.b32 v, eh, 0, 0x3424;
+mul.rn.f16x2 $3, v, $6;
+}
+""")
+
 #: bf16 decode: each operand value carries 2^-7, so the accumulator is multiplied by 2^14 at the end.
 _BF16_SCALE_BIAS = 2.0**119
 _BF16_ACC_SCALE = 2.0**14
@@ -162,34 +209,64 @@ def _e4m3_to_f16(code):
 
 
 @triton.jit
-def _decode(x, s8, DECODE: tl.constexpr):
+def _permute_k(t, JOIN: tl.constexpr):
+    """Reorder the byte (K/2) axis of t [R, KB] into the "logical" order used for the dot, the same for A and B
+    (a dot is invariant under one permutation of K applied to both sides), chosen so that the bytes one thread
+    holds in the wgmma register-operand layout are contiguous in memory (16-byte shared-memory loads instead of
+    single bytes). In that layout a thread holds, per 16 values of K, the k-pairs 2t, 2t+1 and 2t+8, 2t+9
+    (t = lane % 4): bytes {t, t + 4} of every 8 when the nibbles are joined (one value pair per byte), bytes
+    {2t, 2t+1, 2t+8, 2t+9} of every 16 when low and high nibbles form separate dots."""
+    R: tl.constexpr = t.shape[0]
+    KB: tl.constexpr = t.shape[1]
+    if JOIN:
+        t = tl.permute(tl.reshape(t, (R, 4, KB // 8, 2)), (0, 2, 3, 1))
+    else:
+        t = tl.permute(tl.reshape(t, (R, 4, KB // 16, 2, 2)), (0, 2, 3, 1, 4))
+    return tl.reshape(t, (R, KB))
+
+
+@triton.jit
+def _decode(x, s8, DECODE: tl.constexpr, JOIN: tl.constexpr, PERM: tl.constexpr):
     """e2m1 bytes x [R, KB] and their e4m3fn scale bytes s8 [R, KB // 8] -> (low nibbles, high nibbles), each
-    [R, KB] of 16-bit floats holding value * scale (times 2^-7 for the bf16 decode)."""
+    [R, KB] of 16-bit floats holding value * scale (times 2^-7 for the bf16 decode), bytes in logical order."""
     R: tl.constexpr = x.shape[0]
     KB: tl.constexpr = x.shape[1]
     if DECODE == "pure":
         s = _e4m3_to_f16(s8)
-        s = tl.reshape(tl.broadcast_to(s[:, :, None], (R, KB // 8, 8)), (R, KB))
+    elif DECODE == "bf16":
+        s = (s8.to(tl.float8e4nv, bitcast=True).to(tl.float32) * 6.646139978924579e35).to(tl.bfloat16)
+    elif DECODE == "f16s":
+        s = s8.to(tl.float8e4nv, bitcast=True).to(tl.float16) * 128.0
+    else:
+        s = s8.to(tl.float8e4nv, bitcast=True).to(tl.float16)
+    s = tl.reshape(tl.broadcast_to(s[:, :, None], (R, KB // 8, 8)), (R, KB))
+    if PERM:
+        x = _permute_k(x, JOIN)
+        s = _permute_k(s, JOIN)
+    if DECODE == "pure":
         lo = _e2m1_to_f16(x & 0xF) * s
         hi = _e2m1_to_f16(x >> 4) * s
     elif DECODE == "bf16":
-        s = (s8.to(tl.float8e4nv, bitcast=True).to(tl.float32) * 6.646139978924579e35).to(tl.bfloat16)
-        s = tl.reshape(tl.broadcast_to(s[:, :, None], (R, KB // 8, 8)), (R, KB))
         lo, hi = tl.inline_asm_elementwise(_ASM_BF16, "=r,=r,=r,=r,r,r,r", [x, s],
                                            dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
+    elif DECODE == "f16s":
+        lo, hi = tl.inline_asm_elementwise(_ASM_F16S, "=r,=r,=r,=r,r,r,r", [x, s],
+                                           dtype=(tl.float16, tl.float16), is_pure=True, pack=4)
     else:
-        s = s8.to(tl.float8e4nv, bitcast=True).to(tl.float16)
-        s = tl.reshape(tl.broadcast_to(s[:, :, None], (R, KB // 8, 8)), (R, KB))
         lo, hi = tl.inline_asm_elementwise(_ASM_F16, "=r,=r,=r,=r,r,r,r", [x, s],
                                            dtype=(tl.float16, tl.float16), is_pure=True, pack=4)
     return lo, hi
 
 
 @triton.jit
-def _tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, M, N, K, m0, n0, acc_scale,
-          BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, DECODE: tl.constexpr,
-          JOIN: tl.constexpr = False):
-    """One tile of C^T: rows n0..n0+BN of N by columns m0..m0+BM of M, over all of K."""
+def _tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, ws_ptr, cnt_ptr, M, N, K, m0, n0, k_lo, k_hi, slot, part,
+          acc_scale, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, DECODE: tl.constexpr,
+          JOIN: tl.constexpr, PERM: tl.constexpr, WS_STRIDE: tl.constexpr, SPLIT: tl.constexpr):
+    """One tile of C^T: rows n0..n0+BN of N by columns m0..m0+BM of M, over K in [k_lo, k_hi).
+
+    slot < 0: the tile covers all of K and writes C. Otherwise it is half ``part`` (0 or 1) of a split-K pair:
+    it stores its fp32 partial in the workspace, and the second of the pair to arrive adds the other's partial
+    (two fp32 operands: the sum is the same in either order) and writes C, then resets the pair's counter."""
     KB: tl.constexpr = BK // 2          # bytes of e2m1 per row per K step
     SC: tl.constexpr = BK // 16         # scale columns per K step
     half_k = tl.multiple_of(K // 2, 32)
@@ -200,20 +277,20 @@ def _tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, M, N, K, m0, n0, acc_scale,
     m_ok = rm < M
     rb = tl.arange(0, KB)
     rs = tl.arange(0, SC)
-    b_ptrs = b_ptr + rn[:, None] * half_k + rb[None, :]
-    a_ptrs = a_ptr + rm[:, None] * half_k + rb[None, :]
+    b_ptrs = b_ptr + rn[:, None] * half_k + (k_lo // 2 + rb)[None, :]
+    a_ptrs = a_ptr + rm[:, None] * half_k + (k_lo // 2 + rb)[None, :]
     sb_rows = (rn // 128) * (rest_k * 512) + (rn % 32) * 16 + ((rn % 128) // 32) * 4
     sa_rows = (rm // 128) * (rest_k * 512) + (rm % 32) * 16 + ((rm % 128) // 32) * 4
     acc = tl.zeros((BN, BM), dtype=tl.float32)
-    for k0 in range(0, K, BK):
+    for k0 in range(k_lo, k_hi, BK):
         j = k0 // 16 + rs
         sc = (j // 4) * 512 + (j % 4)
         b = tl.load(b_ptrs, mask=n_ok[:, None], other=0)
         sb = tl.load(sfb_ptr + sb_rows[:, None] + sc[None, :], mask=n_ok[:, None], other=0)
         a = tl.load(a_ptrs, mask=m_ok[:, None], other=0)
         sa = tl.load(sfa_ptr + sa_rows[:, None] + sc[None, :], mask=m_ok[:, None], other=0)
-        b_lo, b_hi = _decode(b, sb, DECODE)
-        a_lo, a_hi = _decode(a, sa, DECODE)
+        b_lo, b_hi = _decode(b, sb, DECODE, JOIN, PERM)
+        a_lo, a_hi = _decode(a, sa, DECODE, JOIN, PERM)
         if JOIN:
             # Natural K order (value 2j is byte j's low nibble): one dot of depth BK.
             bd = tl.reshape(tl.join(b_lo, b_hi), (BN, BK))
@@ -224,22 +301,47 @@ def _tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, M, N, K, m0, n0, acc_scale,
             acc = tl.dot(b_hi, tl.trans(a_hi), acc)
         b_ptrs += KB
         a_ptrs += KB
-    out = (acc * acc_scale).to(tl.float16)
-    c_ptrs = c_ptr + rm[None, :] * N + rn[:, None]
-    tl.store(c_ptrs, out, mask=n_ok[:, None] & m_ok[None, :])
+    acc = acc * acc_scale
+    if not SPLIT:
+        tl.store(c_ptr + rm[None, :] * N + rn[:, None], acc.to(tl.float16), mask=n_ok[:, None] & m_ok[None, :])
+    elif slot < 0:
+        tl.store(c_ptr + rm[None, :] * N + rn[:, None], acc.to(tl.float16), mask=n_ok[:, None] & m_ok[None, :])
+    else:
+        pair = ws_ptr + slot * (2 * WS_STRIDE)
+        tl.store(pair + part * WS_STRIDE + tl.arange(0, BN)[:, None] * BM + tl.arange(0, BM)[None, :], acc)
+        tl.debug_barrier()  # every thread's partial is stored before the (release) arrival below
+        arrived = tl.atomic_add(cnt_ptr + slot, 1, sem="acq_rel", scope="gpu")
+        if arrived == 1:
+            # Both partials from the workspace (L2), 32 rows at a time: the accumulator is dead by now.
+            RCH: tl.constexpr = 32
+            for i in tl.static_range(0, BN, RCH):
+                rr = i + tl.arange(0, RCH)
+                off = rr[:, None] * BM + tl.arange(0, BM)[None, :]
+                p0 = tl.load(pair + off, cache_modifier=".cg")
+                p1 = tl.load(pair + WS_STRIDE + off, cache_modifier=".cg")
+                ptrs = c_ptr + rm[None, :] * N + (n0 + rr)[:, None]
+                tl.store(ptrs, (p0 + p1).to(tl.float16), mask=((n0 + rr) < N)[:, None] & m_ok[None, :])
+            tl.atomic_xchg(cnt_ptr + slot, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
-def _group_gemm_kernel(tab_ptr, tile_ptr, acc_scale,
+def _group_gemm_kernel(tab_ptr, tile_ptr, ws_ptr, cnt_ptr, acc_scale,
                        BM0: tl.constexpr, BN0: tl.constexpr, BM1: tl.constexpr, BN1: tl.constexpr,
                        BM2: tl.constexpr, BN2: tl.constexpr, BK: tl.constexpr, DECODE: tl.constexpr,
-                       JOIN: tl.constexpr):
-    """One program per tile. tile row: (group, m0, n0, class); table row: (a, b, c, sfa, sfb, M, N, K)."""
+                       JOIN: tl.constexpr, PERM: tl.constexpr, WS_STRIDE: tl.constexpr,
+                       SPLIT: tl.constexpr):
+    """One program per tile. Tile row (int32 x 8): group, m0, n0, class, k_lo, k_hi, split slot (-1: none),
+    split part. Table row (int64 x 8): a, b, c, sfa_reordered, sfb_reordered addresses, M, N, K."""
     t = tl.program_id(0)
-    g = tl.load(tile_ptr + t * 4)
-    m0 = tl.load(tile_ptr + t * 4 + 1)
-    n0 = tl.load(tile_ptr + t * 4 + 2)
-    cls = tl.load(tile_ptr + t * 4 + 3)
+    tile = tile_ptr + t * 8
+    g = tl.load(tile)
+    m0 = tl.load(tile + 1)
+    n0 = tl.load(tile + 2)
+    cls = tl.load(tile + 3)
+    k_lo = tl.multiple_of(tl.load(tile + 4), 64)
+    k_hi = tl.load(tile + 5)
+    slot = tl.load(tile + 6)
+    part = tl.load(tile + 7)
     row = tab_ptr + g * 8
     # The host checked: every pointer 16-byte aligned, K a multiple of 64 (so K/2 rows are 32-byte aligned).
     a_ptr = tl.multiple_of(tl.load(row).to(tl.pointer_type(tl.uint8)), 16)
@@ -251,11 +353,14 @@ def _group_gemm_kernel(tab_ptr, tile_ptr, acc_scale,
     N = tl.load(row + 6).to(tl.int32)
     K = tl.multiple_of(tl.load(row + 7).to(tl.int32), 64)
     if cls == 0:
-        _tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, M, N, K, m0, n0, acc_scale, BM0, BN0, BK, DECODE, JOIN)
+        _tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, ws_ptr, cnt_ptr, M, N, K, m0, n0, k_lo, k_hi, slot, part,
+              acc_scale, BM0, BN0, BK, DECODE, JOIN, PERM, WS_STRIDE, SPLIT)
     elif cls == 1:
-        _tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, M, N, K, m0, n0, acc_scale, BM1, BN1, BK, DECODE, JOIN)
+        _tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, ws_ptr, cnt_ptr, M, N, K, m0, n0, k_lo, k_hi, slot, part,
+              acc_scale, BM1, BN1, BK, DECODE, JOIN, PERM, WS_STRIDE, SPLIT)
     else:
-        _tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, M, N, K, m0, n0, acc_scale, BM2, BN2, BK, DECODE, JOIN)
+        _tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, ws_ptr, cnt_ptr, M, N, K, m0, n0, k_lo, k_hi, slot, part,
+              acc_scale, BM2, BN2, BK, DECODE, JOIN, PERM, WS_STRIDE, SPLIT)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -324,11 +429,13 @@ def _pick_bk(cfg: Config, ks) -> int:
     return bk
 
 
-def plan_tiles(sizes, cfg: Config) -> list[tuple[int, int, int, int]]:
-    """Tiles (group, m0, n0, class), most expensive first. Each group's M is covered by the smallest class
-    that holds what is left, taking the largest class while more than it remains."""
+def plan_tiles(sizes, cfg: Config, bk: int) -> list[tuple[int, ...]]:
+    """Tiles (group, m0, n0, class, k_lo, k_hi, slot, part), most expensive first. Each group's M is covered by
+    the smallest class that holds what is left, taking the largest class while more than it remains. With
+    ``cfg.split_k == 2`` every tile whose K spans at least two steps becomes two halves sharing a slot."""
     classes = cfg.classes
     tiles = []
+    slot = 0
     for g, (m, n, k, _) in enumerate(sizes):
         m0 = 0
         while m0 < m:
@@ -336,8 +443,13 @@ def plan_tiles(sizes, cfg: Config) -> list[tuple[int, int, int, int]]:
             ci = next((i for i, c in enumerate(classes) if c.bm >= rem), len(classes) - 1)
             cl = classes[ci]
             for n0 in range(0, n, cl.bn):
-                cost = k * (cl.bm + 64) * min(cl.bn, n - n0)
-                tiles.append((cost, g, m0, n0, ci))
+                if cfg.split_k == 2 and k >= 2 * bk:
+                    mid = (k // bk + 1) // 2 * bk
+                    for part, (lo, hi) in enumerate(((0, mid), (mid, k))):
+                        tiles.append(((hi - lo) * (cl.bm + 64) * cl.bn, g, m0, n0, ci, lo, hi, slot, part))
+                    slot += 1
+                else:
+                    tiles.append((k * (cl.bm + 64) * cl.bn, g, m0, n0, ci, 0, k, -1, 0))
             m0 += cl.bm
     tiles.sort(key=lambda t: -t[0])
     return [t[1:] for t in tiles]
@@ -352,12 +464,17 @@ class _Plans:
         self.tiles: dict = {}
         self.tables: dict = {}
 
-    def tile_table(self, sizes, cfg: Config, dev) -> tuple[torch.Tensor, int]:
-        key = (sizes, cfg, dev)
+    def tile_table(self, sizes, cfg: Config, bk: int, dev):
+        """(tiles int32 [T*8], T, workspace fp32, counters int32) for these sizes and config."""
+        key = (sizes, cfg, bk, dev)
         hit = self.tiles.get(key)
         if hit is None:
-            tiles = plan_tiles(sizes, cfg)
-            hit = (torch.tensor(tiles, dtype=torch.int32, device=dev).reshape(-1), len(tiles))
+            tiles = plan_tiles(sizes, cfg, bk)
+            slots = 1 + max((t[6] for t in tiles), default=-1)
+            stride = max(c.bm * c.bn for c in cfg.classes)
+            hit = (torch.tensor(tiles, dtype=torch.int32, device=dev).reshape(-1), len(tiles),
+                   torch.empty(max(slots, 1) * 2 * stride, dtype=torch.float32, device=dev),
+                   torch.zeros(max(slots, 1), dtype=torch.int32, device=dev))
             if len(self.tiles) >= self.MAX_ENTRIES:
                 self.tiles.clear()
             self.tiles[key] = hit
@@ -393,13 +510,63 @@ def grouped_gemm(data: input_t, cfg: Config = DEFAULT_CONFIG) -> output_t:
         raise ValueError(f"triton_grouped: device: expected cuda (or TRITON_INTERPRET=1), got {dev}")
     decode = "pure" if interp else cfg.decode
     bk = _pick_bk(cfg, [s[2] for s in sizes])
-    tiles, n_tiles = _PLANS.tile_table(sizes, cfg, dev)
+    tiles, n_tiles, ws, counters = _PLANS.tile_table(sizes, cfg, bk, dev)
     c0, c1, c2 = cfg.classes
-    acc_scale = _BF16_ACC_SCALE if decode == "bf16" else 1.0
-    _group_gemm_kernel[(n_tiles,)](tab, tiles, acc_scale, c0.bm, c0.bn, c1.bm, c1.bn, c2.bm, c2.bn, bk, decode,
-                                   cfg.join, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    acc_scale = _BF16_ACC_SCALE if decode in ("bf16", "f16s") else 1.0
+    stride = max(c.bm * c.bn for c in cfg.classes)
+    args = (tab, tiles, ws, counters, acc_scale, c0.bm, c0.bn, c1.bm, c1.bn, c2.bm, c2.bn, bk, decode, cfg.join,
+            cfg.perm, stride, cfg.split_k > 1)
+    _launch(args, n_tiles, cfg, interp)
     return [c for (_, _, c) in abc]
 
 
+#: Compiled kernels by everything baked into them (constexprs and launch options); the table tensors passed at
+#: run time are always fresh 16-byte-aligned allocations, so their specialisation never changes.
+_COMPILED: dict = {}
+_FAST_LAUNCH = os.environ.get("FP4BENCH_TRITON_JIT_LAUNCH", "0") in ("", "0")
+
+
+def _launch(args, n_tiles: int, cfg: Config, interp: bool) -> None:
+    """Launch through Triton's JIT once per compile key, then straight through the compiled kernel's runner
+    (``CompiledKernel[grid](*args)``, the same call Triton's JIT makes, in 3.6 and 3.9): that skips re-binding
+    and re-specialising every argument, most of the per-call host time for a kernel of a few tens of us."""
+    global _FAST_LAUNCH
+    options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if cfg.maxnreg:
+        options["maxnreg"] = cfg.maxnreg
+    key = (args[5:], tuple(sorted(options.items())))
+    compiled = _COMPILED.get(key) if _FAST_LAUNCH and not interp else None
+    if compiled is not None:
+        try:
+            compiled[(n_tiles, 1, 1)](*args)
+            return
+        except (TypeError, AttributeError, IndexError):
+            _FAST_LAUNCH = False  # an unexpected Triton version: stay on the JIT path from now on
+    kernel = _group_gemm_kernel[(n_tiles,)](*args, **options)
+    if not interp and hasattr(kernel, "__getitem__") and hasattr(kernel, "run"):
+        _COMPILED[key] = kernel
+
+
+_NUM_SMS: dict = {}
+
+
 def custom_kernel(data: input_t) -> output_t:
-    return grouped_gemm(data)
+    dev = data[0][0][0].device
+    if dev.type == "cuda":
+        if dev not in _NUM_SMS:
+            _NUM_SMS[dev] = torch.cuda.get_device_properties(dev).multi_processor_count
+        num_sms = _NUM_SMS[dev]
+    else:
+        num_sms = 132  # interpreter: plan as for an H200
+    sizes = tuple(tuple(s) for s in data[3])
+    return grouped_gemm(data, _CONFIG_BY_SIZES.get((sizes, num_sms)) or _remember(sizes, num_sms))
+
+
+_CONFIG_BY_SIZES: dict = {}
+
+
+def _remember(sizes, num_sms: int) -> Config:
+    if len(_CONFIG_BY_SIZES) >= 256:
+        _CONFIG_BY_SIZES.clear()
+    cfg = _CONFIG_BY_SIZES[(sizes, num_sms)] = choose_config(sizes, num_sms)
+    return cfg

@@ -56,8 +56,9 @@ from task.reference import ref_kernel
 spec = importlib.util.spec_from_file_location("tg_interp", sys.argv[1])
 sub = importlib.util.module_from_spec(spec); sys.modules["tg_interp"] = sub; spec.loader.exec_module(sub)
 TC = sub.TileClass
-configs = {"default": sub.DEFAULT_CONFIG,
-           "bn64_split": sub.Config((TC(64, 64), TC(128, 64), TC(256, 64)), bk=64, num_warps=4, join=False)}
+configs = {"custom_kernel": None,
+           "bn64_join_splitk": sub.Config((TC(64, 64), TC(128, 64), TC(256, 64)), bk=64, num_warps=4, join=True,
+                                          split_k=2)}
 results = []
 for case in json.loads(sys.argv[2]):
     for data in ("official", "full-range"):
@@ -66,7 +67,7 @@ for case in json.loads(sys.argv[2]):
         for name, cfg in configs.items():
             for _, _, c in d[0]:
                 c.fill_(float("nan"))  # every element must be written
-            out = sub.grouped_gemm(d, cfg)
+            out = sub.custom_kernel(d) if cfg is None else sub.grouped_gemm(d, cfg)
             bad = []
             for o, r in zip(out, ref):
                 ok = ((o.double() - r.double()).abs() <= 1e-3 + 1e-3 * r.double().abs())
@@ -134,17 +135,27 @@ def test_cpu_tensors_without_interpreter_are_refused():
 def test_plan_covers_every_output_once_biggest_first():
     sizes = [(m, 4096, 7168, 1) for m in (80, 176, 128, 72, 64, 248, 96, 160)] + [(320, 3072, 4096, 1)]
     for cfg in (sub.DEFAULT_CONFIG,
-                sub.Config((sub.TileClass(64, 128), sub.TileClass(128, 64), sub.TileClass(256, 64)))):
-        tiles = sub.plan_tiles(sizes, cfg)
+                sub.Config((sub.TileClass(64, 128), sub.TileClass(128, 64), sub.TileClass(256, 64)), split_k=2)):
+        tiles = sub.plan_tiles(sizes, cfg, 128)
         for g, (m, n, k, _) in enumerate(sizes):
-            cover = torch.zeros(m, n, dtype=torch.int32)
-            for tg, m0, n0, cls in tiles:
+            cover = torch.zeros(m, n, k // 64, dtype=torch.int32)
+            for tg, m0, n0, cls, k_lo, k_hi, slot, part in tiles:
                 if tg == g:
                     c = cfg.classes[cls]
-                    cover[m0:m0 + c.bm, n0:n0 + c.bn] += 1
+                    cover[m0:m0 + c.bm, n0:n0 + c.bn, k_lo // 64:k_hi // 64] += 1
             assert bool((cover == 1).all()), (cfg, g)
-        costs = [sizes[g][2] * (cfg.classes[c].bm + 64) * cfg.classes[c].bn for g, _, _, c in tiles]
+        costs = [(k_hi - k_lo) * (cfg.classes[c].bm + 64) * cfg.classes[c].bn
+                 for g, _, _, c, k_lo, k_hi, _, _ in tiles]
         assert costs == sorted(costs, reverse=True)
+        slots = [t[6] for t in tiles if t[6] >= 0]
+        assert sorted(slots) == sorted(list(range(len(slots) // 2)) * 2)  # every split slot has two halves
+
+
+def test_config_choice_splits_k_only_where_tiles_would_not_fill_the_gpu():
+    bench = {c.name: c.problem_sizes for c in load_shapes("benchmarks").cases}
+    split = {name: sub.choose_config(sizes, 132).split_k for name, sizes in bench.items()}
+    assert split == {"g8_n4096_k7168": 1, "g8_n7168_k2048": 1, "g2_n3072_k4096": 2, "g2_n4096_k1536": 2}
+    assert sub.choose_config([(64, 128, 64, 1)], 132).split_k == 1  # a single K step cannot be split
 
 
 def test_headers_and_entry_point():
