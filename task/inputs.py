@@ -69,6 +69,7 @@ def _full_range_scales(rows_a: int, rows_b: int, sf_cols: int, k: int, device: t
     def draw(rows: int, centre: torch.Tensor) -> torch.Tensor:
         exp = centre + torch.randint(-1, 1, (rows, sf_cols), device=device, generator=gen)
         man = torch.randint(0, 8, (rows, sf_cols), device=device, generator=gen)
+        man = torch.where((exp == 8) & (man == 7), 6, man)  # exponent 8, mantissa 7 is e4m3fn's NaN: use 448
         bits = ((exp + 7) << 3) | man
         return bits.to(torch.uint8).view(torch.float8_e4m3fn).cpu().unsqueeze(-1)
 

@@ -107,3 +107,13 @@ def test_bad_arguments_are_named():
         generate_input((64,), (128,), (256,), 1, 1, data="random")
     with pytest.raises(ValueError, match="expected g=2 entries"):
         generate_input((64,), (128,), (256,), 2, 1)
+
+
+@pytest.mark.parametrize("k", [64, 128, 256])
+def test_full_range_never_draws_nan_scales(k):
+    """Small K allows the top binade (2^8): mantissa 7 there is e4m3fn's NaN code (0x7F) and must not appear."""
+    for seed in range(20):
+        data = generate_input((128,), (128,), (k,), 1, seed, data="full-range")
+        for sf in data[1][0]:
+            assert not decode_e4m3fn(sf).isnan().any()
+            assert float(decode_e4m3fn(sf).max()) <= 448
