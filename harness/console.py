@@ -30,11 +30,16 @@ def results_table(record: RunRecord) -> Table:
     timed = any(r.stats for r in record.cases)
     columns = ("case", "status") + (("runs", "mean us", "std us", "best us", "worst us", "TFLOP/s") if timed else ())
     for col in columns:
-        table.add_column(col, justify="right" if col not in ("case", "status") else "left", no_wrap=col == "case")
+        if col == "case":
+            table.add_column(col, overflow="fold", max_width=26)
+        else:
+            table.add_column(col, justify="left" if col == "status" else "right", no_wrap=True)
     peaks = peaks if timed else None
     if peaks:
         table.add_column(f"% SOL {peaks.model}", justify="right")
-    table.add_column("message", overflow="fold")
+    with_messages = any(r.message for r in record.cases)
+    if with_messages:
+        table.add_column("message", overflow="fold")
     for r in record.cases:
         s = r.stats
         cells = [case_label(r.case), f"[{_STYLE.get(r.status, 'red')}]{r.status.value}[/]"]
@@ -45,7 +50,8 @@ def results_table(record: RunRecord) -> Table:
             cells += [""] * 6
         if peaks:
             cells.append(f"{100 * sol_ns(r.case, peaks) / s.mean_ns:.1f}" if s else "")
-        cells.append(r.message.splitlines()[0][:300] if r.message else "")
+        if with_messages:
+            cells.append(r.message.splitlines()[0][:300] if r.message else "")
         table.add_row(*cells)
     if record.geomean_ns:
         table.caption = f"geomean of means: {record.geomean_ns / 1e3:.2f} us over {len(record.cases)} shapes"
