@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
 import torch
@@ -270,7 +270,6 @@ def run(variant: Variant, shapes: ShapeSet, opts: RunOptions, observer: Observer
 
 
 def _with_note(result: CaseResult, notes: list[str]) -> CaseResult:
-    from dataclasses import replace
     text = "; ".join(notes)
     return replace(result, message=f"{result.message}; {text}" if result.message else f"note: {text}")
 
@@ -324,7 +323,6 @@ def _run_cases(cases, opts, session, runner, observer, finish) -> None:
 
 
 def _close(record: RunRecord, results: list[CaseResult], observer: Observer) -> RunRecord:
-    from dataclasses import replace
     means = [r.stats.mean_ns for r in results if r.passed and r.stats]
     timed_all = means and len(means) == len(results)
     final = replace(record, cases=tuple(results), complete=True, geomean_ns=geomean(means) if timed_all else None)
