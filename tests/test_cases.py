@@ -136,6 +136,12 @@ def test_side_stream_is_honest_on_cpu():
 # --- adversarial cases written for fp4bench -------------------------------------------------------------
 
 
+def test_joined_side_stream_control_passes():
+    r = _only(_run(ADVERSARIAL / "joined_side_stream.py", "benchmark"))
+    assert r.status is Status.PASS, r.message
+    assert r.calls_checked == 1 + 15 * r.stats.runs
+
+
 def test_lazy_tensor_subclass_rejected():
     r = _only(_run(ADVERSARIAL / "lazy_output.py"))
     assert r.status is Status.FAIL

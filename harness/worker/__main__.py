@@ -133,7 +133,7 @@ def _measurement_objects(worker: Worker) -> dict:
     if worker.flush is not None:
         objects.update({f"L2Flush.{k}": v for k, v in vars(worker.flush).items()})
     for fn in (timing.time_calls_cuda, timing.time_calls_cpu, timing.fingerprint, timing._fingerprint_async,
-               timing.L2Flush.__call__, timing.StreamWatch.busy,
+               timing.L2Flush.__call__, timing.StreamWatch.mark_pending, timing.StreamWatch.late,
                Worker.run, Writer.send):
         objects[f"{fn.__qualname__}.__code__"] = fn.__code__
     return objects
