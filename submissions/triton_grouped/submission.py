@@ -455,96 +455,139 @@ def plan_tiles(sizes, cfg: Config, bk: int) -> list[tuple[int, ...]]:
     return [t[1:] for t in tiles]
 
 
-class _Plans:
-    """Device tables cached by what they depend on: tiles by (sizes, config); pointers by (pointers, sizes)."""
-
-    MAX_ENTRIES = 64
-
-    def __init__(self) -> None:
-        self.tiles: dict = {}
-        self.tables: dict = {}
-
-    def tile_table(self, sizes, cfg: Config, bk: int, dev):
-        """(tiles int32 [T*8], T, workspace fp32, counters int32) for these sizes and config."""
-        key = (sizes, cfg, bk, dev)
-        hit = self.tiles.get(key)
-        if hit is None:
-            tiles = plan_tiles(sizes, cfg, bk)
-            slots = 1 + max((t[6] for t in tiles), default=-1)
-            stride = max(c.bm * c.bn for c in cfg.classes)
-            hit = (torch.tensor(tiles, dtype=torch.int32, device=dev).reshape(-1), len(tiles),
-                   torch.empty(max(slots, 1) * 2 * stride, dtype=torch.float32, device=dev),
-                   torch.zeros(max(slots, 1), dtype=torch.int32, device=dev))
-            if len(self.tiles) >= self.MAX_ENTRIES:
-                self.tiles.clear()
-            self.tiles[key] = hit
-        return hit
-
-    def pointer_table(self, data: input_t, sizes) -> torch.Tensor:
-        abc, _, sf_r, _ = data
-        ptrs = tuple((a.data_ptr(), b.data_ptr(), c.data_ptr(), sa.data_ptr(), sb.data_ptr())
-                     for (a, b, c), (sa, sb) in zip(abc, sf_r))
-        key = (ptrs, sizes)
-        hit = self.tables.get(key)
-        if hit is None:
-            validate(data)
-            rows = [list(p) + [m, n, k] for p, (m, n, k, _) in zip(ptrs, sizes)]
-            hit = torch.tensor(rows, dtype=torch.int64).to(abc[0][0].device, non_blocking=False)
-            if len(self.tables) >= self.MAX_ENTRIES:
-                self.tables.clear()
-            self.tables[key] = hit
-        return hit
+def _layout(abc, sf_r) -> tuple:
+    """What validate() looked at, per tensor, except the addresses: dtype, shape, strides, device index."""
+    return tuple((t.dtype, t.shape, t.stride(), t.get_device())
+                 for (a, b, c), (sa, sb) in zip(abc, sf_r) for t in (a, b, c, sa, sb))
 
 
-_PLANS = _Plans()
+class _PointerRing:
+    """The per-call table of group addresses, uploaded without stalling the host.
+
+    Rows of int64 x 8 per group: a, b, c, sfa_reordered, sfb_reordered addresses, then M, N, K (written once).
+    Each call fills one of SLOTS pinned host rows and copies it to the device asynchronously on the current
+    stream, ahead of the launch. A slot is reused only after the event recorded behind the launch that read
+    it has completed (SLOTS calls later, so in practice no wait): neither copy of the row is overwritten while
+    in use, whichever stream the calls run on. (A plain ``torch.tensor(rows).to(device)`` is a pageable copy,
+    which waits for all work already queued: the host could not run ahead of the GPU.)"""
+
+    SLOTS = 16
+
+    def __init__(self, sizes, dev: torch.device):
+        g = len(sizes)
+        self.host = torch.empty((self.SLOTS, g, 8), dtype=torch.int64, pin_memory=True)
+        self.host[:, :, 5:] = torch.tensor([[m, n, k] for m, n, k, _ in sizes], dtype=torch.int64)
+        self.ptr_cols = self.host.numpy()[:, :, :5]
+        self.dev = torch.empty((self.SLOTS, g * 8), dtype=torch.int64, device=dev)
+        self.events = [None] * self.SLOTS
+        self.next = 0
+
+    def upload(self, ptr_rows: list) -> tuple[torch.Tensor, int]:
+        """Queue the copy of ``ptr_rows`` (per group: 5 addresses); returns (device table, slot)."""
+        i = self.next
+        self.next = (i + 1) % self.SLOTS
+        if self.events[i] is not None:
+            self.events[i].synchronize()
+        self.ptr_cols[i] = ptr_rows
+        tab = self.dev[i]
+        tab.copy_(self.host[i].view(-1), non_blocking=True)
+        return tab, i
+
+    def launched(self, i: int) -> None:
+        """Call right after the launch that reads slot ``i``."""
+        if self.events[i] is None:
+            self.events[i] = torch.cuda.Event()
+        self.events[i].record()
+
+
+class _Plan:
+    """Everything a call needs that depends only on (sizes, config, device): the tile table, split-K workspace
+    and counters, the launch arguments after the address table, the pointer ring, the layout last validated,
+    and the compiled kernel once known."""
+
+    def __init__(self, sizes, cfg: Config, dev: torch.device, interp: bool):
+        decode = "pure" if interp else cfg.decode
+        bk = _pick_bk(cfg, [s[2] for s in sizes])
+        tiles = plan_tiles(sizes, cfg, bk)
+        slots = 1 + max((t[6] for t in tiles), default=-1)
+        stride = max(c.bm * c.bn for c in cfg.classes)
+        c0, c1, c2 = cfg.classes
+        self.n_tiles = len(tiles)
+        self.static_args = (
+            torch.tensor(tiles, dtype=torch.int32, device=dev).reshape(-1),
+            torch.empty(max(slots, 1) * 2 * stride, dtype=torch.float32, device=dev),
+            torch.zeros(max(slots, 1), dtype=torch.int32, device=dev),
+            _BF16_ACC_SCALE if decode in ("bf16", "f16s") else 1.0,
+            c0.bm, c0.bn, c1.bm, c1.bn, c2.bm, c2.bn, bk, decode, cfg.join, cfg.perm, stride, cfg.split_k > 1)
+        self.options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        if cfg.maxnreg:
+            self.options["maxnreg"] = cfg.maxnreg
+        self.sizes = sizes
+        self.ring = None if interp else _PointerRing(sizes, dev)
+        self.layout = None
+        self.compiled = None
+
+    def table(self, ptr_rows: list) -> tuple[torch.Tensor, int]:
+        if self.ring is None:  # interpreter: inputs live on the CPU
+            rows = [list(p) + [m, n, k] for p, (m, n, k, _) in zip(ptr_rows, self.sizes)]
+            return torch.tensor(rows, dtype=torch.int64).reshape(-1), -1
+        return self.ring.upload(ptr_rows)
+
+
+_PLANS: dict = {}
+_MAX_PLANS = 64
 
 
 def grouped_gemm(data: input_t, cfg: Config = DEFAULT_CONFIG) -> output_t:
-    """Compute every group's C into its ``c`` buffer with one kernel launch; returns the list of ``c``."""
-    abc, _, _, sizes = data
-    sizes = tuple(tuple(s) for s in sizes)
-    tab = _PLANS.pointer_table(data, sizes)
+    """Compute every group's C into its ``c`` buffer with one kernel launch; returns the list of ``c``.
+
+    Raises ValueError (expected vs got) for inputs this kernel cannot do: checked in full whenever the tensors'
+    dtypes, shapes, strides or devices differ from the last validated call of these sizes, or an address is
+    not 16-byte aligned; otherwise a call costs a tuple comparison, not a re-validation."""
+    abc, _, sf_r, sizes = data
+    sizes = tuple(map(tuple, sizes))
     dev = abc[0][0].device
     interp = _interpreting()
     if dev.type != "cuda" and not interp:
         raise ValueError(f"triton_grouped: device: expected cuda (or TRITON_INTERPRET=1), got {dev}")
-    decode = "pure" if interp else cfg.decode
-    bk = _pick_bk(cfg, [s[2] for s in sizes])
-    tiles, n_tiles, ws, counters = _PLANS.tile_table(sizes, cfg, bk, dev)
-    c0, c1, c2 = cfg.classes
-    acc_scale = _BF16_ACC_SCALE if decode in ("bf16", "f16s") else 1.0
-    stride = max(c.bm * c.bn for c in cfg.classes)
-    args = (tab, tiles, ws, counters, acc_scale, c0.bm, c0.bn, c1.bm, c1.bn, c2.bm, c2.bn, bk, decode, cfg.join,
-            cfg.perm, stride, cfg.split_k > 1)
-    _launch(args, n_tiles, cfg, interp)
+    key = (sizes, cfg, dev, interp)
+    plan = _PLANS.get(key)
+    if plan is None:
+        validate(data)
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        plan = _PLANS[key] = _Plan(sizes, cfg, dev, interp)
+    ptr_rows = [(a.data_ptr(), b.data_ptr(), c.data_ptr(), sa.data_ptr(), sb.data_ptr())
+                for (a, b, c), (sa, sb) in zip(abc, sf_r)]
+    layout = _layout(abc, sf_r)
+    if layout != plan.layout or any((a | b | c | sa | sb) & 15 for a, b, c, sa, sb in ptr_rows):
+        validate(data)
+        plan.layout = layout
+    tab, slot = plan.table(ptr_rows)
+    _launch(plan, tab, interp)
+    if slot >= 0:
+        plan.ring.launched(slot)
     return [c for (_, _, c) in abc]
 
 
-#: Compiled kernels by everything baked into them (constexprs and launch options); the table tensors passed at
-#: run time are always fresh 16-byte-aligned allocations, so their specialisation never changes.
-_COMPILED: dict = {}
 _FAST_LAUNCH = os.environ.get("FP4BENCH_TRITON_JIT_LAUNCH", "0") in ("", "0")
 
 
-def _launch(args, n_tiles: int, cfg: Config, interp: bool) -> None:
-    """Launch through Triton's JIT once per compile key, then straight through the compiled kernel's runner
+def _launch(plan: _Plan, tab: torch.Tensor, interp: bool) -> None:
+    """Launch through Triton's JIT on a plan's first call, then straight through the compiled kernel's runner
     (``CompiledKernel[grid](*args)``, the same call Triton's JIT makes, in 3.6 and 3.9): that skips re-binding
-    and re-specialising every argument, most of the per-call host time for a kernel of a few tens of us."""
+    and re-specialising every argument, most of the per-call host time for a kernel of a few tens of us. The
+    address table is always a 16-byte-aligned int64 tensor, so the specialisation never changes."""
     global _FAST_LAUNCH
-    options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    if cfg.maxnreg:
-        options["maxnreg"] = cfg.maxnreg
-    key = (args[5:], tuple(sorted(options.items())))
-    compiled = _COMPILED.get(key) if _FAST_LAUNCH and not interp else None
-    if compiled is not None:
+    if plan.compiled is not None and _FAST_LAUNCH:
         try:
-            compiled[(n_tiles, 1, 1)](*args)
+            plan.compiled[(plan.n_tiles, 1, 1)](tab, *plan.static_args)
             return
         except (TypeError, AttributeError, IndexError):
             _FAST_LAUNCH = False  # an unexpected Triton version: stay on the JIT path from now on
-    kernel = _group_gemm_kernel[(n_tiles,)](*args, **options)
+    kernel = _group_gemm_kernel[(plan.n_tiles,)](tab, *plan.static_args, **plan.options)
     if not interp and hasattr(kernel, "__getitem__") and hasattr(kernel, "run"):
-        _COMPILED[key] = kernel
+        plan.compiled = kernel
 
 
 _NUM_SMS: dict = {}

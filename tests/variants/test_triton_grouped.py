@@ -132,6 +132,36 @@ def test_cpu_tensors_without_interpreter_are_refused():
         sub.custom_kernel(small())
 
 
+def _misaligned(t: torch.Tensor) -> torch.Tensor:
+    """The same values and layout at an address 8 bytes past a 16-byte boundary."""
+    buf = torch.empty(t.numel() * t.element_size() + 8, dtype=torch.uint8)
+    view = buf[8:].view(t.dtype).view(t.shape) if t.dim() else buf[8:].view(t.dtype)
+    view.copy_(t)
+    return view
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: ([(d[0][0][0], d[0][0][1], d[0][0][2].float()), d[0][1]], d[1], d[2], d[3]),
+     "c dtype: expected torch.float16, got torch.float32"),
+    (lambda d: ([(d[0][0][0], _misaligned(d[0][0][1]), d[0][0][2]), d[0][1]], d[1], d[2], d[3]),
+     "b address: expected 16-byte aligned"),
+    (lambda d: (d[0], d[1], [(d[2][0][0].contiguous(), d[2][0][1]), d[2][1]], d[3]), "blocked scale strides"),
+])
+def test_later_calls_of_the_same_sizes_are_revalidated(monkeypatch, mutate, message):
+    """After a good call, a call of the same sizes whose layout or alignment differs is validated again in
+    full (the per-call check compares layouts, it does not trust the first call)."""
+    launched = []
+    monkeypatch.setattr(sub, "_interpreting", lambda: True)
+    monkeypatch.setattr(sub, "_launch", lambda plan, tab, interp: launched.append(tab.clone()))
+    good = small()
+    sub.grouped_gemm(good)
+    assert launched[0].view(2, 8)[:, 5:].tolist() == [[96, 128, 256], [40, 256, 512]]
+    assert launched[0].view(2, 8)[0, 0].item() == good[0][0][0].data_ptr()
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        sub.grouped_gemm(mutate(small()))
+    assert len(launched) == 1
+
+
 def test_plan_covers_every_output_once_biggest_first():
     sizes = [(m, 4096, 7168, 1) for m in (80, 176, 128, 72, 64, 248, 96, 160)] + [(320, 3072, 4096, 1)]
     for cfg in (sub.DEFAULT_CONFIG,
@@ -198,3 +228,16 @@ def test_gpu_reads_reordered_scales_and_follows_new_pointers():
     for _ in range(2):
         assert mismatches(sub.custom_kernel(first), ref1) == [0, 0]
         assert mismatches(sub.custom_kernel(second), ref2) == [0, 0]
+
+
+@pytest.mark.gpu
+def test_gpu_address_ring_survives_more_calls_than_slots_without_syncs():
+    """Calls queued back to back with no synchronise in between, more than the ring has slots, each on its
+    own input: every output is computed from its own addresses (no slot overwritten while still in use)."""
+    m, n, k = [96, 40], [256, 128], [512, 256]
+    inputs = [generate_input(m, n, k, 2, 100 + i) for i in range(2 * sub._PointerRing.SLOTS + 3)]
+    refs = [ref_kernel(d) for d in inputs]
+    torch.cuda.synchronize()
+    outs = [sub.custom_kernel(d) for d in inputs]
+    torch.cuda.synchronize()
+    assert [mismatches(o, r) for o, r in zip(outs, refs)] == [[0, 0]] * len(inputs)
