@@ -4,6 +4,9 @@ device's L2 size, no rechecks, no stream watch, no fingerprint. It exists to sho
 not move an honest submission's times: compare its per-shape means with `python -m harness run --mode benchmark`.
 
     python benchmarks/official_style.py --submission torch_reference --shapes benchmarks --out FILE.json
+
+``--settings`` takes the same run settings file as fp4bench (stopping rule of ``--mode``), so both stop alike;
+each shape's wall time is recorded, the baseline for what fp4bench's checks add per run.
 """
 from __future__ import annotations
 
@@ -18,7 +21,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.registry import resolve  # noqa: E402
-from harness.stats import StoppingRule, summarize  # noqa: E402
+from harness.settings import load_settings  # noqa: E402
+from harness.stats import summarize  # noqa: E402
 from task.inputs import generate_input  # noqa: E402
 from task.spec import load_shapes  # noqa: E402
 
@@ -28,6 +32,8 @@ def main() -> None:
     parser.add_argument("--submission", required=True)
     parser.add_argument("--shapes", default="benchmarks")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--settings", type=Path, default=None, help="fp4bench run settings (default configs/run.yml)")
+    parser.add_argument("--mode", default="benchmark", choices=("benchmark", "leaderboard"))
     args = parser.parse_args()
     variant = resolve(args.submission)
     sys.path.insert(0, str(variant.path.parent))
@@ -35,9 +41,10 @@ def main() -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     flush = torch.empty(torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.uint8, device="cuda")
-    rule = StoppingRule(budget_ns=10e9)
+    rule = load_settings(args.settings).stopping_rule(args.mode)
     results = []
     for case in load_shapes(args.shapes).cases:
+        wall0 = time.monotonic()
         inputs = [generate_input(case.m, case.n, case.k, case.g, case.seed + 42 * (j + 1)) for j in range(15)]
         module.custom_kernel(inputs[0])  # warm-up
         samples, t0 = [], time.monotonic_ns()
@@ -54,7 +61,8 @@ def main() -> None:
             if rule.is_finished(samples, time.monotonic_ns() - t0):
                 break
         s = summarize(samples)
-        results.append({"case": case.name or case.text(), "runs": s.runs, "mean_ns": s.mean_ns, "std_ns": s.std_ns})
+        results.append({"case": case.name or case.text(), "runs": s.runs, "mean_ns": s.mean_ns, "std_ns": s.std_ns,
+                        "wall_s": time.monotonic() - wall0})
         print(f"{case.name or case.text()}: {s.mean_ns / 1e3:.2f} us over {s.runs} samples", flush=True)
     args.out.write_text(json.dumps({"submission": variant.name, "device": torch.cuda.get_device_name(),
                                     "results": results}, indent=2))
