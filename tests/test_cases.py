@@ -136,6 +136,12 @@ def test_side_stream_is_honest_on_cpu():
 # --- adversarial cases written for fp4bench -------------------------------------------------------------
 
 
+def test_late_side_write_is_honest_on_the_cpu():
+    """No streams on the CPU: the GPU-only cheat computes honestly and passes (on the GPU it fails, test_gpu)."""
+    r = _only(_run(ADVERSARIAL / "late_side_write.py", "benchmark"))
+    assert r.status is Status.PASS, r.message
+
+
 def test_joined_side_stream_control_passes():
     r = _only(_run(ADVERSARIAL / "joined_side_stream.py", "benchmark"))
     assert r.status is Status.PASS, r.message
