@@ -1,17 +1,22 @@
-"""The fp4bench command line (click): ``run`` and ``list``; report commands come from harness.cli_reports."""
+"""The fp4bench command line (click): ``run``, ``compare`` and ``list``; report commands come from
+harness.cli_reports."""
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from harness import cli_reports, popcorn, seeds
+from harness import compare as compare_mod
 from harness.console import ProgressObserver, results_table, side_by_side
 from harness.environment import device_facts
 from harness.registry import RegistryError, find_variants, resolve
+from harness.report import compare_rich_table, compare_table
 from harness.runner import MODES, Observer, RunOptions, run as run_variant
 from harness.settings import SettingsError, load_settings
 from harness.store import ResultStore, StoreRecorder, resolve_db_path
@@ -29,29 +34,30 @@ def main() -> None:
     """fp4bench: correctness and leaderboard-style timings for nvfp4_group_gemm kernel variants."""
 
 
-@main.command("run")
-@click.option("--submission", "submissions", required=True,
-              help="A folder under submissions/, a folder, or a .py file; several separated by commas.")
-@click.option("--shapes", default="auto", show_default=True,
-              help="tests | benchmarks | smoke | a .yml or text file | one inline case; auto: benchmarks on a "
-                   "GPU, smoke on the CPU.")
-@click.option("--mode", type=click.Choice(MODES), default="test", show_default=True)
-@click.option("--data", type=click.Choice(DATA_MODES), default="official", show_default=True)
-@click.option("--seed", type=int, default=None, help="Secret seed combined into every case seed "
-                                                      "(default: $POPCORN_SEED, else none).")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write every figure and the environment to this file (one submission) or FILE-<name>.json.")
-@click.option("--settings", "settings_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              default=None, help="Run settings YAML (default configs/run.yml).")
-@click.option("--timeout", type=float, default=None, help="Override every time limit (seconds).")
-@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Results store (default $FP4BENCH_DB, else results/fp4bench.sqlite).")
-@click.option("--no-store", is_flag=True, help="Do not record this run in the results store.")
-def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, timeout, db, no_store) -> None:
-    """Run submissions over a shape set; exit code as the official runner (0, 110, 112, 113, 114)."""
-    console = Console()
+def _run_options(fn):
+    """The options ``run`` and ``compare`` share: shapes, data, seed, settings, timeout and the store."""
+    for option in reversed((
+        click.option("--shapes", default="auto", show_default=True,
+                     help="tests | benchmarks | smoke | a .yml or text file | one inline case; auto: benchmarks "
+                          "on a GPU, smoke on the CPU."),
+        click.option("--data", type=click.Choice(DATA_MODES), default="official", show_default=True),
+        click.option("--seed", type=int, default=None, help="Secret seed combined into every case seed "
+                                                             "(default: $POPCORN_SEED, else none)."),
+        click.option("--settings", "settings_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                     default=None, help="Run settings YAML (default configs/run.yml)."),
+        click.option("--timeout", type=float, default=None, help="Override every time limit (seconds)."),
+        click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                     help="Results store (default $FP4BENCH_DB, else results/fp4bench.sqlite)."),
+        click.option("--no-store", is_flag=True, help="Do not record this run in the results store."),
+    )):
+        fn = option(fn)
+    return fn
+
+
+def _prepare(specs, shapes, settings_path, timeout, seed):
+    """Variants, shape set, settings and secret seed from the options; exits 113 (bad spec) on a bad one."""
     try:
-        variants = [resolve(s.strip()) for s in submissions.split(",") if s.strip()]
+        variants = [resolve(s) for s in specs]
         if shapes == "auto":
             shapes = "benchmarks" if device_facts().cuda else "smoke"
         shape_set = load_shapes(shapes)
@@ -59,8 +65,21 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
         secret = seed if seed is not None else seeds.secret_from_env()
     except (RegistryError, SpecError, SettingsError, ValueError) as exc:
         _fail(str(exc), popcorn.ExitCode.BAD_SPEC)
-    if timeout is not None:
-        settings = settings.with_timeout(timeout)
+    return variants, shape_set, settings if timeout is None else settings.with_timeout(timeout), secret
+
+
+@main.command("run")
+@click.option("--submission", "submissions", required=True,
+              help="A folder under submissions/, a folder, or a .py file; several separated by commas.")
+@click.option("--mode", type=click.Choice(MODES), default="test", show_default=True)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write every figure and the environment to this file (one submission) or FILE-<name>.json.")
+@_run_options
+def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, timeout, db, no_store) -> None:
+    """Run submissions over a shape set; exit code as the official runner (0, 110, 112, 113, 114)."""
+    console = Console()
+    variants, shape_set, settings, secret = _prepare([x.strip() for x in submissions.split(",") if x.strip()],
+                                                     shapes, settings_path, timeout, seed)
     opts = RunOptions(mode, data, secret, settings)
     store = None if no_store else ResultStore(resolve_db_path(db))
     records = []
@@ -85,6 +104,48 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
     for record in records:
         popcorn.write_stream(record)
     sys.exit(max(popcorn.exit_code(r) for r in records))
+
+
+@main.command("compare")
+@click.argument("a")
+@click.argument("b")
+@_run_options
+@click.option("--format", "fmt", type=click.Choice(("text", "md", "csv", "json")), default="text",
+              show_default=True, help="How to write the comparison table (text: a table in the terminal).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the comparison table to this file instead of standard output.")
+def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, fmt, out) -> None:
+    """Time submission A against B interleaved (A, B, A, B ... on identical inputs, every output checked) on
+    each shape: ratio A/B of per-call times with a 95% CI and a verdict, plus the geomean. A and B as for
+    run --submission. Exit code as run's: nonzero when either side failed a shape."""
+    (va, vb), shape_set, settings, secret = _prepare([a, b], shapes, settings_path, timeout, seed)
+    opts = RunOptions(compare_mod.MODE, data, secret, settings)
+    err = Console(stderr=True)
+    store = None if no_store else ResultStore(resolve_db_path(db))
+    progress = ProgressObserver(err, len(shape_set.cases), f"{va.name} vs {vb.name}") if err.is_terminal else None
+    observers = (progress or Observer(), Observer())
+    if store:
+        observers = tuple(StoreRecorder(store, o) for o in observers)
+    try:
+        with progress or contextlib.nullcontext():
+            result = compare_mod.compare(va, vb, shape_set, opts, observers)
+    finally:
+        if store:
+            store.close()
+    if result.unmet:
+        err.print(f"[yellow]cannot compare here:[/] {escape(result.unmet)}")
+    if fmt == "text" and out is None:
+        Console().print(compare_rich_table(va.name, vb.name, result.rows, result.overall,
+                                           overall_label=result.overall_label))
+    else:
+        extra = {"a_run_id": result.a.run_id, "b_run_id": result.b.run_id, "shape_set": shape_set.name,
+                 "data": data, "exit_code": int(result.exit_code), "unmet": result.unmet}
+        cli_reports.emit(compare_table(va.name, vb.name, result.rows, result.overall, fmt, result.overall_label,
+                                       extra), out)
+    if store:
+        err.print(f"[dim]recorded: A {result.a.run_id}, B {result.b.run_id} in {store.path} "
+                  f"(fp4bench report {result.a.run_id} {result.b.run_id})[/]")
+    sys.exit(result.exit_code)
 
 
 @main.command("list")

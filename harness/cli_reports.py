@@ -33,7 +33,8 @@ def _open(db: Path | None) -> ResultStore:
         raise click.ClickException(str(exc)) from None
 
 
-def _emit(text: str, out: Path | None) -> None:
+def emit(text: str, out: Path | None) -> None:
+    """Write ``text`` to ``out`` (creating its folder; says so on stderr), or to standard output."""
     if out is None:
         click.echo(text, nl=not text.endswith("\n"))
         return
@@ -94,7 +95,7 @@ def leaderboard_cmd(db, shapes, gpu, mode, data, fmt, out) -> None:
         path = store.path
     boards = leaderboards(runs)
     if fmt != "table":
-        _emit(leaderboard_report(boards, fmt), out)
+        emit(leaderboard_report(boards, fmt), out)
         return
     console = Console()
     if not boards:
@@ -140,7 +141,7 @@ def report_cmd(runs, db, fmt, out, board, shapes, gpu, mode) -> None:
             text = report(records, fmt)
         except (StoreError, ReportError) as exc:
             raise click.ClickException(str(exc)) from None
-    _emit(text, out)
+    emit(text, out)
 
 
 @click.command("history")

@@ -725,6 +725,23 @@ def leaderboard_report(boards: Sequence[Board], fmt: str = "md") -> str:
 
 
 # ------------------------------------------------------------------------------------------------ compare
+@dataclass(frozen=True)
+class NoRatio:
+    """A shape of an A-versus-B comparison that has no ratio (one side failed or was skipped, or too few sample
+    pairs). ``a_status`` / ``b_status``: each side's Status value (``pass``, ``fail``, ...); ``a_ns`` / ``b_ns``:
+    that side's mean per-call time (ns) over the samples it has, None when it has none; ``note``: why there is
+    no ratio, e.g. ``B fail: output 0: ...``."""
+
+    a_status: str
+    b_status: str
+    note: str
+    a_ns: float | None = None
+    b_ns: float | None = None
+
+
+CompareRow = tuple[Union[Case, str], Union[Comparison, NoRatio]]
+
+
 def _verdict_text(c: Comparison, a_name: str, b_name: str) -> str:
     if c.verdict is Verdict.FASTER:
         return f"{a_name} faster, {c.speedup:.3g}x"
@@ -737,55 +754,84 @@ def _ratio_ci(c: Comparison) -> str:
     return f"[{c.low:.4g}, {c.high:.4g}]" if math.isfinite(c.high) else "unbounded"
 
 
-def _compare_rows(rows: Sequence[tuple[Case | str, Comparison]], overall: Comparison | None
-                  ) -> list[tuple[str, Comparison]]:
+def _side_cell(status: str, ns: float | None) -> str:
+    """A side's time (us) when it passed, else its status (``fail``, ``skipped``, ...)."""
+    return (fmt_us(ns) or "-") if status == Status.PASS.value else status
+
+
+def _compare_rows(rows: Sequence[CompareRow], overall: Comparison | None, overall_label: str
+                  ) -> list[tuple[str, Comparison | NoRatio]]:
     out = [(shape_label(s) if isinstance(s, Case) else str(s), c) for s, c in rows]
     if overall is not None:
-        out.append(("geomean", overall))
+        out.append((overall_label, overall))
     return out
 
 
-def compare_rich_table(a_name: str, b_name: str, rows: Sequence[tuple[Case | str, Comparison]],
-                       overall: Comparison | None = None, title: str | None = None):
-    """A rich Table: per shape A and B mean us, time ratio A/B with its 95 % CI, and the verdict (green when
-    A is faster, red when slower). ``rows``: (case or label, Comparison from harness.ranking.compare_samples);
-    ``overall``: the whole-set Comparison (harness.ranking.compare_geomeans), shown as a last row."""
+def _first_line(text: str, width: int = 160) -> str:
+    first = text.splitlines()[0] if text else ""
+    return first[:width] + ("..." if len(first) > width else "")
+
+
+def compare_rich_table(a_name: str, b_name: str, rows: Sequence[CompareRow], overall: Comparison | None = None,
+                       title: str | None = None, overall_label: str = "geomean"):
+    """A rich Table (fits 80 columns; the title names A and B): per shape A and B mean us, time ratio A/B with
+    its 95 % CI, and the verdict (green when A is faster, red when slower). ``rows``: (case or label, Comparison from harness.ranking.compare_samples, or
+    NoRatio for a shape that has none: the failed side shows its status, the verdict column the reason);
+    ``overall``: the whole-set Comparison (harness.ranking.compare_geomeans), shown as a last row labelled
+    ``overall_label``."""
+    from rich.markup import escape
     from rich.table import Table as RichTable
 
-    level = next((c.level for _, c in rows), overall.level if overall else 0.95)
-    table = RichTable(title=title or f"{a_name} (A) vs {b_name} (B)",
+    level = next((c.level for _, c in rows if isinstance(c, Comparison)), overall.level if overall else 0.95)
+    table = RichTable(title=escape(title or f"{a_name} (A) vs {b_name} (B)"),
                       caption="ratio = A time / B time; below 1: A is faster")
-    for col, right in (("shape", False), (f"{a_name} us", True), (f"{b_name} us", True), ("A/B", True),
-                       (f"{level:.0%} CI", True), ("verdict", False)):
-        table.add_column(col, justify="right" if right else "left")
-    for label, c in _compare_rows(rows, overall):
+    table.add_column("shape", overflow="fold", max_width=26)
+    for col in ("A us", "B us", "A/B", f"{level:.0%} CI"):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("verdict", overflow="fold")
+    for label, c in _compare_rows(rows, overall, overall_label):
+        if isinstance(c, NoRatio):
+            table.add_row(escape(label), _side_cell(c.a_status, c.a_ns), _side_cell(c.b_status, c.b_ns), "", "",
+                          f"[red]{escape(_first_line(c.note))}[/]")
+            continue
         style = {Verdict.FASTER: "green", Verdict.SLOWER: "red"}.get(c.verdict, "")
         verdict = _verdict_text(c, "A", "B")
-        table.add_row(label, fmt_us(c.a_ns), fmt_us(c.b_ns), f"{c.ratio:.4f}", _ratio_ci(c),
-                      f"[{style}]{verdict}[/]" if style else verdict, end_section=label == "geomean")
+        table.add_row(escape(label), fmt_us(c.a_ns), fmt_us(c.b_ns), f"{c.ratio:.4f}", _ratio_ci(c),
+                      f"[{style}]{verdict}[/]" if style else verdict, end_section=label == overall_label)
     return table
 
 
-def compare_table(a_name: str, b_name: str, rows: Sequence[tuple[Case | str, Comparison]],
-                  overall: Comparison | None = None, fmt: str = "text") -> str:
+def _compare_record(label: str, c: Comparison | NoRatio) -> dict:
+    if isinstance(c, NoRatio):
+        return {"shape": label, "a_mean_us": None if c.a_ns is None else c.a_ns / 1e3,
+                "b_mean_us": None if c.b_ns is None else c.b_ns / 1e3, "ratio": None, "ci_low": None,
+                "ci_high": None, "level": None, "dof": None, "verdict": None, "method": None,
+                "a_status": c.a_status, "b_status": c.b_status, "note": c.note}
+    return {"shape": label, "a_mean_us": c.a_ns / 1e3, "b_mean_us": c.b_ns / 1e3, "ratio": c.ratio,
+            "ci_low": c.low, "ci_high": _finite(c.high), "level": c.level,
+            "dof": c.dof if math.isfinite(c.dof) else None, "verdict": c.verdict.value, "method": c.method,
+            "a_status": Status.PASS.value, "b_status": Status.PASS.value, "note": ""}
+
+
+def compare_table(a_name: str, b_name: str, rows: Sequence[CompareRow], overall: Comparison | None = None,
+                  fmt: str = "text", overall_label: str = "geomean", extra: dict | None = None) -> str:
     """An A-versus-B comparison as text: ``text`` (the rich table, plain characters, 120 columns), ``md``,
-    ``csv`` (columns shape, a_mean_us, b_mean_us, ratio, ci_low, ci_high, level, dof, verdict, method) or
-    ``json`` (a list of those objects). ``rows`` as in ``compare_rich_table``.
+    ``csv`` (columns shape, a_mean_us, b_mean_us, ratio, ci_low, ci_high, level, dof, verdict, method,
+    a_status, b_status, note; a NoRatio row leaves the ratio columns empty) or ``json`` (``{"a", "b", "rows":
+    [those objects, null for empty]}`` plus the keys of ``extra``). ``rows`` as in ``compare_rich_table``.
 
     Raises ReportError for an unknown format."""
-    items = _compare_rows(rows, overall)
+    items = _compare_rows(rows, overall, overall_label)
     if fmt == "text":
         from rich.console import Console
 
         console = Console(file=io.StringIO(), width=120, color_system=None, force_terminal=False)
-        console.print(compare_rich_table(a_name, b_name, rows, overall))
+        console.print(compare_rich_table(a_name, b_name, rows, overall, overall_label=overall_label))
         return console.file.getvalue()
-    records = [{"shape": label, "a_mean_us": c.a_ns / 1e3, "b_mean_us": c.b_ns / 1e3, "ratio": c.ratio,
-                "ci_low": c.low, "ci_high": _finite(c.high), "level": c.level,
-                "dof": c.dof if math.isfinite(c.dof) else None, "verdict": c.verdict.value, "method": c.method}
-               for label, c in items]
+    records = [_compare_record(label, c) for label, c in items]
     if fmt == "json":
-        return json.dumps({"a": a_name, "b": b_name, "rows": records}, indent=2, allow_nan=False)
+        return json.dumps({"a": a_name, "b": b_name, **(extra or {}), "rows": records}, indent=2,
+                          allow_nan=False)
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=list(records[0]) if records else ["shape"], lineterminator="\n")
@@ -793,10 +839,16 @@ def compare_table(a_name: str, b_name: str, rows: Sequence[tuple[Case | str, Com
         w.writerows(records)
         return buf.getvalue()
     if fmt == "md":
-        table = Table(["shape", f"{a_name} us", f"{b_name} us", "A/B time", "95% CI", "verdict"],
-                      [[label, fmt_us(c.a_ns), fmt_us(c.b_ns), f"{c.ratio:.4f}", _ratio_ci(c),
-                        _verdict_text(c, a_name, b_name)] for label, c in items], {1, 2, 3, 4},
-                      "ratio = A time / B time; below 1: A is faster")
+        body = []
+        for label, c in items:
+            if isinstance(c, NoRatio):
+                body.append([label, _side_cell(c.a_status, c.a_ns), _side_cell(c.b_status, c.b_ns), "", "",
+                             Cell(_first_line(c.note), "fail")])
+            else:
+                body.append([label, fmt_us(c.a_ns), fmt_us(c.b_ns), f"{c.ratio:.4f}", _ratio_ci(c),
+                             _verdict_text(c, a_name, b_name)])
+        table = Table(["shape", f"{a_name} us", f"{b_name} us", "A/B time", "95% CI", "verdict"], body,
+                      {1, 2, 3, 4}, "ratio = A time / B time; below 1: A is faster")
         return _render_md([Section(f"{a_name} (A) vs {b_name} (B)", 2, [table])])
     raise ReportError(f"unknown compare format {fmt!r}; expected text, md, csv or json")
 

@@ -186,27 +186,35 @@ class CaseRunner:
         for w in range(self.opts.settings.warmup_samples):
             self._call(case, seedlib.sample_seeds(seed, w, calls, warmup=True), check=False)
 
-    def timed(self, index: int, case: Case, seed: int) -> tuple[list[float], int]:
-        """Timed samples until the stopping rule says stop; returns per-call ns of each sample and calls checked."""
-        settings = self.opts.settings
-        rule = settings.stopping_rule(self.opts.mode)
+    def sample(self, index: int, case: Case, seed: int, i: int) -> float:
+        """Timed sample ``i`` (0-based) of case number ``index`` (case seed ``seed``): ``calls_per_sample`` calls on
+        fresh inputs drawn from ``seeds.sample_seeds(seed, i, calls_per_sample)``, every output checked against
+        the reference. Reports ``on_sample(index, i + 1)`` to the observer.
+
+        Returns the per-call time in ns (the sample's duration / its calls). Raises CaseFailed: FAIL for a wrong
+        output, tampering, or a time below this GPU's physical floor (task.cost, CUDA only); ERROR, CRASH or
+        TIMEOUT for the submission's faults."""
+        seeds = seedlib.sample_seeds(seed, i, self.opts.settings.calls_per_sample)
+        reply = self._call(case, seeds)
+        per_call = reply["elapsed_ns"] / reply["calls"]
         floor = sol_ns(case, self.peaks, floor=True) if self.peaks else None
+        if floor is not None and per_call < floor:
+            raise CaseFailed(Status.FAIL, f"impossible time: {per_call:.0f} ns per call is below this GPU's "
+                                          f"physical floor of {floor:.0f} ns ({self.peaks.model}: FLOPs at "
+                                          f"{self.peaks.floor_tflops:g} TFLOP/s, bytes at {self.peaks.hbm_tbps:g} TB/s)")
+        self.observer.on_sample(index, i + 1)
+        return per_call
+
+    def timed(self, index: int, case: Case, seed: int) -> tuple[list[float], int]:
+        """Timed samples (``sample``) until the stopping rule says stop; returns per-call ns of each sample and
+        the number of calls checked. Raises CaseFailed as ``sample`` does."""
+        rule = self.opts.settings.stopping_rule(self.opts.mode)
         samples: list[float] = []
-        checked = 0
         t0 = time.monotonic_ns()
         while True:
-            seeds = seedlib.sample_seeds(seed, len(samples), settings.calls_per_sample)
-            reply = self._call(case, seeds)
-            checked += len(seeds)
-            per_call = reply["elapsed_ns"] / reply["calls"]
-            if floor is not None and per_call < floor:
-                raise CaseFailed(Status.FAIL, f"impossible time: {per_call:.0f} ns per call is below this GPU's "
-                                              f"physical floor of {floor:.0f} ns ({self.peaks.model}: FLOPs at "
-                                              f"{self.peaks.floor_tflops:g} TFLOP/s, bytes at {self.peaks.hbm_tbps:g} TB/s)")
-            samples.append(per_call)
-            self.observer.on_sample(index, len(samples))
+            samples.append(self.sample(index, case, seed, len(samples)))
             if rule.is_finished(samples, time.monotonic_ns() - t0):
-                return samples, checked
+                return samples, len(samples) * self.opts.settings.calls_per_sample
 
     def profile(self, case: Case, seed: int) -> str:
         reply = self._call(case, seedlib.sample_seeds(seed, 0, 1), profile=True)
@@ -238,11 +246,7 @@ def run(variant: Variant, shapes: ShapeSet, opts: RunOptions, observer: Observer
     # The parent's CPU work (drawing inputs on a thread pool, checks) must not leave spinning thread teams that
     # compete with the worker while it is being timed: one intra-op thread per pool thread.
     torch.set_num_threads(1)
-    record = RunRecord(
-        run_id=uuid.uuid4().hex[:12], started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        mode=opts.mode, data=opts.data, shape_set=shapes.name, secret_seed=opts.secret,
-        submission=SubmissionInfo(variant.name, str(variant.path), variant.sha256, dict(variant.popcorn)),
-        environment=environment(), cases=(), complete=False, git_commit=_git_commit())
+    record = new_record(variant, shapes, opts)
     observer.on_start(record)
     results: list[CaseResult] = []
 
@@ -254,7 +258,7 @@ def run(variant: Variant, shapes: ShapeSet, opts: RunOptions, observer: Observer
     if reason:
         for case in shapes.cases:
             finish(CaseResult(case, Status.SKIPPED, reason))
-        return _close(record, results, observer)
+        return close_record(record, results, observer)
 
     session = Session(variant, opts.settings)
     runner = CaseRunner(session, opts, observer, device)
@@ -262,10 +266,29 @@ def run(variant: Variant, shapes: ShapeSet, opts: RunOptions, observer: Observer
         _run_cases(shapes.cases, opts, session, runner, observer, finish)
     finally:
         session.close()
-    if session.stray_bytes:
-        runner.notes.append(f"ignored {session.stray_bytes} stray bytes the submission wrote to the result channel")
-    if runner.notes:
-        results = [_with_note(r, runner.notes) for r in results]
+    return close_record(record, results, observer, session, runner)
+
+
+def new_record(variant: Variant, shapes: ShapeSet, opts: RunOptions) -> RunRecord:
+    """A fresh RunRecord for ``variant`` on ``shapes`` in ``opts.mode``: no cases yet, not complete; a new run id,
+    the start time (UTC), this machine's environment and the repository's commit."""
+    return RunRecord(
+        run_id=uuid.uuid4().hex[:12], started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        mode=opts.mode, data=opts.data, shape_set=shapes.name, secret_seed=opts.secret,
+        submission=SubmissionInfo(variant.name, str(variant.path), variant.sha256, dict(variant.popcorn)),
+        environment=environment(), cases=(), complete=False, git_commit=_git_commit())
+
+
+def close_record(record: RunRecord, results: list[CaseResult], observer: Observer,
+                 session: Session | None = None, runner: CaseRunner | None = None) -> RunRecord:
+    """The finished record: ``results`` as its cases (with the ``runner``'s notes and the ``session``'s stray
+    channel bytes appended to every case's message), complete, and the geomean (ns) of per-case means when
+    every case passed with timings. Tells the observer ``on_finish``."""
+    notes = list(runner.notes) if runner is not None else []
+    if session is not None and session.stray_bytes:
+        notes.append(f"ignored {session.stray_bytes} stray bytes the submission wrote to the result channel")
+    if notes:
+        results = [_with_note(r, notes) for r in results]
     return _close(record, results, observer)
 
 

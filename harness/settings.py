@@ -27,7 +27,7 @@ class Settings:
     max_rel_err: float = 0.001
     max_runs: int = 100
     max_wall_s: float = 120.0
-    budget_s: tuple = (("benchmark", 10.0), ("leaderboard", 30.0), ("profile", 1.0))
+    budget_s: tuple = (("benchmark", 10.0), ("leaderboard", 30.0), ("profile", 1.0), ("compare", 10.0))
 
     def stopping_rule(self, mode: str) -> StoppingRule:
         """The official stopping rule with this run's numbers; ``mode`` picks the time budget."""

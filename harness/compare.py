@@ -1,0 +1,257 @@
+"""Interleaved A-versus-B timing (``fp4bench compare A B``): which of two submissions is faster, shape by shape.
+
+Two runs timed one after the other see different clocks, temperatures and neighbours; their difference can be
+larger than either run's interval suggests (harness/ranking.py says so). ``compare`` removes that drift: each
+variant gets its own worker (``runner.Session``), and per shape
+
+1. A: correctness call, warm-up; B: correctness call, warm-up (as ``run`` does for one variant);
+2. timed samples alternate A, B, A, B, ...; pair ``i`` of both sides draws its inputs from the same seeds
+   (``seeds.sample_seeds(case seed, i, calls_per_sample)``, exactly what ``CaseRunner.timed`` uses), so each
+   pair times identical inputs, and every output of every timed call is checked (``CaseRunner.sample``);
+3. sampling stops when the settings' stopping rule (``Settings.stopping_rule("compare")``, budget per side)
+   says stop for both sides, at the rule's max-runs or wall limit, and never before 2 pairs (unless max_runs
+   is 1), so both sides always have equal sample counts.
+
+Each shape's verdict is ``ranking.compare_samples(a, b, paired=True)``: the geometric mean of the per-pair
+ratios A/B with a 95 % t interval (drift common to a pair cancels). The overall row is
+``ranking.compare_geomeans`` on the per-shape Stats of the shapes that have a ratio.
+
+What pairing does not remove: a difference that persists for one worker process for the whole shape (where
+its memory or threads landed). On a small, shared CPU machine (e.g. 2 cores) torch_reference against itself can
+come out "slower" at 95 %: the interval is the sampling noise between pairs, not the process-to-process spread.
+
+Faults: a side that fails a shape (FAIL, ERROR, CRASH, TIMEOUT) ends that shape for both sides (pairing is
+over); the failing side records its status and message, the other side keeps every sample it measured (status
+PASS, with a note), and the shape has no ratio. The next shape runs as usual (a crashed worker is restarted).
+A side that cannot be imported fails every shape and the other side is not run; a side whose ``requires`` is
+not met here skips every shape on both sides, as ``run`` skips it.
+
+Both sides are recorded as ordinary RunRecords with mode ``compare`` (the results store takes any mode; its
+observers, e.g. ``store.StoreRecorder``, get the usual hooks per side).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from harness import seeds as seedlib
+from harness.environment import device_facts
+from harness.popcorn import ExitCode, exit_code
+from harness.ranking import Comparison, compare_geomeans, compare_samples
+from harness.record import CaseResult, RunRecord, Status
+from harness.registry import Variant
+from harness.report import CompareRow, NoRatio
+from harness.runner import CaseFailed, CaseRunner, Observer, RunOptions, Session, close_record, new_record
+from harness.stats import StoppingRule, summarize
+from task.inputs import default_device
+from task.spec import Case, ShapeSet
+
+#: The mode compare runs are recorded with, and whose budget (Settings.budget_s) the stopping rule uses.
+MODE = "compare"
+#: Fewest sample pairs a shape gets (a paired interval needs 2), unless the settings' max_runs is smaller.
+MIN_PAIRS = 2
+
+
+@dataclass(frozen=True)
+class ShapeComparison:
+    """One shape: each side's CaseResult (per-call sample times in ns, pair i of ``a`` next to pair i of ``b``)
+    and A over B from ``compare_samples(paired=True)``; ``comparison`` is None when the shape has no ratio
+    (``note`` says why: a side failed or was skipped, or fewer than 2 pairs)."""
+
+    index: int
+    case: Case
+    a: CaseResult
+    b: CaseResult
+    comparison: Comparison | None
+    note: str = ""
+
+    @property
+    def row(self) -> CompareRow:
+        """(case, Comparison or NoRatio): a row for ``report.compare_table`` / ``compare_rich_table``."""
+        if self.comparison is not None:
+            return self.case, self.comparison
+        mean = lambda r: r.stats.mean_ns if r.stats else None  # noqa: E731
+        return self.case, NoRatio(self.a.status.value, self.b.status.value, self.note, mean(self.a), mean(self.b))
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    """A comparison of ``a`` (A) with ``b`` (B): both finished RunRecords (mode ``compare``), per-shape
+    comparisons in case order, and ``overall``: ``compare_geomeans`` over the shapes that have a ratio (None
+    when none has), labelled ``overall_label`` (``geomean``, or ``geomean (k of n shapes)``). ``unmet`` is the
+    reason a side cannot run here ("B (cute_grouped) needs sm_100a; ..."), else empty."""
+
+    a: RunRecord
+    b: RunRecord
+    shapes: tuple[ShapeComparison, ...]
+    overall: Comparison | None
+    overall_label: str = "geomean"
+    unmet: str = ""
+
+    @property
+    def rows(self) -> list[CompareRow]:
+        """Per-shape rows for ``report.compare_table`` / ``compare_rich_table`` (pass ``overall`` separately)."""
+        return [s.row for s in self.shapes]
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """The worse of the two runs' exit codes (``popcorn.exit_code``): nonzero when either side failed a
+        shape; skipped shapes do not fail."""
+        return max(exit_code(self.a), exit_code(self.b))
+
+
+class _Side:
+    """One variant's worker, case runner, observer and results, and the state of the current shape."""
+
+    def __init__(self, letter: str, variant: Variant, opts: RunOptions, observer: Observer, device: torch.device):
+        self.letter, self.variant, self.observer = letter, variant, observer
+        self.session = Session(variant, opts.settings)
+        self.runner = CaseRunner(self.session, opts, observer, device)
+        self.results: list[CaseResult] = []
+        self.samples: list[float] = []
+        self.checked = 0
+        self.failure: CaseFailed | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.letter} ({self.variant.name})"
+
+    def begin(self, index: int, case: Case) -> None:
+        self.samples, self.checked, self.failure = [], 0, None
+        self.observer.on_case_start(index, case)
+
+    def finish(self, result: CaseResult) -> None:
+        self.observer.on_case(len(self.results), result)
+        self.results.append(result)
+
+
+def compare(a: Variant, b: Variant, shapes: ShapeSet, opts: RunOptions = RunOptions(MODE),
+            observers: tuple[Observer, Observer] | None = None) -> CompareResult:
+    """Time ``a`` (A) against ``b`` (B) interleaved on every case of ``shapes`` (module docstring).
+
+    ``opts``: mode must be ``compare``; data, secret seed and settings as for ``runner.run``. ``observers``:
+    one Observer per side (A's, B's), each told on_start / on_case_start / on_sample / on_case / on_finish for
+    its own run. Times are ns throughout (per call: sample duration / calls).
+
+    Never raises for a submission's fault: each side's case ends pass/fail/error/crash/timeout/skipped. Raises
+    ValueError when ``opts.mode`` is not ``compare``, or a case seed combined with the secret does not fit.
+    """
+    if opts.mode != MODE:
+        raise ValueError(f"compare records runs with mode {MODE!r}; got RunOptions(mode={opts.mode!r})")
+    case_seeds = [seedlib.case_seed(c.seed, opts.secret) for c in shapes.cases]
+    obs_a, obs_b = observers or (Observer(), Observer())
+    device = default_device()
+    torch.set_num_threads(1)  # as runner.run: the parent's draws and checks must not compete with the workers
+    sides = (_Side("A", a, opts, obs_a, device), _Side("B", b, opts, obs_b, device))
+    records = [new_record(s.variant, shapes, opts) for s in sides]
+    for side, record in zip(sides, records):
+        side.observer.on_start(record)
+    facts = device_facts()
+    unmet = {s.letter: r for s in sides if (r := s.variant.requires.unmet_reason(facts))}
+    try:
+        if unmet:
+            _skip_all(shapes.cases, sides, unmet)
+        else:
+            _run_cases(shapes.cases, case_seeds, sides, opts.settings.stopping_rule(MODE),
+                       opts.settings.calls_per_sample)
+    finally:
+        for s in sides:
+            s.session.close()
+    rec_a, rec_b = (close_record(r, s.results, s.observer, s.session, s.runner) for s, r in zip(sides, records))
+    per_shape = tuple(_shape(i, ra, rb, *sides) for i, (ra, rb) in enumerate(zip(rec_a.cases, rec_b.cases)))
+    compared = [s for s in per_shape if s.comparison is not None]
+    overall = compare_geomeans([s.a.stats for s in compared], [s.b.stats for s in compared]) if compared else None
+    label = "geomean" if len(compared) == len(per_shape) else f"geomean ({len(compared)} of {len(per_shape)} shapes)"
+    reason = "; ".join(f"{s.name} {unmet[s.letter]}" for s in sides if s.letter in unmet)
+    return CompareResult(rec_a, rec_b, per_shape, overall, label, reason)
+
+
+def _skip_all(cases, sides: tuple[_Side, _Side], unmet: dict[str, str]) -> None:
+    """Every case SKIPPED on both sides: the unmet side with its reason, the other naming who cannot run."""
+    blocked = ", ".join(f"{s.name} cannot run here ({unmet[s.letter]})" for s in sides if s.letter in unmet)
+    for case in cases:
+        for s in sides:
+            s.finish(CaseResult(case, Status.SKIPPED, unmet.get(s.letter) or f"not run: {blocked}"))
+
+
+def _run_cases(cases, case_seeds, sides: tuple[_Side, _Side], rule: StoppingRule, calls: int) -> None:
+    """Load both workers, then every case: correctness and warm-up per side, then interleaved timed pairs."""
+    failed = {}
+    for s in sides:
+        try:
+            s.session.load()
+        except CaseFailed as exc:  # import error or no entry point: this side fails every case
+            failed[s.letter] = exc
+    if failed:
+        why = ", ".join(f"{s.name} could not be loaded" for s in sides if s.letter in failed)
+        for case in cases:
+            for s in sides:
+                exc = failed.get(s.letter)
+                s.finish(CaseResult(case, exc.status, exc.message) if exc
+                         else CaseResult(case, Status.SKIPPED, f"not run: {why}"))
+        return
+    for index, (case, seed) in enumerate(zip(cases, case_seeds)):
+        t0 = time.monotonic()
+        for s in sides:
+            s.begin(index, case)
+        for s in sides:
+            try:
+                s.runner.correctness(case, seed)
+                s.checked = 1
+                if not any(x.failure for x in sides):
+                    s.runner.warmup(case, seed)
+            except CaseFailed as exc:
+                s.failure = exc
+        if not any(s.failure for s in sides):
+            _interleave(index, case, seed, sides, rule, calls)
+        wall_s = time.monotonic() - t0
+        for s, other in zip(sides, sides[::-1]):
+            stats = summarize(s.samples) if s.samples else None
+            if s.failure:
+                result = CaseResult(case, s.failure.status, s.failure.message, tuple(s.samples), stats, s.checked,
+                                    wall_s)
+            else:
+                note = (f"timing stopped after {len(s.samples)} sample(s): {other.name} "
+                        f"{other.failure.status.value} on this shape") if other.failure else ""
+                result = CaseResult(case, Status.PASS, note, tuple(s.samples), stats, s.checked, wall_s)
+            s.finish(result)
+
+
+def _interleave(index: int, case: Case, seed: int, sides: tuple[_Side, _Side], rule: StoppingRule,
+                calls: int) -> None:
+    """Timed pairs A_i, B_i (same seeds) until both sides' rule says stop (or max runs); a failure ends it."""
+    t0 = time.monotonic_ns()
+    pairs = 0
+    while True:
+        for s in sides:
+            try:
+                s.samples.append(s.runner.sample(index, case, seed, pairs))
+            except CaseFailed as exc:
+                s.failure = exc
+                return
+            s.checked += calls
+        pairs += 1
+        if pairs >= rule.max_runs:
+            return
+        wall = time.monotonic_ns() - t0
+        if pairs >= MIN_PAIRS and all(rule.is_finished(s.samples, wall) for s in sides):
+            return
+
+
+def _shape(index: int, ra: CaseResult, rb: CaseResult, side_a: _Side, side_b: _Side) -> ShapeComparison:
+    """The per-shape verdict from the two recorded results (compare_samples, paired), or why there is none."""
+    if not (ra.passed and rb.passed):
+        bad = [(s, r) for s, r in ((side_a, ra), (side_b, rb)) if not r.passed]
+        bad = [(s, r) for s, r in bad if not r.message.startswith("not run: ")] or bad  # the cause, not the echo
+        note = "; ".join(f"{s.letter} {r.status.value}: {r.message.splitlines()[0] if r.message else ''}"
+                         for s, r in bad)
+        return ShapeComparison(index, ra.case, ra, rb, None, note)
+    if len(ra.samples_ns) < 2 or len(ra.samples_ns) != len(rb.samples_ns):
+        return ShapeComparison(index, ra.case, ra, rb, None, f"no ratio: {len(ra.samples_ns)} sample pair(s) "
+                                                             f"(a ratio needs at least 2)")
+    try:
+        return ShapeComparison(index, ra.case, ra, rb, compare_samples(ra.samples_ns, rb.samples_ns, paired=True))
+    except ValueError as exc:  # e.g. a zero time from a coarse clock
+        return ShapeComparison(index, ra.case, ra, rb, None, f"no ratio: {exc}")
