@@ -325,15 +325,33 @@ def _tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, ws_ptr, cnt_ptr, M, N, K, m0, n
 
 
 @triton.jit
+def _pick(g, x0, x1, x2, x3, x4, x5, x6, x7):
+    """x_g for a runtime group index g in 0..7 (scalars)."""
+    r = x0
+    r = tl.where(g == 1, x1, r)
+    r = tl.where(g == 2, x2, r)
+    r = tl.where(g == 3, x3, r)
+    r = tl.where(g == 4, x4, r)
+    r = tl.where(g == 5, x5, r)
+    r = tl.where(g == 6, x6, r)
+    r = tl.where(g == 7, x7, r)
+    return r
+
+
+@triton.jit
 def _group_gemm_kernel(tab_ptr, tile_ptr, ws_ptr, cnt_ptr, acc_scale,
+                       A0, A1, A2, A3, A4, A5, A6, A7, B0, B1, B2, B3, B4, B5, B6, B7,
+                       C0, C1, C2, C3, C4, C5, C6, C7, SA0, SA1, SA2, SA3, SA4, SA5, SA6, SA7,
+                       SB0, SB1, SB2, SB3, SB4, SB5, SB6, SB7, USE_TAB: tl.constexpr,
                        BM0: tl.constexpr, BN0: tl.constexpr, BM1: tl.constexpr, BN1: tl.constexpr,
                        BM2: tl.constexpr, BN2: tl.constexpr, BK: tl.constexpr, DECODE: tl.constexpr,
                        JOIN: tl.constexpr, PERM: tl.constexpr, WS_STRIDE: tl.constexpr,
                        SPLIT: tl.constexpr):
-    """One program per tile. Tile row (int32 x 8): group, m0, n0, class, k_lo, k_hi, split slot (-1: none),
-    split part. Table row (int64 x 8): a, b, c, sfa_reordered, sfb_reordered addresses, M, N, K."""
+    """One program per tile. Tile row (int32 x TILE_INTS): group, m0, n0, class, k_lo, k_hi, split slot (-1:
+    none), split part, M, N, K. Group addresses (a, b, c, sfa_reordered, sfb_reordered): kernel arguments
+    A0..SB7 for up to 8 groups; with USE_TAB, row g (int64 x 8) of the table at ``tab_ptr`` instead."""
     t = tl.program_id(0)
-    tile = tile_ptr + t * 8
+    tile = tile_ptr + t * 12
     g = tl.load(tile)
     m0 = tl.load(tile + 1)
     n0 = tl.load(tile + 2)
@@ -342,16 +360,28 @@ def _group_gemm_kernel(tab_ptr, tile_ptr, ws_ptr, cnt_ptr, acc_scale,
     k_hi = tl.load(tile + 5)
     slot = tl.load(tile + 6)
     part = tl.load(tile + 7)
-    row = tab_ptr + g * 8
+    M = tl.load(tile + 8)
+    N = tl.load(tile + 9)
+    K = tl.multiple_of(tl.load(tile + 10), 64)
+    if USE_TAB:
+        row = tab_ptr + g * 8
+        a_addr = tl.load(row)
+        b_addr = tl.load(row + 1)
+        c_addr = tl.load(row + 2)
+        sfa_addr = tl.load(row + 3)
+        sfb_addr = tl.load(row + 4)
+    else:
+        a_addr = _pick(g, A0, A1, A2, A3, A4, A5, A6, A7)
+        b_addr = _pick(g, B0, B1, B2, B3, B4, B5, B6, B7)
+        c_addr = _pick(g, C0, C1, C2, C3, C4, C5, C6, C7)
+        sfa_addr = _pick(g, SA0, SA1, SA2, SA3, SA4, SA5, SA6, SA7)
+        sfb_addr = _pick(g, SB0, SB1, SB2, SB3, SB4, SB5, SB6, SB7)
     # The host checked: every pointer 16-byte aligned, K a multiple of 64 (so K/2 rows are 32-byte aligned).
-    a_ptr = tl.multiple_of(tl.load(row).to(tl.pointer_type(tl.uint8)), 16)
-    b_ptr = tl.multiple_of(tl.load(row + 1).to(tl.pointer_type(tl.uint8)), 16)
-    c_ptr = tl.multiple_of(tl.load(row + 2).to(tl.pointer_type(tl.float16)), 16)
-    sfa_ptr = tl.multiple_of(tl.load(row + 3).to(tl.pointer_type(tl.uint8)), 16)
-    sfb_ptr = tl.multiple_of(tl.load(row + 4).to(tl.pointer_type(tl.uint8)), 16)
-    M = tl.load(row + 5).to(tl.int32)
-    N = tl.load(row + 6).to(tl.int32)
-    K = tl.multiple_of(tl.load(row + 7).to(tl.int32), 64)
+    a_ptr = tl.multiple_of(a_addr.to(tl.int64).to(tl.pointer_type(tl.uint8)), 16)
+    b_ptr = tl.multiple_of(b_addr.to(tl.int64).to(tl.pointer_type(tl.uint8)), 16)
+    c_ptr = tl.multiple_of(c_addr.to(tl.int64).to(tl.pointer_type(tl.float16)), 16)
+    sfa_ptr = tl.multiple_of(sfa_addr.to(tl.int64).to(tl.pointer_type(tl.uint8)), 16)
+    sfb_ptr = tl.multiple_of(sfb_addr.to(tl.int64).to(tl.pointer_type(tl.uint8)), 16)
     if cls == 0:
         _tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, ws_ptr, cnt_ptr, M, N, K, m0, n0, k_lo, k_hi, slot, part,
               acc_scale, BM0, BN0, BK, DECODE, JOIN, PERM, WS_STRIDE, SPLIT)
@@ -461,74 +491,68 @@ def _layout(abc, sf_r) -> tuple:
                  for (a, b, c), (sa, sb) in zip(abc, sf_r) for t in (a, b, c, sa, sb))
 
 
-class _PointerRing:
-    """The per-call table of group addresses, read by the kernel straight from pinned host memory.
-
-    Rows of int64 x 8 per group: a, b, c, sfa_reordered, sfb_reordered addresses, then M, N, K (written once).
-    Each call fills one of SLOTS rows of a pinned (page-locked) host buffer, which the GPU reads through unified
-    addressing: no copy is queued at all. (A pageable ``torch.tensor(rows).to(device)`` waits for all queued
-    work, so the host cannot run ahead; an asynchronous copy from pinned memory costs a copy-engine round trip
-    between kernels, measured on the H200 at +2 us to +30 us per call.) A slot is reused only after the event
-    recorded behind the launch that read it has completed (SLOTS calls later, so in practice no wait)."""
-
-    SLOTS = 16
-
-    def __init__(self, sizes):
-        self.host = torch.empty((self.SLOTS, len(sizes), 8), dtype=torch.int64, pin_memory=True)
-        self.host[:, :, 5:] = torch.tensor([[m, n, k] for m, n, k, _ in sizes], dtype=torch.int64)
-        self.ptr_cols = self.host.numpy()[:, :, :5]
-        self.rows = [self.host[i].view(-1) for i in range(self.SLOTS)]
-        self.events = [None] * self.SLOTS
-        self.next = 0
-
-    def upload(self, ptr_rows: list) -> tuple[torch.Tensor, int]:
-        """Write ``ptr_rows`` (per group: 5 addresses) into the next free slot; returns (pinned row, slot)."""
-        i = self.next
-        self.next = (i + 1) % self.SLOTS
-        if self.events[i] is not None:
-            self.events[i].synchronize()
-        self.ptr_cols[i] = ptr_rows
-        return self.rows[i], i
-
-    def launched(self, i: int) -> None:
-        """Call right after the launch that reads slot ``i``."""
-        if self.events[i] is None:
-            self.events[i] = torch.cuda.Event()
-        self.events[i].record()
+#: Groups whose addresses travel as kernel arguments (more: a device table, see _Plan.table).
+ARG_GROUPS = 8
+#: int32 per tile row: group, m0, n0, class, k_lo, k_hi, slot, part, M, N, K, padding.
+TILE_INTS = 12
 
 
 class _Plan:
-    """Everything a call needs that depends only on (sizes, config, device): the tile table, split-K workspace
-    and counters, the launch arguments after the address table, the pointer ring, the layout last validated,
-    and the compiled kernel once known."""
+    """Everything a call needs that depends only on (sizes, config, device): the tile table (with each group's
+    M, N, K), split-K workspace and counters, the launch arguments around the addresses, the layout last
+    validated, and the compiled kernel once known.
+
+    Addresses: for up to ARG_GROUPS groups they are kernel arguments, so a call with new inputs queues no copy
+    and never waits. (Measured on the H200, g2_n4096_k1536, us per call: a pageable table copy per call waits
+    for all queued work; an asynchronous copy from pinned memory cost a copy-engine round trip, 61 us against
+    30 with a cached table; the kernel reading a pinned table through unified addressing, 45 us.) Beyond that,
+    a device table per distinct set of addresses, cached."""
+
+    MAX_TABLES = 64
 
     def __init__(self, sizes, cfg: Config, dev: torch.device, interp: bool):
         decode = "pure" if interp else cfg.decode
         bk = _pick_bk(cfg, [s[2] for s in sizes])
-        tiles = plan_tiles(sizes, cfg, bk)
+        tiles = [t + (sizes[t[0]][0], sizes[t[0]][1], sizes[t[0]][2], 0) for t in plan_tiles(sizes, cfg, bk)]
         slots = 1 + max((t[6] for t in tiles), default=-1)
         stride = max(c.bm * c.bn for c in cfg.classes)
         c0, c1, c2 = cfg.classes
         self.n_tiles = len(tiles)
-        self.static_args = (
-            torch.tensor(tiles, dtype=torch.int32, device=dev).reshape(-1),
-            torch.empty(max(slots, 1) * 2 * stride, dtype=torch.float32, device=dev),
-            torch.zeros(max(slots, 1), dtype=torch.int32, device=dev),
-            _BF16_ACC_SCALE if decode in ("bf16", "f16s") else 1.0,
-            c0.bm, c0.bn, c1.bm, c1.bn, c2.bm, c2.bn, bk, decode, cfg.join, cfg.perm, stride, cfg.split_k > 1)
+        self.tiles = torch.tensor(tiles, dtype=torch.int32, device=dev).reshape(-1)
+        self.head = (self.tiles,
+                     torch.empty(max(slots, 1) * 2 * stride, dtype=torch.float32, device=dev),
+                     torch.zeros(max(slots, 1), dtype=torch.int32, device=dev),
+                     _BF16_ACC_SCALE if decode in ("bf16", "f16s") else 1.0)
+        self.use_tab = len(sizes) > ARG_GROUPS
+        self.tail = (self.use_tab, c0.bm, c0.bn, c1.bm, c1.bn, c2.bm, c2.bn, bk, decode, cfg.join, cfg.perm,
+                     stride, cfg.split_k > 1)
+        self.pad = [0] * (ARG_GROUPS - len(sizes)) if not self.use_tab else []
         self.options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         if cfg.maxnreg:
             self.options["maxnreg"] = cfg.maxnreg
-        self.sizes = sizes
-        self.ring = None if interp else _PointerRing(sizes)
+        self.dev = dev
+        self.tables: dict = {}
         self.layout = None
         self.compiled = None
 
-    def table(self, ptr_rows: list) -> tuple[torch.Tensor, int]:
-        if self.ring is None:  # interpreter: inputs live on the CPU
-            rows = [list(p) + [m, n, k] for p, (m, n, k, _) in zip(ptr_rows, self.sizes)]
-            return torch.tensor(rows, dtype=torch.int64).reshape(-1), -1
-        return self.ring.upload(ptr_rows)
+    def args(self, ptrs: list) -> tuple:
+        """The kernel's arguments for per-group addresses ``ptrs`` (a, b, c, sfa, sfb of each group in turn)."""
+        if self.use_tab:
+            return (self.table(ptrs), *self.head, *([0] * (5 * ARG_GROUPS)), *self.tail)
+        by_kind = [ptrs[j::5] + self.pad for j in range(5)]  # A0..A7, B0..B7, C.., SA.., SB..
+        return (self.tiles, *self.head, *by_kind[0], *by_kind[1], *by_kind[2], *by_kind[3], *by_kind[4],
+                *self.tail)
+
+    def table(self, ptrs: list) -> torch.Tensor:
+        key = tuple(ptrs)
+        hit = self.tables.get(key)
+        if hit is None:
+            rows = [ptrs[i:i + 5] + [0, 0, 0] for i in range(0, len(ptrs), 5)]
+            hit = torch.tensor(rows, dtype=torch.int64).reshape(-1).to(self.dev)
+            if len(self.tables) >= self.MAX_TABLES:
+                self.tables.clear()
+            self.tables[key] = hit
+        return hit
 
 
 _PLANS: dict = {}
@@ -554,35 +578,31 @@ def grouped_gemm(data: input_t, cfg: Config = DEFAULT_CONFIG) -> output_t:
         if len(_PLANS) >= _MAX_PLANS:
             _PLANS.clear()
         plan = _PLANS[key] = _Plan(sizes, cfg, dev, interp)
-    ptr_rows = [(a.data_ptr(), b.data_ptr(), c.data_ptr(), sa.data_ptr(), sb.data_ptr())
-                for (a, b, c), (sa, sb) in zip(abc, sf_r)]
+    ptrs = [t.data_ptr() for (a, b, c), (sa, sb) in zip(abc, sf_r) for t in (a, b, c, sa, sb)]
     layout = _layout(abc, sf_r)
-    if layout != plan.layout or any((a | b | c | sa | sb) & 15 for a, b, c, sa, sb in ptr_rows):
+    if layout != plan.layout or any(p & 15 for p in ptrs):
         validate(data)
         plan.layout = layout
-    tab, slot = plan.table(ptr_rows)
-    _launch(plan, tab, interp)
-    if slot >= 0:
-        plan.ring.launched(slot)
+    _launch(plan, plan.args(ptrs), interp)
     return [c for (_, _, c) in abc]
 
 
 _FAST_LAUNCH = os.environ.get("FP4BENCH_TRITON_JIT_LAUNCH", "0") in ("", "0")
 
 
-def _launch(plan: _Plan, tab: torch.Tensor, interp: bool) -> None:
+def _launch(plan: _Plan, args: tuple, interp: bool) -> None:
     """Launch through Triton's JIT on a plan's first call, then straight through the compiled kernel's runner
     (``CompiledKernel[grid](*args)``, the same call Triton's JIT makes, in 3.6 and 3.9): that skips re-binding
-    and re-specialising every argument, most of the per-call host time for a kernel of a few tens of us. The
-    address table is always a 16-byte-aligned int64 tensor, so the specialisation never changes."""
+    and re-specialising every argument, most of the per-call host time for a kernel of a few tens of us. Every
+    address is 16-byte aligned (checked), so the specialisation the JIT chose never changes."""
     global _FAST_LAUNCH
     if plan.compiled is not None and _FAST_LAUNCH:
         try:
-            plan.compiled[(plan.n_tiles, 1, 1)](tab, *plan.static_args)
+            plan.compiled[(plan.n_tiles, 1, 1)](*args)
             return
         except (TypeError, AttributeError, IndexError):
             _FAST_LAUNCH = False  # an unexpected Triton version: stay on the JIT path from now on
-    kernel = _group_gemm_kernel[(plan.n_tiles,)](tab, *plan.static_args, **plan.options)
+    kernel = _group_gemm_kernel[(plan.n_tiles,)](*args, **plan.options)
     if not interp and hasattr(kernel, "__getitem__") and hasattr(kernel, "run"):
         plan.compiled = kernel
 

@@ -81,6 +81,7 @@ print("RESULTS " + json.dumps(results))
 INTERPRETER_CASES = [dict(m=list(c.m), n=list(c.n), k=list(c.k)) for c in load_shapes("smoke").cases] + [
     dict(m=[80, 128, 256], n=[384, 256, 128], k=[256, 128, 128]),  # official test 4 with smaller K
     dict(m=[40, 56, 384, 512], n=[512, 384, 256, 128], k=[128, 128, 64, 64]),  # official test 9, M > 256
+    dict(m=[4, 8, 12, 16, 20, 24, 28, 32, 36], n=[64] * 9, k=[64] * 9),  # 9 groups: the address-table path
 ]
 
 
@@ -152,11 +153,16 @@ def test_later_calls_of_the_same_sizes_are_revalidated(monkeypatch, mutate, mess
     full (the per-call check compares layouts, it does not trust the first call)."""
     launched = []
     monkeypatch.setattr(sub, "_interpreting", lambda: True)
-    monkeypatch.setattr(sub, "_launch", lambda plan, tab, interp: launched.append(tab.clone()))
+    monkeypatch.setattr(sub, "_launch", lambda plan, args, interp: launched.append((plan, args)))
     good = small()
     sub.grouped_gemm(good)
-    assert launched[0].view(2, 8)[:, 5:].tolist() == [[96, 128, 256], [40, 256, 512]]
-    assert launched[0].view(2, 8)[0, 0].item() == good[0][0][0].data_ptr()
+    plan, args = launched[0]
+    a_args = args[5:5 + sub.ARG_GROUPS]  # A0..A7 follow tab, tiles, workspace, counters, acc_scale
+    assert a_args == (good[0][0][0].data_ptr(), good[0][1][0].data_ptr()) + (0,) * (sub.ARG_GROUPS - 2)
+    sb_args = args[5 + 4 * sub.ARG_GROUPS:5 + 5 * sub.ARG_GROUPS]
+    assert sb_args[:2] == (good[2][0][1].data_ptr(), good[2][1][1].data_ptr())
+    rows = plan.tiles.view(-1, sub.TILE_INTS)
+    assert {tuple(r[[0, 8, 9, 10]].tolist()) for r in rows} == {(0, 96, 128, 256), (1, 40, 256, 512)}
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         sub.grouped_gemm(mutate(small()))
     assert len(launched) == 1
@@ -231,11 +237,11 @@ def test_gpu_reads_reordered_scales_and_follows_new_pointers():
 
 
 @pytest.mark.gpu
-def test_gpu_address_ring_survives_more_calls_than_slots_without_syncs():
-    """Calls queued back to back with no synchronise in between, more than the ring has slots, each on its
-    own input: every output is computed from its own addresses (no slot overwritten while still in use)."""
+def test_gpu_back_to_back_calls_on_new_inputs_use_their_own_addresses():
+    """Calls queued back to back with no synchronise in between, each on its own input: every output is
+    computed from its own addresses (kernel arguments, nothing shared between calls)."""
     m, n, k = [96, 40], [256, 128], [512, 256]
-    inputs = [generate_input(m, n, k, 2, 100 + i) for i in range(2 * sub._PointerRing.SLOTS + 3)]
+    inputs = [generate_input(m, n, k, 2, 100 + i) for i in range(40)]
     refs = [ref_kernel(d) for d in inputs]
     torch.cuda.synchronize()
     outs = [sub.custom_kernel(d) for d in inputs]
