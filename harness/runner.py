@@ -205,16 +205,16 @@ class CaseRunner:
         self.observer.on_sample(index, i + 1)
         return per_call
 
-    def timed(self, index: int, case: Case, seed: int) -> tuple[list[float], int]:
-        """Timed samples (``sample``) until the stopping rule says stop; returns per-call ns of each sample and
-        the number of calls checked. Raises CaseFailed as ``sample`` does."""
+    def timed(self, index: int, case: Case, seed: int, samples: list[float]) -> None:
+        """Timed samples (``sample``) until the stopping rule says stop, each appended to ``samples`` (per-call
+        ns) as it is measured, so a later sample's failure keeps the earlier ones. Raises CaseFailed as
+        ``sample`` does."""
         rule = self.opts.settings.stopping_rule(self.opts.mode)
-        samples: list[float] = []
         t0 = time.monotonic_ns()
         while True:
             samples.append(self.sample(index, case, seed, len(samples)))
             if rule.is_finished(samples, time.monotonic_ns() - t0):
-                return samples, len(samples) * self.opts.settings.calls_per_sample
+                return
 
     def profile(self, case: Case, seed: int) -> str:
         reply = self._call(case, seedlib.sample_seeds(seed, 0, 1), profile=True)
@@ -331,13 +331,14 @@ def _run_cases(cases, opts, session, runner, observer, finish) -> None:
             if opts.mode in ("benchmark", "leaderboard"):
                 if i not in warmed:
                     runner.warmup(case, seeds[i])
-                samples, n = runner.timed(i, case, seeds[i])
-                checked += n
+                runner.timed(i, case, seeds[i], samples)
             elif opts.mode == "profile":
                 profile_table = runner.profile(case, seeds[i])
+            checked += len(samples) * opts.settings.calls_per_sample
             result = CaseResult(case, Status.PASS, "", tuple(samples), summarize(samples) if samples else None,
                                 checked, time.monotonic() - t0, profile_table)
-        except CaseFailed as exc:
+        except CaseFailed as exc:  # samples measured before the failure are kept (they passed every check)
+            checked += len(samples) * opts.settings.calls_per_sample
             result = CaseResult(case, exc.status, exc.message, tuple(samples),
                                 summarize(samples) if samples else None, checked, time.monotonic() - t0)
             if opts.mode == "leaderboard":

@@ -34,7 +34,7 @@ import secrets
 import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from harness.record import CaseResult, RunRecord, Status, run_from_dict
 from task.cost import peaks_for
@@ -231,9 +231,12 @@ class ResultStore:
                 raise StoreError(f"add_case(): run {run_id} is already finished")
             self._insert_case(conn, run_id, case, index)
 
-    def finish(self, run_id: str, geomean_ns: float | None, complete: bool) -> None:
+    def finish(self, run_id: str, geomean_ns: float | None, complete: bool,
+               messages: Sequence[str] | None = None) -> None:
         """Mark a run finished: ``complete`` False when it was cut short; ``geomean_ns`` the geometric mean of
-        the per-case mean times (ns) when every case passed, else None. One transaction.
+        the per-case mean times (ns) when every case passed, else None. ``messages``, if given: each stored
+        case's final message by index (the runner appends run-wide notes, such as a replaced timer, at the
+        end). One transaction.
 
         Raises StoreError if the run is unknown or already finished."""
         with self._tx() as conn:
@@ -242,6 +245,14 @@ class ResultStore:
                 raise StoreError(f"finish(): no run {run_id!r} in {self.path}")
             if row["finished_at"] is not None:
                 raise StoreError(f"finish(): run {run_id} was already finished at {row['finished_at']}")
+            for idx, message in enumerate(messages or ()):
+                old = conn.execute("SELECT message, record_json FROM cases WHERE run_id = ? AND idx = ?",
+                                   (run_id, idx)).fetchone()
+                if old is not None and old["message"] != message:
+                    body = json.loads(old["record_json"])
+                    body["message"] = message
+                    conn.execute("UPDATE cases SET message = ?, record_json = ? WHERE run_id = ? AND idx = ?",
+                                 (message, json.dumps(body), run_id, idx))
             conn.execute("UPDATE runs SET finished_at = ?, complete = ?, geomean_ns = ? WHERE run_id = ?",
                          (_now(), int(bool(complete)), geomean_ns, run_id))
 
@@ -419,5 +430,5 @@ class StoreRecorder:
         self._forward("on_case", index, result)
 
     def on_finish(self, record: RunRecord) -> None:
-        self.store.finish(record.run_id, record.geomean_ns, record.complete)
+        self.store.finish(record.run_id, record.geomean_ns, record.complete, [c.message for c in record.cases])
         self._forward("on_finish", record)

@@ -8,6 +8,7 @@ import torch
 
 from harness.record import Status
 from harness.registry import read_variant
+from harness.store import ResultStore, StoreRecorder
 from harness.runner import RunOptions, run
 from harness.settings import Settings
 from task.spec import Case, ShapeSet
@@ -21,8 +22,8 @@ FAST = Settings(import_s=60, first_call_s=60, call_s=60, calls_per_sample=15, wa
                 min_time_ms=1, max_runs=4)
 
 
-def _run(path, mode="test", shapes=TWO_GROUPS, settings=FAST, **kw):
-    return run(read_variant(path), shapes, RunOptions(mode, settings=settings, **kw))
+def _run(path, mode="test", shapes=TWO_GROUPS, settings=FAST, observer=None, **kw):
+    return run(read_variant(path), shapes, RunOptions(mode, settings=settings, **kw), observer)
 
 
 def _only(record):
@@ -107,10 +108,13 @@ def test_fd_writer_has_no_effect():
         assert "stray bytes the submission wrote to the result channel" in r.message
 
 
-def test_timer_patch_cannot_reach_the_timer():
-    r = _only(_run(SHARED_CASES / "timer_patch.py", "benchmark"))
+def test_timer_patch_cannot_reach_the_timer(tmp_path):
+    store = ResultStore(tmp_path / "r.sqlite")
+    rec = _run(SHARED_CASES / "timer_patch.py", "benchmark", observer=StoreRecorder(store))
+    r = _only(rec)
     assert r.status is Status.PASS
     assert "replaced torch.cuda.Event.elapsed_time" in r.message  # noted; the harness used its own copy
+    assert store.load(rec.run_id).cases[0].message == r.message  # the run-wide note reaches the store too
 
 
 def test_pointer_cache_never_passes_a_replay(tmp_path, monkeypatch):
@@ -140,6 +144,14 @@ def test_late_side_write_is_honest_on_the_cpu():
     """No streams on the CPU: the GPU-only cheat computes honestly and passes (on the GPU it fails, test_gpu)."""
     r = _only(_run(ADVERSARIAL / "late_side_write.py", "benchmark"))
     assert r.status is Status.PASS, r.message
+
+
+def test_samples_measured_before_a_failure_are_kept():
+    r = _only(_run(ADVERSARIAL / "wrong_after_two_samples.py", "benchmark"))
+    assert r.status is Status.FAIL
+    assert r.message.startswith("call 1 of 15: output 0: ")
+    assert len(r.samples_ns) == 2 and r.stats.runs == 2
+    assert r.calls_checked == 1 + 2 * 15
 
 
 def test_joined_side_stream_control_passes():
