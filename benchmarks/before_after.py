@@ -24,7 +24,7 @@ def _official(sub: str, shapes: str, settings: Path | None, out: Path) -> dict:
     cmd = [sys.executable, str(ROOT / "benchmarks" / "official_style.py"), "--submission", sub, "--shapes", shapes,
            "--out", str(out)] + (["--settings", str(settings)] if settings else [])
     subprocess.run(cmd, cwd=ROOT, check=True)
-    return {r["case"]: r for r in json.loads(out.read_text())["results"]}
+    return json.loads(out.read_text())["results"]
 
 
 def _fp4bench(sub: str, shapes: str, settings: Path | None, out: Path, db: Path) -> dict:
@@ -32,23 +32,23 @@ def _fp4bench(sub: str, shapes: str, settings: Path | None, out: Path, db: Path)
            "--json", str(out), "--db", str(db)] + (["--settings", str(settings)] if settings else [])
     subprocess.run(cmd, cwd=ROOT, check=False)  # a failing case still leaves its JSON
     cases = json.loads(out.read_text())["cases"]
-    return {c["case"]["name"]: {"mean_ns": c["stats"]["mean_ns"] if c["stats"] else None,
-                                "runs": c["stats"]["runs"] if c["stats"] else 0, "wall_s": c["wall_s"],
-                                "status": c["status"]} for c in cases}
+    return [{"mean_ns": c["stats"]["mean_ns"] if c["stats"] else None, "runs": c["stats"]["runs"] if c["stats"] else 0,
+             "wall_s": c["wall_s"], "status": c["status"]} for c in cases]
 
 
-def table(sub: str, before: dict, after: dict) -> str:
-    """Markdown rows: shape, official-style mean us (runs), fp4bench mean us (runs), ratio, wall s each."""
+def table(sub: str, before: list[dict], after: list[dict]) -> str:
+    """Markdown rows: shape, official-style mean us (runs), fp4bench mean us (runs), ratio, wall s each.
+    ``before`` and ``after`` list the same shape set's cases in order."""
     lines = [f"### {sub}", "", "| shape | official-style us (runs) | fp4bench us (runs) | fp4bench / official | "
              "wall s official | wall s fp4bench |", "| --- | --- | --- | --- | --- | --- |"]
-    for name, b in before.items():
-        a = after.get(name, {})
+    for b, a in zip(before, after):
+        name = b["case"]
         ratio = f"{a['mean_ns'] / b['mean_ns']:.3f}" if a.get("mean_ns") else a.get("status", "missing")
         lines.append(f"| {name} | {b['mean_ns'] / 1e3:.1f} ({b['runs']}) | "
                      f"{a['mean_ns'] / 1e3 if a.get('mean_ns') else float('nan'):.1f} ({a.get('runs', 0)}) | "
                      f"{ratio} | {b['wall_s']:.1f} | {a.get('wall_s', float('nan')):.1f} |")
-    lines.append(f"| total wall | | | | {sum(b['wall_s'] for b in before.values()):.1f} | "
-                 f"{sum(a['wall_s'] for a in after.values()):.1f} |")
+    lines.append(f"| total wall | | | | {sum(b['wall_s'] for b in before):.1f} | "
+                 f"{sum(a['wall_s'] for a in after):.1f} |")
     return "\n".join(lines) + "\n"
 
 

@@ -40,7 +40,8 @@ def main() -> None:
     spec = importlib.util.spec_from_file_location("submission", variant.path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    flush = torch.empty(torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.uint8, device="cuda")
+    cuda = torch.cuda.is_available()
+    flush = torch.empty(torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.uint8, device="cuda") if cuda else None
     rule = load_settings(args.settings).stopping_rule(args.mode)
     results = []
     for case in load_shapes(args.shapes).cases:
@@ -49,22 +50,28 @@ def main() -> None:
         module.custom_kernel(inputs[0])  # warm-up
         samples, t0 = [], time.monotonic_ns()
         while True:
-            torch.cuda.synchronize()
-            flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for x in inputs:
-                module.custom_kernel(x)
-            end.record()
-            torch.cuda.synchronize()
-            samples.append(start.elapsed_time(end) * 1e6 / len(inputs))
+            if cuda:
+                torch.cuda.synchronize()
+                flush.zero_()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for x in inputs:
+                    module.custom_kernel(x)
+                end.record()
+                torch.cuda.synchronize()
+                samples.append(start.elapsed_time(end) * 1e6 / len(inputs))
+            else:  # the CPU: the same loop on a monotonic clock, as fp4bench's CPU timer
+                t_start = time.perf_counter_ns()
+                for x in inputs:
+                    module.custom_kernel(x)
+                samples.append((time.perf_counter_ns() - t_start) / len(inputs))
             if rule.is_finished(samples, time.monotonic_ns() - t0):
                 break
         s = summarize(samples)
         results.append({"case": case.name or case.text(), "runs": s.runs, "mean_ns": s.mean_ns, "std_ns": s.std_ns,
                         "wall_s": time.monotonic() - wall0})
         print(f"{case.name or case.text()}: {s.mean_ns / 1e3:.2f} us over {s.runs} samples", flush=True)
-    args.out.write_text(json.dumps({"submission": variant.name, "device": torch.cuda.get_device_name(),
+    args.out.write_text(json.dumps({"submission": variant.name, "device": torch.cuda.get_device_name() if cuda else "cpu",
                                     "results": results}, indent=2))
 
 

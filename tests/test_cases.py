@@ -8,9 +8,9 @@ import torch
 
 from harness.record import Status
 from harness.registry import read_variant
-from harness.store import ResultStore, StoreRecorder
 from harness.runner import RunOptions, run
 from harness.settings import Settings
+from harness.store import ResultStore, StoreRecorder
 from task.spec import Case, ShapeSet
 
 from conftest import ADVERSARIAL, SHARED_CASES
