@@ -16,7 +16,7 @@ from rich.table import Table
 
 from harness.ranking import Verdict
 from harness.report import (FORMATS, Board, ReportError, fmt_interval_us, fmt_pm, fmt_us, history_rows,
-                            leaderboard_report, leaderboards, rank_text, report, shape_label)
+                            leaderboard_report, leaderboards, rank_text, report, shape_label, short_commit)
 from harness.store import ResultStore, StoreError, gpu_model, resolve_db_path
 
 #: Shape names longer than this are numbered in terminal tables, with a key under the table.
@@ -70,7 +70,7 @@ def board_rich_table(board: Board) -> Table:
         if board.peaks:
             row.append("" if e.pct_sol is None else f"{e.pct_sol:.1f}")
         row += [fmt_us(c.stats.mean_ns) for c in e.run.cases]
-        row += [escape(", ".join(e.tied_with) or "-"), escape(e.run.run_id), escape(e.run.git_commit[:10])]
+        row += [escape(", ".join(e.tied_with) or "-"), escape(e.run.run_id), escape(short_commit(e.run.git_commit))]
         table.add_row(*row)
     return table
 
@@ -186,7 +186,7 @@ def history_cmd(variant, db, mode, shapes, gpu, limit) -> None:
                 change += f" ±{100 * max(c.high - c.ratio, c.ratio - c.low):.1f}"
             verdict = {Verdict.FASTER: "[green]faster[/]", Verdict.SLOWER: "[red]slower[/]"}.get(
                 c.verdict, "no detectable difference")
-        cells = [run.started_at.replace("T", " ")[:16], run.run_id, run.git_commit[:10],
+        cells = [run.started_at.replace("T", " ")[:16], run.run_id, short_commit(run.git_commit),
                  *(context[k](run) for k in varying)]
         table.add_row(*map(escape, cells), status, fmt_us(run.geomean_ns), fmt_pm(row.interval), change, verdict)
     console.print(table)

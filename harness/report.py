@@ -211,6 +211,11 @@ def rank_text(entry: BoardEntry, board: Board) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ numbers
+def short_commit(commit: str) -> str:
+    """The first 10 hex digits of a commit, keeping a ``-dirty`` mark (harness.runner.git_commit)."""
+    return commit[:10] + ("-dirty" if commit.endswith("-dirty") else "")
+
+
 def fmt_us(ns: float | None) -> str:
     """ns -> a us string with 3-4 significant digits (``""`` for None)."""
     if ns is None or not math.isfinite(ns):
@@ -314,7 +319,7 @@ def _runs_table(runs: Sequence[RunRecord], labels: Sequence[str]) -> Table:
         status = run_status(run)
         rows.append([label, Cell(run.run_id, "id"), run.mode, run.data, run.shape_set,
                      gpu_model(run.environment.device),
-                     run.git_commit[:10], run.started_at.replace("T", " ")[:19],
+                     short_commit(run.git_commit), run.started_at.replace("T", " ")[:19],
                      Cell(status, "pass" if status == "passed" else "fail"),
                      fmt_us(run.geomean_ns), fmt_interval_us(iv)])
     return Table(["variant", "run", "mode", "data", "shapes", "GPU", "commit", "started (UTC)", "result",
@@ -370,7 +375,7 @@ def _board_table(board: Board, ids: bool = True) -> Table:
         row += [fmt_us(c.stats.mean_ns) for c in e.run.cases]
         row.append(Cell(", ".join(e.tied_with) or "-", "muted"))
         if ids:
-            row += [Cell(e.run.run_id, "id"), Cell(e.run.git_commit[:10], "id")]
+            row += [Cell(e.run.run_id, "id"), Cell(short_commit(e.run.git_commit), "id")]
         rows.append(row)
     n_num = 4 + (1 if board.peaks else 0) + len(board.cases)
     return Table(cols, rows, set(range(2, n_num)) | {0},

@@ -225,10 +225,18 @@ def _case_dict(case: Case) -> dict:
     return {"m": list(case.m), "n": list(case.n), "k": list(case.k), "g": case.g, "seed": case.seed}
 
 
-def _git_commit() -> str:
+def git_commit(root=ROOT) -> str:
+    """HEAD of the repo at ``root``, with ``-dirty`` appended when tracked files differ from it (the code that
+    ran is then not that commit; the record's submission sha256 still names the submission exactly); "" when
+    there is no git or no repo."""
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
-        return out.stdout.strip() if out.returncode == 0 else ""
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return ""
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                capture_output=True, text=True, timeout=30)
+        dirty = status.returncode != 0 or bool(status.stdout.strip())
+        return head.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.TimeoutExpired):
         return ""
 
@@ -276,7 +284,7 @@ def new_record(variant: Variant, shapes: ShapeSet, opts: RunOptions) -> RunRecor
         run_id=uuid.uuid4().hex[:12], started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         mode=opts.mode, data=opts.data, shape_set=shapes.name, secret_seed=opts.secret,
         submission=SubmissionInfo(variant.name, str(variant.path), variant.sha256, dict(variant.popcorn)),
-        environment=environment(), cases=(), complete=False, git_commit=_git_commit())
+        environment=environment(), cases=(), complete=False, git_commit=git_commit())
 
 
 def close_record(record: RunRecord, results: list[CaseResult], observer: Observer,

@@ -284,3 +284,24 @@ def test_store_recorder_follows_the_runner_hooks_and_forwards_them(db):
         rec.on_finish(run)
         assert store.load("r1") == run
     assert seen[:4] == ["on_start", "on_case_start", "on_sample", "on_case"] and seen[-1] == "on_finish"
+
+
+def test_git_commit_says_dirty_when_tracked_files_differ(tmp_path):
+    import subprocess
+
+    from harness.runner import git_commit
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    assert git_commit(tmp_path) == ""  # not a repo
+    git("init", "-q")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    git("add", "a.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+    assert git_commit(tmp_path) == head
+    (tmp_path / "untracked.py").write_text("")
+    assert git_commit(tmp_path) == head  # untracked files do not change what ran from the repo
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert git_commit(tmp_path) == head + "-dirty"
