@@ -92,8 +92,9 @@ class Reader:
         while len(self._buf) < n:
             self._fill(deadline)
 
-    def receive(self, timeout_s: float) -> tuple[dict, bytearray]:
-        """The next authentic frame's (header, payload). Raises ChannelTimeout or ChannelClosed."""
+    def receive(self, timeout_s: float) -> tuple[dict, memoryview]:
+        """The next authentic frame's (header, payload; a read-only view is not promised, but the payload is
+        the parent's own copy). Raises ChannelTimeout or ChannelClosed."""
         deadline = time.monotonic() + timeout_s
         while True:
             start = self._buf.find(MAGIC)
@@ -117,13 +118,37 @@ class Reader:
                 self.stray_bytes += 1
                 del self._buf[:1]
                 continue
-            body_mac = bytes(self._buf[pos + 16:pos + 48])
-            self._need(_PREFIX + hlen + plen, deadline)
-            hbytes = bytes(self._buf[_PREFIX:_PREFIX + hlen])
-            payload = self._buf[_PREFIX + hlen:_PREFIX + hlen + plen]
-            if not hmac.compare_digest(body_mac, _mac(self._key, hbytes, payload)):
+            frame = self._read_frame(_PREFIX + hlen + plen, deadline)
+            view = memoryview(frame)
+            hbytes = bytes(view[_PREFIX:_PREFIX + hlen])
+            payload = view[_PREFIX + hlen:]
+            if not hmac.compare_digest(bytes(view[pos + 16:pos + 48]), _mac(self._key, hbytes, payload)):
                 self.stray_bytes += 1
-                del self._buf[:1]
+                view.release()
+                self._buf[:0] = frame[1:]  # rescan what followed the false start
                 continue
-            del self._buf[:_PREFIX + hlen + plen]
             return json.loads(hbytes), payload
+
+    def _read_frame(self, total: int, deadline: float) -> bytearray:
+        """Exactly ``total`` bytes from the front of the stream: what is buffered, then read straight into one
+        buffer of the final size (a large payload is copied once, not appended and sliced)."""
+        if len(self._buf) >= total:
+            frame = self._buf[:total]
+            del self._buf[:total]
+            return frame
+        frame = bytearray(total)
+        have = len(self._buf)
+        frame[:have] = self._buf
+        self._buf.clear()
+        view = memoryview(frame)
+        while have < total:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([self._fd], [], [], remaining)[0]:
+                self._buf[:0] = frame[:have]
+                raise ChannelTimeout("no result within the time limit")
+            n = os.readv(self._fd, [view[have:]])
+            if n == 0:
+                raise ChannelClosed("the worker closed its result channel")
+            have += n
+        view.release()
+        return frame

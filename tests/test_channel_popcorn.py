@@ -27,6 +27,37 @@ def test_channel_skips_strays_and_forgeries():
         reader.receive(2)
 
 
+def test_channel_large_frames_and_a_corrupted_body_between_them():
+    """Payloads larger than the pipe and the read size arrive whole; a frame whose lengths are authentic but whose
+    body was altered (bytes injected into the stream) is skipped, and the frame after it is still found."""
+    import threading
+
+    r, w = os.pipe()
+    key = os.urandom(32)
+    big = os.urandom(1 << 20) * 9
+    tampered = bytearray(encode(key, {"n": "tampered"}, b"x" * 100))
+    tampered[-1] ^= 1
+
+    def write():
+        writer = Writer(w, key)
+        writer.send({"n": 1}, [big[:5 << 20], big[5 << 20:]])
+        os.write(w, b"junk" + bytes(tampered))
+        writer.send({"n": 2}, big)
+        os.close(w)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    reader = Reader(r, key)
+    header, payload = reader.receive(30)
+    assert header == {"n": 1} and payload == big
+    header, payload = reader.receive(30)
+    assert header == {"n": 2} and payload == big
+    assert reader.stray_bytes >= 4 + len(tampered)
+    thread.join()
+    with pytest.raises(ChannelClosed):
+        reader.receive(2)
+
+
 def test_channel_timeout():
     r, w = os.pipe()
     with pytest.raises(ChannelTimeout):
