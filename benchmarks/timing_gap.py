@@ -1,0 +1,152 @@
+"""Where does fp4bench's honest-timing gap come from? (issue 3)
+
+fp4bench times an honest submission slower than the official loop does (H200, 2026-11-29: triton_grouped
+g2_n4096_k1536 62.6 us against 37.6 us). This script times one submission in ONE process under the official
+loop and under each difference between the two, one at a time, so the difference that costs time shows:
+
+    official        the same 15 inputs every sample, samples back to back (the official evaluator)
+    official_idle   the same inputs, but the process sleeps IDLE_S before each sample (fp4bench's worker waits
+                    that long for the parent's reference outputs)
+    fresh           15 newly drawn inputs every sample (fp4bench's rule), drawn as the worker draws them
+    fresh_idle      fresh + idle: what fp4bench's worker does
+    fresh_idle_gc   fresh_idle, then gc.collect() right before the window
+    fresh_idle_spin fresh_idle, then SPIN_MS of CPU busy-waiting right before the window
+    fresh_idle_warm fresh_idle, then one untimed call on an extra fresh input right before the window
+
+Per variant: mean per-call time over the window (events on a GPU, a monotonic clock on the CPU), the host time
+per call (time for the Python call to return), and on a GPU the first call's time against the mean of the
+rest (events between calls). Writes JSON and a markdown table.
+
+    python benchmarks/timing_gap.py --submission triton_grouped --shapes benchmarks --samples 20 --out DIR
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from harness.registry import resolve  # noqa: E402
+from harness.seeds import sample_seeds  # noqa: E402
+from task.inputs import generate_many  # noqa: E402
+from task.spec import load_shapes  # noqa: E402
+
+CALLS = 15
+IDLE_S = 0.5
+SPIN_MS = 50.0
+VARIANTS = ("official", "official_idle", "fresh", "fresh_idle", "fresh_idle_gc", "fresh_idle_spin",
+            "fresh_idle_warm")
+
+
+def _load(path: Path):
+    sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location("submission", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.custom_kernel
+
+
+def _draw(case, seeds):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the worker draws: one intra-op thread per pool thread
+    try:
+        return generate_many(case.m, case.n, case.k, case.g, seeds, "official")
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _sync(cuda: bool) -> None:
+    if cuda:
+        torch.cuda.synchronize()
+
+
+def one_sample(kernel, inputs, cuda: bool, flush) -> dict:
+    """Time ``kernel`` on every input back to back; per-call window time, host times and per-call GPU times (ns)."""
+    _sync(cuda)
+    if cuda:
+        flush.zero_()
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(len(inputs) + 1)]
+        events[0].record()
+    host = []
+    t0 = time.perf_counter_ns()
+    for i, x in enumerate(inputs):
+        h = time.perf_counter_ns()
+        kernel(x)
+        host.append(time.perf_counter_ns() - h)
+        if cuda:
+            events[i + 1].record()
+    if cuda:
+        torch.cuda.synchronize()
+        per_call = [events[i].elapsed_time(events[i + 1]) * 1e6 for i in range(len(inputs))]
+        window = events[0].elapsed_time(events[-1]) * 1e6
+    else:
+        window = time.perf_counter_ns() - t0
+        per_call = host
+    return {"per_call_ns": window / len(inputs), "host_ns": statistics.mean(host), "first_ns": per_call[0],
+            "rest_ns": statistics.mean(per_call[1:]) if len(per_call) > 1 else per_call[0]}
+
+
+def run_variant(name: str, kernel, case, samples: int, cuda: bool, flush) -> dict:
+    fixed = _draw(case, sample_seeds(case.seed, 0, CALLS))
+    kernel(fixed[0])  # compile / warm caches once
+    _sync(cuda)
+    rows = []
+    for s in range(samples):
+        inputs = fixed if name.startswith("official") else _draw(case, sample_seeds(case.seed, s + 1, CALLS))
+        _sync(cuda)
+        if "idle" in name:
+            time.sleep(IDLE_S)
+        if name.endswith("_gc"):
+            gc.collect()
+        if name.endswith("_spin"):
+            end = time.perf_counter() + SPIN_MS / 1e3
+            while time.perf_counter() < end:
+                pass
+        if name.endswith("_warm"):
+            kernel(_draw(case, [case.seed + 7 + s])[0])
+        rows.append(one_sample(kernel, inputs, cuda, flush))
+        del inputs
+    return {k: statistics.mean(r[k] for r in rows) for k in rows[0]} | {"samples": samples}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--submission", required=True)
+    parser.add_argument("--shapes", default="benchmarks")
+    parser.add_argument("--samples", type=int, default=20)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    kernel = _load(resolve(args.submission).path)
+    cuda = torch.cuda.is_available()
+    flush = (torch.empty(torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.uint8, device="cuda")
+             if cuda else None)
+    results = []
+    lines = ["| shape | variant | per call us | host us per call | first call us | other calls us |",
+             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for case in load_shapes(args.shapes).cases:
+        for name in args.variants.split(","):
+            if name not in VARIANTS:
+                raise SystemExit(f"unknown variant {name!r}; expected one of {', '.join(VARIANTS)}")
+            r = run_variant(name, kernel, case, args.samples, cuda, flush)
+            label = case.name or case.text()
+            results.append({"case": label, "variant": name, **r})
+            lines.append(f"| {label} | {name} | {r['per_call_ns'] / 1e3:.1f} | {r['host_ns'] / 1e3:.1f} | "
+                         f"{r['first_ns'] / 1e3:.1f} | {r['rest_ns'] / 1e3:.1f} |")
+            print(lines[-1], flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "timing_gap.json").write_text(json.dumps({"submission": args.submission, "cuda": cuda,
+                                                          "device": torch.cuda.get_device_name() if cuda else "cpu",
+                                                          "results": results}, indent=2))
+    (args.out / "timing_gap.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
