@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Literal, Sequence
 
@@ -123,6 +124,16 @@ def generate_input(m: Sequence[int], n: Sequence[int], k: Sequence[int], g: int,
 
 
 _POOL: ThreadPoolExecutor | None = None
+_POOL_THREADS: set[int] = set()
+
+
+def _register_pool_thread() -> None:
+    _POOL_THREADS.add(threading.get_ident())
+
+
+def generation_threads() -> frozenset[int]:
+    """Idents of the threads ``generate_many`` draws on (so a caller can tell them from anybody else's)."""
+    return frozenset(_POOL_THREADS)
 
 
 def generate_many(m: Sequence[int], n: Sequence[int], k: Sequence[int], g: int, seeds: Sequence[int],
@@ -133,6 +144,7 @@ def generate_many(m: Sequence[int], n: Sequence[int], k: Sequence[int], g: int, 
     if len(seeds) == 1:
         return [generate_input(m, n, k, g, seeds[0], data, device)]
     if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1), thread_name_prefix="fp4bench-gen")
+        _POOL = ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1), thread_name_prefix="fp4bench-gen",
+                                   initializer=_register_pool_thread)
     dev = torch.device(device) if device is not None else default_device()
     return list(_POOL.map(lambda s: generate_input(m, n, k, g, s, data, dev), seeds))

@@ -154,6 +154,16 @@ def test_samples_measured_before_a_failure_are_kept():
     assert r.calls_checked == 1 + 2 * 15
 
 
+@pytest.mark.parametrize("name, thread", [("background_precompute.py", "precompute"),
+                                          ("thread_per_sample.py", "one-shot")])
+def test_background_threads_fail_the_case(name, thread):
+    """A thread can find freshly drawn inputs through the garbage collector and compute them before the timed
+    window: alive when timing starts (started at import) or when a call returns (started by the call)."""
+    r = _only(_run(ADVERSARIAL / name, "benchmark"))
+    assert r.status is Status.FAIL
+    assert r.message.startswith("the submission runs 1 background Python thread(s) (" + thread)
+
+
 def test_joined_side_stream_control_passes():
     r = _only(_run(ADVERSARIAL / "joined_side_stream.py", "benchmark"))
     assert r.status is Status.PASS, r.message

@@ -7,12 +7,13 @@ import importlib.util
 import json
 import os
 import sys
+import threading
 import traceback
 
 from harness.worker import timing  # first: captures the measurement functions before any submission import
 from harness.channel import Writer
 from task.check import describe
-from task.inputs import default_device, generate_many
+from task.inputs import default_device, generate_many, generation_threads
 
 import torch
 
@@ -22,6 +23,14 @@ EXIT_CUDA = 110
 def _error(kind: str, exc: BaseException) -> dict:
     return {"ok": False, "kind": kind, "type": type(exc).__name__, "message": str(exc),
             "traceback": "".join(traceback.format_exception(exc))[-8000:]}
+
+
+def _foreign_threads() -> list[str]:
+    """Python threads alive now other than the worker's main thread and its input-drawing pool: the
+    submission's. Such a thread can find freshly drawn inputs (through the garbage collector) and compute
+    their outputs before the timed window opens, so none may run while calls are timed."""
+    ours = generation_threads() | {threading.main_thread().ident}
+    return sorted(t.name for t in threading.enumerate() if t.ident not in ours)
 
 
 def _cuda_poisoned() -> str:
@@ -79,6 +88,7 @@ class Worker:
         if json.loads(self.readline()).get("op") != "go":
             raise SystemExit("protocol error: expected go")
         profile_table = ""
+        foreign = _foreign_threads()
         try:
             if req.get("profile"):
                 outputs, elapsed_ns, complaint, profile_table = self._profile(inputs)
@@ -92,6 +102,11 @@ class Worker:
             if poisoned:
                 os._exit(EXIT_CUDA)
             return
+        foreign = sorted(set(foreign) | set(_foreign_threads()))  # also one started by a call, alive after it
+        if foreign:
+            complaint = (f"the submission runs {len(foreign)} background Python thread(s) ({', '.join(foreign)}); "
+                         f"work done outside custom_kernel calls cannot be timed, so every thread a submission "
+                         f"starts must have ended before its call returns")
         containers, metas, chunks, offsets, pos = [], [], [], [], 0
         for out in outputs:
             containers.append(describe(out).type_name)
