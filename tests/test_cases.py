@@ -235,3 +235,26 @@ def test_unmet_requirement_is_skipped_with_reason(tmp_path):
     f.write_text("#!FP4BENCH requires sm_100a\nraise SystemExit('must never be imported')\n")
     r = _only(_run(f))
     assert r.status is Status.SKIPPED and r.message.startswith("needs sm_100a; this ")
+
+
+def test_time_below_the_physical_floor_fails_with_both_numbers(monkeypatch):
+    """A reported time below max(FLOPs at the fastest MMA, bytes at HBM bandwidth) of the GPU is impossible:
+    the case fails naming the time, the floor and the peaks it came from (here the H200's, a benchmark shape)."""
+    from harness.runner import CaseFailed, CaseRunner, Observer, Session
+    from task.cost import peaks_for, sol_ns
+    from task.spec import load_shapes
+
+    case = load_shapes("benchmarks").cases[3]  # g2_n4096_k1536
+    runner = CaseRunner(Session(read_variant(SHARED_CASES / "honest_torch.py"), FAST),
+                        RunOptions("benchmark", settings=FAST), Observer(), torch.device("cpu"))
+    runner.peaks = peaks_for("NVIDIA H200")
+    floor = sol_ns(case, runner.peaks, floor=True)
+    assert 2_000 < floor < 4_000  # 2.09e10 FLOP at 1979 TFLOP/s, or its bytes at 4.8 TB/s
+    monkeypatch.setattr(runner, "_call", lambda case, seeds: {"elapsed_ns": 15 * 1000.0, "calls": 15})
+    with pytest.raises(CaseFailed) as failed:
+        runner.sample(0, case, case.seed, 0)
+    assert failed.value.status is Status.FAIL
+    assert failed.value.message == (f"impossible time: 1000 ns per call is below this GPU's physical floor of "
+                                    f"{floor:.0f} ns (H200: FLOPs at 1978.9 TFLOP/s, bytes at 4.8 TB/s)")
+    monkeypatch.setattr(runner, "_call", lambda case, seeds: {"elapsed_ns": 15 * (floor + 1), "calls": 15})
+    assert runner.sample(0, case, case.seed, 0) == pytest.approx(floor + 1)
