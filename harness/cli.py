@@ -41,11 +41,13 @@ def _run_options(fn):
                      help="tests | benchmarks | smoke | a .yml or text file | one inline case; auto: benchmarks "
                           "on a GPU, smoke on the CPU."),
         click.option("--data", type=click.Choice(DATA_MODES), default="official", show_default=True),
-        click.option("--seed", type=int, default=None, help="Secret seed combined into every case seed "
-                                                             "(default: $POPCORN_SEED, else none)."),
+        click.option("--seed", type=click.IntRange(min=0), default=None,
+                     help="Secret seed (a non-negative integer) combined into every case seed "
+                          "(default: $POPCORN_SEED, else none)."),
         click.option("--settings", "settings_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                      default=None, help="Run settings YAML (default configs/run.yml)."),
-        click.option("--timeout", type=float, default=None, help="Override every time limit (seconds)."),
+        click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+                     help="Override every time limit (seconds, > 0)."),
         click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
                      help="Results store (default $FP4BENCH_DB, else results/fp4bench.sqlite)."),
         click.option("--no-store", is_flag=True, help="Do not record this run in the results store."),
@@ -63,6 +65,8 @@ def _prepare(specs, shapes, settings_path, timeout, seed):
         shape_set = load_shapes(shapes)
         settings = load_settings(settings_path)
         secret = seed if seed is not None else seeds.secret_from_env()
+        for case in shape_set.cases:  # a combined seed torch cannot take fails here, not mid-run
+            seeds.case_seed(case.seed, secret)
     except (RegistryError, SpecError, SettingsError, ValueError) as exc:
         _fail(str(exc), popcorn.ExitCode.BAD_SPEC)
     return variants, shape_set, settings if timeout is None else settings.with_timeout(timeout), secret

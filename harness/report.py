@@ -123,14 +123,19 @@ def run_geomean_ci(run: RunRecord) -> Interval | None:
 
 
 def run_status(run: RunRecord) -> str:
-    """``passed``, ``incomplete (n cases recorded[, k not passed])`` or ``failed (k of n cases)``."""
-    failed = sum(1 for c in run.cases if not c.passed)
+    """``passed``, ``skipped`` (every case, e.g. a GPU the variant cannot use), ``passed (s of n skipped)``,
+    ``incomplete (n cases recorded[, k not passed])`` or ``failed (k of n cases[, s skipped])``."""
+    n = len(run.cases)
+    skipped = sum(1 for c in run.cases if c.status is Status.SKIPPED)
+    failed = sum(1 for c in run.cases if not c.passed) - skipped
     if not run.complete:
-        return (f"incomplete ({len(run.cases)} case{'s' if len(run.cases) != 1 else ''} recorded"
-                + (f", {failed} not passed)" if failed else ")"))
+        return (f"incomplete ({n} case{'s' if n != 1 else ''} recorded"
+                + (f", {failed + skipped} not passed)" if failed + skipped else ")"))
     if failed:
-        return f"failed ({failed} of {len(run.cases)} cases)"
-    return "passed"
+        return f"failed ({failed} of {n} cases" + (f", {skipped} skipped)" if skipped else ")")
+    if skipped == n and n:
+        return "skipped"
+    return f"passed ({skipped} of {n} skipped)" if skipped else "passed"
 
 
 def run_labels(runs: Sequence[RunRecord]) -> list[str]:

@@ -36,7 +36,10 @@ def case_seed(seed: int, secret: int | None) -> int:
     """The seed a case's inputs are drawn from: the spec's seed, combined with the secret when there is one."""
     s = seed if secret is None else combine(seed, secret)
     if s >= _SEED_LIMIT:
-        raise ValueError(f"combined seed {s} does not fit torch.manual_seed (< 2**64); use a smaller secret seed")
+        if secret is None:
+            raise ValueError(f"case seed {s} does not fit torch.manual_seed (expected < 2**64)")
+        raise ValueError(f"case seed {seed} combined with the secret seed gives {s}, which does not fit "
+                         f"torch.manual_seed (expected < 2**64); use a smaller secret seed")
     return s
 
 

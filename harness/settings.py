@@ -47,7 +47,13 @@ def load_settings(path: Path | None = None) -> Settings:
         if path == DEFAULT_FILE:
             return Settings()
         raise SettingsError(f"settings file {path} does not exist")
-    doc = yaml.safe_load(path.read_text()) or {}
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise SettingsError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(doc, dict):
+        raise SettingsError(f"{path}: expected a mapping with sections 'timeouts' and 'timing', "
+                            f"got {type(doc).__name__}")
     flat: dict = {}
     for section, values in doc.items():
         if section not in ("timeouts", "timing") or not isinstance(values, dict):

@@ -39,6 +39,10 @@ def describe(obj) -> OutputMeta:
     return OutputMeta(name, False)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def validate_container(container: str, metas: list[OutputMeta], sizes: list[tuple[int, int, int, int]],
                        device: str) -> str | None:
     """None if the outputs are a list of G plain fp16 tensors [M, N, 1] on ``device``; else what is wrong.
@@ -46,9 +50,9 @@ def validate_container(container: str, metas: list[OutputMeta], sizes: list[tupl
     ``container`` is the returned object's type name (``builtins.list`` expected; output_t is a list).
     """
     if container != "builtins.list":
-        return f"expected a list of {len(sizes)} tensors (output_t), got {container}"
+        return f"expected a list of {_count(len(sizes), 'tensor')} (output_t), got {container}"
     if len(metas) != len(sizes):
-        return f"expected {len(sizes)} outputs (one per group), got {len(metas)}"
+        return f"expected {_count(len(sizes), 'output')} (one per group), got {len(metas)}"
     for g, (meta, (m, n, _k, _l)) in enumerate(zip(metas, sizes)):
         if not meta.plain_tensor:
             kind = "a tensor subclass" if meta.dtype else "not a tensor"

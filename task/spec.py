@@ -150,7 +150,13 @@ def load_yaml(path: Path) -> ShapeSet:
     except yaml.YAMLError as exc:
         raise SpecError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
-        raise SpecError(f"{path}: expected a mapping with a 'cases' list, got {type(doc).__name__}")
+        if not isinstance(doc, dict):
+            got = type(doc).__name__
+        elif "cases" in doc:
+            got = f"'cases' of type {type(doc['cases']).__name__}"
+        else:
+            got = f"a mapping with keys {', '.join(map(repr, doc)) or 'none'}"
+        raise SpecError(f"{path}: expected a mapping with a 'cases' list, got {got}")
     cases = [case_from_mapping(c if isinstance(c, dict) else {}, where=f"{path} case {i}: ")
              for i, c in enumerate(doc["cases"])]
     if not cases:
@@ -177,6 +183,8 @@ def load_shapes(spec: str) -> ShapeSet:
         return ShapeSet(path.stem, tuple(cases))
     if ":" in spec and ";" in spec:
         return ShapeSet("inline", (parse_case_line(spec),))
+    if path.suffix in (".yml", ".yaml", ".txt") or "/" in spec:
+        raise SpecError(f"shape file {spec} does not exist")
     known = sorted(p.stem for p in CONFIG_DIR.glob("*.yml"))
     raise SpecError(
         f"--shapes {spec!r}: expected a shape-set name ({', '.join(known)}), a .yml or text file, "

@@ -289,3 +289,18 @@ def test_cli_leaderboard_numbers_long_shape_labels_with_a_key(cli, tmp_path):
         store.save(unnamed)
     out = cli("leaderboard", "--db", str(path)).output
     assert "shape 1: G=2 M=[192,320] N=3072 K=4096" in out and "shape 2: G=2 M=[128,384] N=4096 K=1536" in out
+
+
+def test_run_status_counts_skipped_cases_apart_from_failures():
+    from dataclasses import replace
+
+    from harness.report import run_status
+
+    base = make_run()
+    passed = base.cases[0]
+    skipped = CaseResult(passed.case, Status.SKIPPED, "needs sm_100a; this machine has no CUDA GPU")
+    failed = CaseResult(passed.case, Status.FAIL, "output 0: 3 elements differ")
+    assert run_status(replace(base, cases=(skipped, skipped))) == "skipped"
+    assert run_status(replace(base, cases=(passed, skipped))) == "passed (1 of 2 skipped)"
+    assert run_status(replace(base, cases=(failed, skipped))) == "failed (1 of 2 cases, 1 skipped)"
+    assert run_status(replace(base, cases=(passed, passed))) == "passed"
