@@ -20,6 +20,11 @@ def case_label(case: Case) -> str:
     return case.name or " ".join([f"G{case.g}", part("m", case.m), part("n", case.n), part("k", case.k)])
 
 
+def fmt_tflops(x: float) -> str:
+    """TFLOP/s with one decimal, or three significant digits below 1 (CPU rates are fractions of one)."""
+    return f"{x:.1f}" if x >= 1 else f"{x:.3g}"
+
+
 def results_table(record: RunRecord) -> Table:
     """One row per case: status, runs, mean/std/best/worst (us), TFLOP/s, % of this GPU's SOL, message."""
     env = record.environment
@@ -45,7 +50,7 @@ def results_table(record: RunRecord) -> Table:
         cells = [case_label(r.case), f"[{_STYLE.get(r.status, 'red')}]{r.status.value}[/]"]
         if s:
             cells += [str(s.runs), f"{s.mean_ns / 1e3:.2f}", f"{s.std_ns / 1e3:.2f}", f"{s.best_ns / 1e3:.2f}",
-                      f"{s.worst_ns / 1e3:.2f}", f"{tflops_at(r.case, s.mean_ns):.1f}"]
+                      f"{s.worst_ns / 1e3:.2f}", fmt_tflops(tflops_at(r.case, s.mean_ns))]
         elif timed:
             cells += [""] * 6
         if peaks:
@@ -79,7 +84,7 @@ def side_by_side(records: list[RunRecord], baseline: str = "torch_reference") ->
         base_result = results[records.index(base)] if base is not None else None
         for rec, r in zip(records, results):
             s = r.stats if r.passed else None
-            cells += [f"{s.mean_ns / 1e3:.2f}" if s else r.status.value, f"{tflops_at(r.case, s.mean_ns):.1f}" if s else ""]
+            cells += [f"{s.mean_ns / 1e3:.2f}" if s else r.status.value, fmt_tflops(tflops_at(r.case, s.mean_ns)) if s else ""]
             if peaks:
                 cells.append(f"{100 * sol_ns(r.case, peaks) / s.mean_ns:.1f}" if s else "")
             if base is not None and rec is not base:
