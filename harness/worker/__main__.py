@@ -74,19 +74,45 @@ class Worker:
         self.kernel = kernel
         self.send({"ok": True, "device": str(self.device)})
 
-    def run(self, req: dict, tampered=lambda: []) -> None:
-        c = req["case"]
+    def _report(self, exc: BaseException) -> None:
+        """Send the submission's exception as the reply; exit (code 110) if it left the CUDA context unusable."""
+        poisoned = _cuda_poisoned()
+        self.send(_error("cuda" if poisoned else "exception", exc))
+        if poisoned:
+            os._exit(EXIT_CUDA)
+
+    def _draw(self, c: dict, seeds: list[int], data: str) -> list:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # the draws run on a thread pool; a CPU thread team each would oversubscribe
         try:
-            inputs = generate_many(c["m"], c["n"], c["k"], c["g"], req["seeds"], req["data"], self.device)
+            inputs = generate_many(c["m"], c["n"], c["k"], c["g"], seeds, data, self.device)
         finally:
             torch.set_num_threads(threads)
         if self.device.type == "cuda":
             torch.cuda.synchronize()
+        return inputs
+
+    def run(self, req: dict, tampered=lambda: []) -> None:
+        """Draw the inputs, say ready, wait for go, time the calls, send times and outputs.
+
+        With ``warm_seed``: say ready at once; after go, one untimed call on the input drawn from ``warm_seed``
+        (so the window does not open on a cold process), and only then draw the timed inputs: they must not
+        exist while the submission runs outside the window."""
+        c, warm_seed = req["case"], req.get("warm_seed")
+        if warm_seed is None:
+            inputs = self._draw(c, req["seeds"], req["data"])
         self.send({"ok": True, "ready": True})
         if json.loads(self.readline()).get("op") != "go":
             raise SystemExit("protocol error: expected go")
+        if warm_seed is not None:
+            try:
+                self.kernel(self._draw(c, [warm_seed], req["data"])[0])
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize()
+            except BaseException as exc:  # noqa: BLE001 - the submission's exception is the case's result
+                self._report(exc)
+                return
+            inputs = self._draw(c, req["seeds"], req["data"])
         profile_table = ""
         foreign = _foreign_threads()
         try:
@@ -97,10 +123,7 @@ class Worker:
             else:
                 elapsed_ns, outputs, complaint = timing.time_calls_cpu(self.kernel, inputs)
         except BaseException as exc:  # noqa: BLE001 - the submission's exception is the case's result
-            poisoned = _cuda_poisoned()
-            self.send(_error("cuda" if poisoned else "exception", exc))
-            if poisoned:
-                os._exit(EXIT_CUDA)
+            self._report(exc)
             return
         foreign = sorted(set(foreign) | set(_foreign_threads()))  # also one started by a call, alive after it
         if foreign:
@@ -149,7 +172,7 @@ def _measurement_objects(worker: Worker) -> dict:
         objects.update({f"L2Flush.{k}": v for k, v in vars(worker.flush).items()})
     for fn in (timing.time_calls_cuda, timing.time_calls_cpu, timing.fingerprint, timing._fingerprint_async,
                timing.L2Flush.__call__, timing.StreamWatch.mark_pending, timing.StreamWatch.late,
-               Worker.run, Writer.send):
+               Worker.run, Worker._draw, Worker._report, Writer.send):
         objects[f"{fn.__qualname__}.__code__"] = fn.__code__
     return objects
 
