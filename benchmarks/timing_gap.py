@@ -7,6 +7,8 @@ loop and under each difference between the two, one at a time, so the difference
     official        the same 15 inputs every sample, samples back to back (the official evaluator)
     official_idle   the same inputs, but the process sleeps IDLE_S before each sample (fp4bench's worker waits
                     that long for the parent's reference outputs)
+    official_l2     the same inputs, with fp4bench's L2 clear (persisting-L2 limit set to 0 and persisting
+                    lines reset through the driver, then the buffer zeroed) instead of a plain buffer zeroing
     fresh           15 newly drawn inputs every sample (fp4bench's rule), drawn as the worker draws them
     fresh_idle      fresh + idle: what fp4bench's worker does
     fresh_idle_gc   fresh_idle, then gc.collect() right before the window
@@ -41,7 +43,7 @@ from task.spec import load_shapes  # noqa: E402
 CALLS = 15
 IDLE_S = 0.5
 SPIN_MS = 50.0
-VARIANTS = ("official", "official_idle", "fresh", "fresh_idle", "fresh_idle_gc", "fresh_idle_spin",
+VARIANTS = ("official", "official_idle", "official_l2", "fresh", "fresh_idle", "fresh_idle_gc", "fresh_idle_spin",
             "fresh_idle_warm")
 
 
@@ -71,7 +73,7 @@ def one_sample(kernel, inputs, cuda: bool, flush) -> dict:
     """Time ``kernel`` on every input back to back; per-call window time, host times and per-call GPU times (ns)."""
     _sync(cuda)
     if cuda:
-        flush.zero_()
+        flush()
         events = [torch.cuda.Event(enable_timing=True) for _ in range(len(inputs) + 1)]
         events[0].record()
     host = []
@@ -93,6 +95,16 @@ def one_sample(kernel, inputs, cuda: bool, flush) -> dict:
             "rest_ns": statistics.mean(per_call[1:]) if len(per_call) > 1 else per_call[0]}
 
 
+class _PlainFlush:
+    """The official evaluator's L2 clear: zero a buffer the size of the L2."""
+
+    def __init__(self, buf: torch.Tensor):
+        self.buf = buf
+
+    def __call__(self) -> None:
+        self.buf.zero_()
+
+
 def run_variant(name: str, kernel, case, samples: int, cuda: bool, flush) -> dict:
     fixed = _draw(case, sample_seeds(case.seed, 0, CALLS))
     kernel(fixed[0])  # compile / warm caches once
@@ -111,7 +123,7 @@ def run_variant(name: str, kernel, case, samples: int, cuda: bool, flush) -> dic
                 pass
         if name.endswith("_warm"):
             kernel(_draw(case, [case.seed + 7 + s])[0])
-        rows.append(one_sample(kernel, inputs, cuda, flush))
+        rows.append(one_sample(kernel, inputs, cuda, flush[name.endswith("_l2")] if cuda else None))
         del inputs
     return {k: statistics.mean(r[k] for r in rows) for k in rows[0]} | {"samples": samples}
 
@@ -126,8 +138,13 @@ def main() -> None:
     args = parser.parse_args()
     kernel = _load(resolve(args.submission).path)
     cuda = torch.cuda.is_available()
-    flush = (torch.empty(torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.uint8, device="cuda")
-             if cuda else None)
+    flush = None
+    if cuda:
+        from harness.worker.timing import L2Flush
+
+        size = torch.cuda.get_device_properties(0).L2_cache_size
+        flush = {False: _PlainFlush(torch.empty(size, dtype=torch.uint8, device="cuda")),
+                 True: L2Flush(torch.device("cuda", 0))}
     results = []
     lines = ["| shape | variant | per call us | host us per call | first call us | other calls us |",
              "| --- | --- | ---: | ---: | ---: | ---: |"]
