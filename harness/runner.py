@@ -163,12 +163,10 @@ class CaseRunner:
         self.peaks = peaks_for(facts.name) if facts.cuda else None
         self.notes: list[str] = []
 
-    def _call(self, case: Case, seeds: list[int], check: bool = True, profile: bool = False,
-              warm_seed: int | None = None) -> dict:
+    def _call(self, case: Case, seeds: list[int], check: bool = True, profile: bool = False) -> dict:
         prepare = (lambda: expected_outputs(case, seeds, self.opts.data, self.device)) if check else (lambda: None)
         reply, payload, expected = self.session.run(
-            {"case": _case_dict(case), "seeds": seeds, "data": self.opts.data, "profile": profile,
-             "warm_seed": warm_seed}, prepare)
+            {"case": _case_dict(case), "seeds": seeds, "data": self.opts.data, "profile": profile}, prepare)
         if reply.get("tampered"):
             raise CaseFailed(Status.FAIL, "the submission modified fp4bench's measurement code or objects: "
                                           + ", ".join(reply["tampered"]))
@@ -196,10 +194,8 @@ class CaseRunner:
         Returns the per-call time in ns (the sample's duration / its calls). Raises CaseFailed: FAIL for a wrong
         output, tampering, or a time below this GPU's physical floor (task.cost, CUDA only); ERROR, CRASH or
         TIMEOUT for the submission's faults."""
-        calls = self.opts.settings.calls_per_sample
-        seeds = seedlib.sample_seeds(seed, i, calls)
-        warm = seedlib.warm_call_seed(seed, i, calls) if self.opts.settings.warm_call else None
-        reply = self._call(case, seeds, warm_seed=warm)
+        seeds = seedlib.sample_seeds(seed, i, self.opts.settings.calls_per_sample)
+        reply = self._call(case, seeds)
         per_call = reply["elapsed_ns"] / reply["calls"]
         floor = sol_ns(case, self.peaks, floor=True) if self.peaks else None
         if floor is not None and per_call < floor:

@@ -48,8 +48,3 @@ def sample_seeds(seed: int, sample: int, calls: int, warmup: bool = False) -> li
     base = seed + 42 * (1 + sample * calls) + (21 if warmup else 0)
     return [base + 42 * j for j in range(calls)]
 
-
-def warm_call_seed(seed: int, sample: int, calls: int) -> int:
-    """Seed of the untimed call made right before timed sample ``sample`` (settings ``warm_call``): 10 mod 42
-    away from the case seed, so it never equals a timed seed (0 mod 42) or a warm-up seed (21 mod 42)."""
-    return sample_seeds(seed, sample, calls)[0] + 10

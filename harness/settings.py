@@ -27,7 +27,6 @@ class Settings:
     max_rel_err: float = 0.001
     max_runs: int = 100
     max_wall_s: float = 120.0
-    warm_call: bool = False
     budget_s: tuple = (("benchmark", 10.0), ("leaderboard", 30.0), ("profile", 1.0), ("compare", 10.0))
 
     def stopping_rule(self, mode: str) -> StoppingRule:
@@ -71,11 +70,6 @@ def load_settings(path: Path | None = None) -> Settings:
             out[key] = tuple((str(k), float(v)) for k, v in value.items())
             continue
         want = type(getattr(defaults, key))
-        if want is bool:
-            if not isinstance(value, bool):
-                raise SettingsError(f"{path}: {key} must be true or false, got {value!r}")
-            out[key] = value
-            continue
         if not isinstance(value, (int, float)) or isinstance(value, bool) or (want is int and not isinstance(value, int)):
             raise SettingsError(f"{path}: {key} must be {'an' if want is int else 'a'} {want.__name__}, got {value!r}")
         if value <= 0:

@@ -253,43 +253,11 @@ def test_time_below_the_physical_floor_fails_with_both_numbers(monkeypatch):
     runner.peaks = peaks_for("NVIDIA H200")
     floor = sol_ns(case, runner.peaks, floor=True)
     assert 2_000 < floor < 4_000  # 2.09e10 FLOP at 1979 TFLOP/s, or its bytes at 4.8 TB/s
-    monkeypatch.setattr(runner, "_call", lambda case, seeds, **kw: {"elapsed_ns": 15 * 1000.0, "calls": 15})
+    monkeypatch.setattr(runner, "_call", lambda case, seeds: {"elapsed_ns": 15 * 1000.0, "calls": 15})
     with pytest.raises(CaseFailed) as failed:
         runner.sample(0, case, case.seed, 0)
     assert failed.value.status is Status.FAIL
     assert failed.value.message == (f"impossible time: 1000 ns per call is below this GPU's physical floor of "
                                     f"{floor:.0f} ns (H200: FLOPs at 1978.9 TFLOP/s, bytes at 4.8 TB/s)")
-    monkeypatch.setattr(runner, "_call", lambda case, seeds, **kw: {"elapsed_ns": 15 * (floor + 1), "calls": 15})
+    monkeypatch.setattr(runner, "_call", lambda case, seeds: {"elapsed_ns": 15 * (floor + 1), "calls": 15})
     assert runner.sample(0, case, case.seed, 0) == pytest.approx(floor + 1)
-
-
-def test_warm_call_runs_untimed_on_its_own_input_before_each_sample(tmp_path, monkeypatch):
-    """Settings warm_call: before every timed sample one untimed call on the input drawn from warm_call_seed;
-    the timed calls still get their own seeds and are all checked, the warm call is not counted as checked."""
-    from dataclasses import replace
-
-    from harness import seeds as seedlib
-    from task.inputs import generate_input
-
-    log = tmp_path / "calls"
-    monkeypatch.setenv("CALL_LOG", str(log))
-    case = Case((64,), (128,), (256,), 1, 5)
-    rec = _run(ADVERSARIAL / "call_logger.py", "benchmark", ShapeSet("one", (case,)), replace(FAST, warm_call=True))
-    r = _only(rec)
-    assert r.status is Status.PASS and r.calls_checked == 1 + 15 * r.stats.runs
-
-    def mark(seed):
-        b = generate_input(case.m, case.n, case.k, case.g, seed)[0][0][1]
-        return int(b.view(-1)[:8].view(torch.int64)[0])
-
-    rows = [tuple(map(int, line.split())) for line in log.read_text().splitlines()]
-    expected = [mark(seed) for seed in [case.seed] + seedlib.sample_seeds(case.seed, 0, 15, warmup=True)]
-    warm_rows = []
-    for i in range(r.stats.runs):
-        warm_rows.append(len(expected))
-        expected.append(mark(seedlib.warm_call_seed(case.seed, i, 15)))
-        expected += [mark(s) for s in seedlib.sample_seeds(case.seed, i, 15)]
-    assert [m for m, _ in rows] == expected
-    # during a warm call its own input is the only one in the process: the timed inputs are not drawn yet
-    assert [rows[i][1] for i in warm_rows] == [1] * r.stats.runs
-    assert rows[warm_rows[0] + 1][1] == 15

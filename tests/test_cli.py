@@ -42,10 +42,9 @@ def test_settings_keys_keep_their_kinds(tmp_path):
     from harness.settings import Settings, SettingsError, load_settings
 
     path = tmp_path / "s.yml"
-    path.write_text("timing:\n  warm_call: true\n  max_runs: 5\n")
-    assert load_settings(path) == Settings(warm_call=True, max_runs=5)
-    for text, message in (("timing:\n  warm_call: 1\n", "warm_call must be true or false, got 1"),
-                          ("timing:\n  max_runs: 2.5\n", "max_runs must be an int, got 2.5"),
+    path.write_text("timing:\n  max_runs: 5\n")
+    assert load_settings(path) == Settings(max_runs=5)
+    for text, message in (("timing:\n  max_runs: 2.5\n", "max_runs must be an int, got 2.5"),
                           ("timing:\n  max_runs: 0\n", "max_runs must be positive, got 0"),
                           ("- timing\n", "expected a mapping with sections 'timeouts' and 'timing', got list")):
         path.write_text(text)

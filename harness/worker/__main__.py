@@ -93,26 +93,11 @@ class Worker:
         return inputs
 
     def run(self, req: dict, tampered=lambda: []) -> None:
-        """Draw the inputs, say ready, wait for go, time the calls, send times and outputs.
-
-        With ``warm_seed``: say ready at once; after go, one untimed call on the input drawn from ``warm_seed``
-        (so the window does not open on a cold process), and only then draw the timed inputs: they must not
-        exist while the submission runs outside the window."""
-        c, warm_seed = req["case"], req.get("warm_seed")
-        if warm_seed is None:
-            inputs = self._draw(c, req["seeds"], req["data"])
+        """Draw the inputs, say ready, wait for go, time the calls, send times and outputs."""
+        inputs = self._draw(req["case"], req["seeds"], req["data"])
         self.send({"ok": True, "ready": True})
         if json.loads(self.readline()).get("op") != "go":
             raise SystemExit("protocol error: expected go")
-        if warm_seed is not None:
-            try:
-                self.kernel(self._draw(c, [warm_seed], req["data"])[0])
-                if self.device.type == "cuda":
-                    torch.cuda.synchronize()
-            except BaseException as exc:  # noqa: BLE001 - the submission's exception is the case's result
-                self._report(exc)
-                return
-            inputs = self._draw(c, req["seeds"], req["data"])
         profile_table = ""
         foreign = _foreign_threads()
         try:
