@@ -6,6 +6,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from harness.record import CaseResult, RunRecord, Status
+from harness.report import fmt_us
 from harness.runner import Observer
 from task.cost import peaks_for, sol_ns, tflops_at
 from task.spec import Case
@@ -31,12 +32,14 @@ def results_table(record: RunRecord) -> Table:
     peaks = peaks_for(env.device) if env.timer == "cuda-events" else None
     table = Table(title=f"{record.submission.name}: {record.mode} on {env.device} "
                         f"({'CUDA events' if env.timer == 'cuda-events' else 'CPU, monotonic clock'}, "
-                        f"{record.data} data)")
+                        f"{record.data} data{'; times in us per call' if any(r.stats for r in record.cases) else ''})")
     timed = any(r.stats for r in record.cases)
-    columns = ("case", "status") + (("runs", "mean us", "std us", "best us", "worst us", "TFLOP/s") if timed else ())
+    columns = ("case", "status") + (("runs", "mean", "std", "best", "worst", "TFLOP/s") if timed else ())
+    labels = [case_label(r.case) for r in record.cases]
+    longest_word = max((len(w) for label in labels for w in label.split()), default=4)
     for col in columns:
-        if col == "case":
-            table.add_column(col, overflow="fold", max_width=26)
+        if col == "case":  # wide enough for its longest word, so a narrow terminal breaks labels between words
+            table.add_column(col, overflow="fold", max_width=26, min_width=min(26, longest_word))
         else:
             table.add_column(col, justify="left" if col == "status" else "right", no_wrap=True)
     peaks = peaks if timed else None
@@ -45,12 +48,12 @@ def results_table(record: RunRecord) -> Table:
     with_messages = any(r.message for r in record.cases)
     if with_messages:
         table.add_column("message", overflow="fold")
-    for r in record.cases:
+    for r, label in zip(record.cases, labels):
         s = r.stats
-        cells = [case_label(r.case), f"[{_STYLE.get(r.status, 'red')}]{r.status.value}[/]"]
+        cells = [label, f"[{_STYLE.get(r.status, 'red')}]{r.status.value}[/]"]
         if s:
-            cells += [str(s.runs), f"{s.mean_ns / 1e3:.2f}", f"{s.std_ns / 1e3:.2f}", f"{s.best_ns / 1e3:.2f}",
-                      f"{s.worst_ns / 1e3:.2f}", fmt_tflops(tflops_at(r.case, s.mean_ns))]
+            cells += [str(s.runs), fmt_us(s.mean_ns), fmt_us(s.std_ns), fmt_us(s.best_ns), fmt_us(s.worst_ns),
+                      fmt_tflops(tflops_at(r.case, s.mean_ns))]
         elif timed:
             cells += [""] * 6
         if peaks:
@@ -59,7 +62,7 @@ def results_table(record: RunRecord) -> Table:
             cells.append(r.message.splitlines()[0][:300] if r.message else "")
         table.add_row(*cells)
     if record.geomean_ns:
-        table.caption = f"geomean of means: {record.geomean_ns / 1e3:.2f} us over {len(record.cases)} shapes"
+        table.caption = f"geomean of means: {fmt_us(record.geomean_ns)} us over {len(record.cases)} shapes"
     return table
 
 
