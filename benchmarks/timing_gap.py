@@ -9,6 +9,7 @@ loop and under each difference between the two, one at a time, so the difference
                     that long for the parent's reference outputs)
     official_l2     the same inputs, with fp4bench's L2 clear (persisting-L2 limit set to 0 and persisting
                     lines reset through the driver, then the buffer zeroed) instead of a plain buffer zeroing
+    official_l2limit, official_l2reset   only one of those two driver calls, then the buffer zeroed
     fresh           15 newly drawn inputs every sample (fp4bench's rule), drawn as the worker draws them
     fresh_idle      fresh + idle: what fp4bench's worker does
     fresh_idle_gc   fresh_idle, then gc.collect() right before the window
@@ -24,6 +25,7 @@ rest (events between calls). Writes JSON and a markdown table.
 from __future__ import annotations
 
 import argparse
+import collections
 import gc
 import importlib.util
 import json
@@ -43,7 +45,7 @@ from task.spec import load_shapes  # noqa: E402
 CALLS = 15
 IDLE_S = 0.5
 SPIN_MS = 50.0
-VARIANTS = ("official", "official_idle", "official_l2", "fresh", "fresh_idle", "fresh_idle_gc", "fresh_idle_spin",
+VARIANTS = ("official", "official_idle", "official_l2", "official_l2limit", "official_l2reset", "fresh", "fresh_idle", "fresh_idle_gc", "fresh_idle_spin",
             "fresh_idle_warm")
 
 
@@ -96,12 +98,17 @@ def one_sample(kernel, inputs, cuda: bool, flush) -> dict:
 
 
 class _PlainFlush:
-    """The official evaluator's L2 clear: zero a buffer the size of the L2."""
+    """The official evaluator's L2 clear: zero a buffer the size of the L2; with ``limit`` / ``reset``, one of
+    fp4bench's two driver calls first (harness.worker.timing.L2Flush makes both)."""
 
-    def __init__(self, buf: torch.Tensor):
-        self.buf = buf
+    def __init__(self, buf: torch.Tensor, full, limit: bool = False, reset: bool = False):
+        self.buf, self.full, self.limit, self.reset = buf, full, limit, reset
 
     def __call__(self) -> None:
+        if self.limit:
+            self.full._set_limit(0x06, 0)  # CU_LIMIT_PERSISTING_L2_CACHE_SIZE
+        if self.reset:
+            self.full._reset()
         self.buf.zero_()
 
 
@@ -123,7 +130,7 @@ def run_variant(name: str, kernel, case, samples: int, cuda: bool, flush) -> dic
                 pass
         if name.endswith("_warm"):
             kernel(_draw(case, [case.seed + 7 + s])[0])
-        rows.append(one_sample(kernel, inputs, cuda, flush[name.endswith("_l2")] if cuda else None))
+        rows.append(one_sample(kernel, inputs, cuda, flush[name.rsplit("_", 1)[-1]] if cuda else None))
         del inputs
     return {k: statistics.mean(r[k] for r in rows) for k in rows[0]} | {"samples": samples}
 
@@ -143,8 +150,10 @@ def main() -> None:
         from harness.worker.timing import L2Flush
 
         size = torch.cuda.get_device_properties(0).L2_cache_size
-        flush = {False: _PlainFlush(torch.empty(size, dtype=torch.uint8, device="cuda")),
-                 True: L2Flush(torch.device("cuda", 0))}
+        full = L2Flush(torch.device("cuda", 0))
+        buf = torch.empty(size, dtype=torch.uint8, device="cuda")
+        flush = {"l2": full, "l2limit": _PlainFlush(buf, full, limit=True), "l2reset": _PlainFlush(buf, full, reset=True)}
+        flush = collections.defaultdict(lambda: _PlainFlush(buf, full), flush)
     results = []
     lines = ["| shape | variant | per call us | host us per call | first call us | other calls us |",
              "| --- | --- | ---: | ---: | ---: | ---: |"]
