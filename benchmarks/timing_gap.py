@@ -39,6 +39,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.registry import resolve  # noqa: E402
 from harness.seeds import sample_seeds  # noqa: E402
+from harness.worker.timing import _CU_LIMIT_PERSISTING_L2, L2Flush  # noqa: E402
 from task.inputs import generate_many  # noqa: E402
 from task.spec import load_shapes  # noqa: E402
 
@@ -106,7 +107,7 @@ class _PlainFlush:
 
     def __call__(self) -> None:
         if self.limit:
-            self.full._set_limit(0x06, 0)  # CU_LIMIT_PERSISTING_L2_CACHE_SIZE
+            self.full._set_limit(_CU_LIMIT_PERSISTING_L2, 0)
         if self.reset:
             self.full._reset()
         self.buf.zero_()
@@ -147,8 +148,6 @@ def main() -> None:
     cuda = torch.cuda.is_available()
     flush = None
     if cuda:
-        from harness.worker.timing import L2Flush
-
         size = torch.cuda.get_device_properties(0).L2_cache_size
         full = L2Flush(torch.device("cuda", 0))
         buf = torch.empty(size, dtype=torch.uint8, device="cuda")
