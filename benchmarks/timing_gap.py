@@ -2,23 +2,31 @@
 
 fp4bench times an honest submission slower than the official loop does (H200, 2026-11-29: triton_grouped
 g2_n4096_k1536 62.6 us against 37.6 us). This script times one submission in ONE process under the official
-loop and under each difference between the two, one at a time, so the difference that costs time shows:
+loop and under each difference between the two. Variants are interleaved (sample s of every variant, then
+sample s + 1 of every variant), so a drift of the machine over the run (clocks, other tenants) falls on all
+of them alike:
 
-    official        the same 15 inputs every sample, samples back to back (the official evaluator)
+    official        the same 15 inputs every sample (the official evaluator)
     official_idle   the same inputs, but the process sleeps IDLE_S before each sample (fp4bench's worker waits
-                    that long for the parent's reference outputs)
+                    about that long for the parent's reference outputs)
     official_l2     the same inputs, with fp4bench's L2 clear (persisting-L2 limit set to 0 and persisting
                     lines reset through the driver, then the buffer zeroed) instead of a plain buffer zeroing
     official_l2limit, official_l2reset   only one of those two driver calls, then the buffer zeroed
     fresh           15 newly drawn inputs every sample (fp4bench's rule), drawn as the worker draws them
     fresh_idle      fresh + idle: what fp4bench's worker does
     fresh_idle_gc   fresh_idle, then gc.collect() right before the window
-    fresh_idle_spin fresh_idle, then SPIN_MS of CPU busy-waiting right before the window
+    fresh_idle_spin fresh, then IDLE_S of CPU busy-waiting (a worker polling for go) instead of sleeping
     fresh_idle_warm fresh_idle, then one untimed call on an extra fresh input right before the window
+    fresh_idle_warmprev  sleep IDLE_S, one untimed call on the previous sample's input, then draw and time
+                    (the call cannot see the inputs it will be timed on)
+    *_pin           the same with this thread kept on a core of its own, the input draws on the others
+                    (fp4bench's worker with FP4BENCH_PIN=1)
+    official_peer   the official loop while a second process holds an idle CUDA context on the same GPU (as
+                    fp4bench's parent does while its worker is timed)
 
-Per variant: mean per-call time over the window (events on a GPU, a monotonic clock on the CPU), the host time
-per call (time for the Python call to return), and on a GPU the first call's time against the mean of the
-rest (events between calls). Writes JSON and a markdown table.
+Per variant: mean and median per-call time over the window (events on a GPU, a monotonic clock on the CPU),
+the host time per call (time for the Python call to return), and on a GPU the first call's time against the
+mean of the rest (events between calls). Writes JSON and a markdown table.
 
     python benchmarks/timing_gap.py --submission triton_grouped --shapes benchmarks --samples 20 --out DIR
 """
@@ -29,7 +37,9 @@ import collections
 import gc
 import importlib.util
 import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -40,14 +50,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.registry import resolve  # noqa: E402
 from harness.seeds import sample_seeds  # noqa: E402
 from harness.worker.timing import _CU_LIMIT_PERSISTING_L2, L2Flush  # noqa: E402
-from task.inputs import generate_many  # noqa: E402
+from task.inputs import generate_many, pin_generation_threads  # noqa: E402
 from task.spec import load_shapes  # noqa: E402
 
 CALLS = 15
-IDLE_S = 0.5
-SPIN_MS = 50.0
+CORES = sorted(os.sched_getaffinity(0))
+IDLE_S = 0.3
 VARIANTS = ("official", "official_idle", "official_l2", "official_l2limit", "official_l2reset", "fresh", "fresh_idle", "fresh_idle_gc", "fresh_idle_spin",
-            "fresh_idle_warm")
+            "fresh_idle_warm", "fresh_idle_warmprev", "official_peer", "official_idle_pin", "fresh_idle_pin")
+#: The peer process of official_peer: a CUDA context with some memory, idle until killed.
+PEER = "import sys, time, torch; x = torch.ones(1 << 28, device='cuda'); torch.cuda.synchronize(); " \
+       "print('ready', flush=True); time.sleep(3600)"
 
 
 def _load(path: Path):
@@ -113,27 +126,56 @@ class _PlainFlush:
         self.buf.zero_()
 
 
-def run_variant(name: str, kernel, case, samples: int, cuda: bool, flush) -> dict:
-    fixed = _draw(case, sample_seeds(case.seed, 0, CALLS))
-    kernel(fixed[0])  # compile / warm caches once
-    _sync(cuda)
-    rows = []
-    for s in range(samples):
-        inputs = fixed if name.startswith("official") else _draw(case, sample_seeds(case.seed, s + 1, CALLS))
+class Variant:
+    """One variant's state across the interleaved samples: its fixed inputs, the last inputs it timed, its rows."""
+
+    def __init__(self, name: str, kernel, case, cuda: bool, flush):
+        self.name, self.kernel, self.case, self.cuda = name, kernel, case, cuda
+        self.flush = flush[name.removesuffix("_pin").rsplit("_", 1)[-1]] if cuda else None
+        self.fixed = _draw(case, sample_seeds(case.seed, 0, CALLS)) if name.startswith("official") else None
+        self.previous = None
+        self.rows = []
+        kernel((self.fixed or _draw(case, [case.seed + 3]))[0])  # compile / warm caches once
         _sync(cuda)
-        if "idle" in name:
+
+    def sample(self, s: int) -> None:
+        pinned = self.name.endswith("_pin") and len(CORES) >= 2
+        os.sched_setaffinity(0, {CORES[-1]} if pinned else set(CORES))
+        name, case, kernel = self.name.removesuffix("_pin"), self.case, self.kernel
+        inputs = self.fixed
+        if inputs is None and not name.endswith("_warmprev"):
+            inputs = _draw(case, sample_seeds(case.seed, s + 1, CALLS))
+        _sync(self.cuda)
+        if name.endswith("_spin"):
+            end = time.perf_counter() + IDLE_S
+            while time.perf_counter() < end:
+                pass
+        elif "idle" in name:
             time.sleep(IDLE_S)
         if name.endswith("_gc"):
             gc.collect()
-        if name.endswith("_spin"):
-            end = time.perf_counter() + SPIN_MS / 1e3
-            while time.perf_counter() < end:
-                pass
         if name.endswith("_warm"):
             kernel(_draw(case, [case.seed + 7 + s])[0])
-        rows.append(one_sample(kernel, inputs, cuda, flush[name.rsplit("_", 1)[-1]] if cuda else None))
-        del inputs
-    return {k: statistics.mean(r[k] for r in rows) for k in rows[0]} | {"samples": samples}
+        if name.endswith("_warmprev"):
+            kernel(self.previous if self.previous is not None else _draw(case, [case.seed + 7])[0])
+            inputs = _draw(case, sample_seeds(case.seed, s + 1, CALLS))
+            _sync(self.cuda)
+            self.previous = inputs[-1]
+        self.rows.append(one_sample(kernel, inputs, self.cuda, self.flush))
+
+    def summary(self) -> dict:
+        per_call = [r["per_call_ns"] for r in self.rows]
+        return ({k: statistics.mean(r[k] for r in self.rows) for k in self.rows[0]}
+                | {"median_ns": statistics.median(per_call), "samples": len(self.rows)})
+
+
+def run_case(names: list[str], kernel, case, samples: int, cuda: bool, flush) -> dict:
+    """Interleaved samples of every variant on one case; returns {variant: summary}."""
+    variants = [Variant(n, kernel, case, cuda, flush) for n in names]
+    for s in range(samples):
+        for v in variants:
+            v.sample(s)
+    return {v.name: v.summary() for v in variants}
 
 
 def main() -> None:
@@ -145,6 +187,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     kernel = _load(resolve(args.submission).path)
+    if len(CORES) >= 2:
+        pin_generation_threads(set(CORES[:-1]))  # the draws never run on the core the *_pin variants time on
     cuda = torch.cuda.is_available()
     flush = None
     if cuda:
@@ -153,18 +197,29 @@ def main() -> None:
         buf = torch.empty(size, dtype=torch.uint8, device="cuda")
         flush = {"l2": full, "l2limit": _PlainFlush(buf, full, limit=True), "l2reset": _PlainFlush(buf, full, reset=True)}
         flush = collections.defaultdict(lambda: _PlainFlush(buf, full), flush)
+    names = args.variants.split(",")
+    for name in names:
+        if name not in VARIANTS:
+            raise SystemExit(f"unknown variant {name!r}; expected one of {', '.join(VARIANTS)}")
     results = []
-    lines = ["| shape | variant | per call us | host us per call | first call us | other calls us |",
-             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    lines = ["| shape | variant | per call us (mean) | median | host us per call | first call us | other calls us |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for case in load_shapes(args.shapes).cases:
-        for name in args.variants.split(","):
-            if name not in VARIANTS:
-                raise SystemExit(f"unknown variant {name!r}; expected one of {', '.join(VARIANTS)}")
-            r = run_variant(name, kernel, case, args.samples, cuda, flush)
-            label = case.name or case.text()
+        peer = None
+        if cuda and any(n.endswith("_peer") for n in names):
+            peer = subprocess.Popen([sys.executable, "-c", PEER], stdout=subprocess.PIPE, text=True)
+            peer.stdout.readline()
+        try:
+            summaries = run_case(names, kernel, case, args.samples, cuda, flush)
+        finally:
+            if peer is not None:
+                peer.kill()
+                peer.wait()
+        label = case.name or case.text()
+        for name, r in summaries.items():
             results.append({"case": label, "variant": name, **r})
-            lines.append(f"| {label} | {name} | {r['per_call_ns'] / 1e3:.1f} | {r['host_ns'] / 1e3:.1f} | "
-                         f"{r['first_ns'] / 1e3:.1f} | {r['rest_ns'] / 1e3:.1f} |")
+            lines.append(f"| {label} | {name} | {r['per_call_ns'] / 1e3:.1f} | {r['median_ns'] / 1e3:.1f} | "
+                         f"{r['host_ns'] / 1e3:.1f} | {r['first_ns'] / 1e3:.1f} | {r['rest_ns'] / 1e3:.1f} |")
             print(lines[-1], flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "timing_gap.json").write_text(json.dumps({"submission": args.submission, "cuda": cuda,
