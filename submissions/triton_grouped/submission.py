@@ -20,6 +20,7 @@ Algorithm (see README.md beside this file):
   ``TRITON_INTERPRET=1`` a pure-Triton fp16 decode with the same structure runs instead.
 """
 
+import ctypes
 import os
 from dataclasses import dataclass, replace
 
@@ -534,14 +535,18 @@ class _Plan:
         self.tables: dict = {}
         self.layout = None
         self.compiled = None
+        self.direct = None
 
     def args(self, ptrs: list) -> tuple:
         """The kernel's arguments for per-group addresses ``ptrs`` (a, b, c, sfa, sfb of each group in turn)."""
         if self.use_tab:
             return (self.table(ptrs), *self.head, *([0] * (5 * ARG_GROUPS)), *self.tail)
-        by_kind = [ptrs[j::5] + self.pad for j in range(5)]  # A0..A7, B0..B7, C.., SA.., SB..
-        return (self.tiles, *self.head, *by_kind[0], *by_kind[1], *by_kind[2], *by_kind[3], *by_kind[4],
-                *self.tail)
+        return (self.tiles, *self.head, *self.addresses(ptrs), *self.tail)
+
+    def addresses(self, ptrs: list) -> list:
+        """Per-group addresses (a, b, c, sfa, sfb of each group in turn) in kernel-argument order: A0..A7,
+        B0..B7, C0..C7, SA0..SA7, SB0..SB7, 0 for absent groups."""
+        return [p for j in range(5) for p in ptrs[j::5] + self.pad]
 
     def table(self, ptrs: list) -> torch.Tensor:
         key = tuple(ptrs)
@@ -583,28 +588,135 @@ def grouped_gemm(data: input_t, cfg: Config = DEFAULT_CONFIG) -> output_t:
     if layout != plan.layout or any(p & 15 for p in ptrs):
         validate(data)
         plan.layout = layout
-    _launch(plan, plan.args(ptrs), interp)
+    _launch(plan, ptrs, interp)
     return [c for (_, _, c) in abc]
 
 
-_FAST_LAUNCH = os.environ.get("FP4BENCH_TRITON_JIT_LAUNCH", "0") in ("", "0")
+#: How a plan launches after its first (JIT) call: "direct" (cuLaunchKernel through ctypes, see _DirectLaunch),
+#: "runner" (Triton's compiled-kernel runner) or "jit" (Triton's JIT every call). Unsupported -> the next one.
+_LAUNCH = os.environ.get("FP4BENCH_TRITON_LAUNCH", "direct")
 
 
-def _launch(plan: _Plan, args: tuple, interp: bool) -> None:
-    """Launch through Triton's JIT on a plan's first call, then straight through the compiled kernel's runner
-    (``CompiledKernel[grid](*args)``, the same call Triton's JIT makes, in 3.6 and 3.9): that skips re-binding
-    and re-specialising every argument, most of the per-call host time for a kernel of a few tens of us. Every
-    address is 16-byte aligned (checked), so the specialisation the JIT chose never changes."""
-    global _FAST_LAUNCH
-    if plan.compiled is not None and _FAST_LAUNCH:
+def _launch(plan: _Plan, ptrs: list, interp: bool) -> None:
+    """Launch through Triton's JIT on a plan's first call; after that, straight through the driver
+    (``_DirectLaunch``) or, where that is unsupported, through the compiled kernel's runner
+    (``CompiledKernel[grid](*args)``, the call Triton's JIT makes, in 3.6 and 3.9), which skips re-binding and
+    re-specialising every argument. Every address is 16-byte aligned (checked), so the specialisation the JIT
+    chose never changes."""
+    if plan.direct is not None:
+        plan.direct(plan.addresses(ptrs))
+        return
+    args = plan.args(ptrs)
+    global _LAUNCH
+    if plan.compiled is not None and _LAUNCH != "jit":
         try:
             plan.compiled[(plan.n_tiles, 1, 1)](*args)
             return
         except (TypeError, AttributeError, IndexError):
-            _FAST_LAUNCH = False  # an unexpected Triton version: stay on the JIT path from now on
+            _LAUNCH = "jit"  # an unexpected Triton version: the JIT path from now on
     kernel = _group_gemm_kernel[(plan.n_tiles,)](*args, **plan.options)
-    if not interp and hasattr(kernel, "__getitem__") and hasattr(kernel, "run"):
-        plan.compiled = kernel
+    if interp or _LAUNCH == "jit" or not (hasattr(kernel, "__getitem__") and hasattr(kernel, "run")):
+        return
+    plan.compiled = kernel
+    if _LAUNCH == "direct" and not plan.use_tab:
+        try:
+            plan.direct = _DirectLaunch(kernel, args, plan.n_tiles, plan.dev)
+        except _Unsupported:
+            plan.direct = None
+
+
+class _Unsupported(Exception):
+    """The compiled kernel or this Triton/driver is not one _DirectLaunch knows how to launch."""
+
+
+#: Triton signature type -> ctypes type of the kernel parameter (driver.py's ty_to_cpp, FLOAT_STORAGE_TYPE).
+_PARAM_CTYPES = {"i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
+                 "u8": ctypes.c_uint8, "u16": ctypes.c_uint16, "u32": ctypes.c_uint32, "u64": ctypes.c_uint64,
+                 "fp32": ctypes.c_float, "fp64": ctypes.c_double}
+
+
+#: The kernel's group-address parameters.
+_ADDRESS_ARGS = {f"{kind}{g}" for kind in ("A", "B", "C", "SA", "SB") for g in range(ARG_GROUPS)}
+
+
+class _DirectLaunch:
+    """``cuLaunchKernel`` on the kernel Triton compiled, with a parameter buffer built once per plan: a call
+    writes the 5 x ARG_GROUPS group addresses into it and launches on torch's current stream. This skips
+    Triton's per-call Python launch path (stream and device lookup, launch metadata, scratch allocation, parsing
+    ~60 arguments), which dominates a call on the small benchmark shapes (H200: see README.md).
+
+    The parameter list is Triton's own: every argument whose signature type is not ``constexpr``, in order,
+    then the global and profile scratch pointers that Triton's launchers append (3.6 and 3.9). It is checked
+    against the function's parameters through ``cuFuncGetParamInfo`` (count and byte size of each); anything
+    unexpected (a scratch buffer, clusters, PDL, a cooperative launch, a missing driver entry point, a
+    mismatch) raises _Unsupported and the plan keeps Triton's runner."""
+
+    def __init__(self, compiled, args: tuple, n_tiles: int, dev: torch.device):
+        meta = compiled.metadata
+        if (getattr(meta, "global_scratch_size", 0) or getattr(meta, "profile_scratch_size", 0)
+                or getattr(meta, "num_ctas", 1) != 1 or getattr(meta, "launch_pdl", False)
+                or getattr(meta, "launch_cooperative_grid", False)):
+            raise _Unsupported("kernel needs launch attributes or scratch memory")
+        sig = getattr(getattr(compiled, "src", None), "signature", None)
+        if not isinstance(sig, dict) or len(sig) != len(args):
+            raise _Unsupported("no signature matching the arguments")
+        declared = {n for n, p in zip(sig, _group_gemm_kernel.params) if p.is_constexpr}
+        params, self._addr = [], []
+        for i, ((name, ty), value) in enumerate(zip(sig.items(), args)):
+            if ty == "constexpr":
+                if name not in declared:
+                    raise _Unsupported(f"argument {name} was specialised to a constant")
+                continue
+            if isinstance(ty, str) and ty.startswith("*"):
+                obj = ctypes.c_uint64(value.data_ptr())
+            elif ty in _PARAM_CTYPES:
+                obj = _PARAM_CTYPES[ty](value)
+            else:
+                raise _Unsupported(f"argument {name} of type {ty}")
+            if name in _ADDRESS_ARGS:
+                self._addr.append(obj)
+            params.append(obj)
+        params += [ctypes.c_uint64(0), ctypes.c_uint64(0)]  # global and profile scratch: none
+        if len(self._addr) != 5 * ARG_GROUPS:
+            raise _Unsupported("group address arguments not found")
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")
+            info = lib.cuFuncGetParamInfo
+            self._launch_fn = lib.cuLaunchKernel
+        except (OSError, AttributeError) as exc:
+            raise _Unsupported(str(exc)) from None
+        info.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t),
+                         ctypes.POINTER(ctypes.c_size_t)]
+        compiled._init_handles()
+        func = ctypes.c_void_p(compiled.function)
+        sizes = []
+        offset, size = ctypes.c_size_t(), ctypes.c_size_t()
+        while info(func, len(sizes), ctypes.byref(offset), ctypes.byref(size)) == 0 and len(sizes) <= len(params):
+            sizes.append(size.value)
+        if sizes != [ctypes.sizeof(p) for p in params]:
+            raise _Unsupported(f"kernel parameters {sizes} differ from the arguments built")
+        self._params = params  # kept alive: the pointer array below points into them
+        self._ptrs = (ctypes.c_void_p * len(params))(*[ctypes.addressof(p) for p in params])
+        self._launch_fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 6 + [ctypes.c_uint, ctypes.c_void_p,
+                                                                             ctypes.c_void_p, ctypes.c_void_p]
+        self._launch_fn.restype = ctypes.c_int
+        self._func = func
+        self._grid = n_tiles
+        self._threads = 32 * meta.num_warps
+        self._shared = meta.shared
+        self._dev = dev.index
+        self._stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if self._stream is None:
+            raise _Unsupported("torch._C._cuda_getCurrentRawStream is missing")
+
+    def __call__(self, addresses: list) -> None:
+        """Launch with group addresses ``addresses`` (A0..A7, B0..B7, C.., SA.., SB..; 0 for absent groups)."""
+        for obj, value in zip(self._addr, addresses):
+            obj.value = value
+        err = self._launch_fn(self._func, self._grid, 1, 1, self._threads, 1, 1, self._shared,
+                              self._stream(self._dev), self._ptrs, None)
+        if err:
+            raise RuntimeError(f"triton_grouped: cuLaunchKernel failed with CUresult {err}")
 
 
 _NUM_SMS: dict = {}

@@ -153,7 +153,7 @@ def test_later_calls_of_the_same_sizes_are_revalidated(monkeypatch, mutate, mess
     full (the per-call check compares layouts, it does not trust the first call)."""
     launched = []
     monkeypatch.setattr(sub, "_interpreting", lambda: True)
-    monkeypatch.setattr(sub, "_launch", lambda plan, args, interp: launched.append((plan, args)))
+    monkeypatch.setattr(sub, "_launch", lambda plan, ptrs, interp: launched.append((plan, plan.args(ptrs))))
     good = small()
     sub.grouped_gemm(good)
     plan, args = launched[0]
@@ -247,3 +247,25 @@ def test_gpu_back_to_back_calls_on_new_inputs_use_their_own_addresses():
     outs = [sub.custom_kernel(d) for d in inputs]
     torch.cuda.synchronize()
     assert [mismatches(o, r) for o, r in zip(outs, refs)] == [[0, 0]] * len(inputs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("groups", [1, 2, 8])
+def test_gpu_direct_launch_is_taken_and_exact(groups):
+    """After a plan's first (JIT) call, calls go through _DirectLaunch (cuLaunchKernel with Triton's parameter
+    list, checked against the function's parameters); its outputs are the reference's, call after call, on
+    new inputs, and on another stream than the default one."""
+    m, n, k = [96, 40, 128, 64, 200, 8, 256, 120][:groups], [256, 128] * 4, [512, 256] * 4
+    n, k = n[:groups], k[:groups]
+    inputs = [generate_input(m, n, k, groups, 200 + i) for i in range(6)]
+    refs = [ref_kernel(d) for d in inputs]
+    assert mismatches(sub.custom_kernel(inputs[0]), refs[0]) == [0] * groups  # JIT call: builds the plan
+    plans = [p for key, p in sub._PLANS.items() if key[0] == tuple(map(tuple, inputs[0][3]))]
+    assert len(plans) == 1 and isinstance(plans[0].direct, sub._DirectLaunch)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        outs = [sub.custom_kernel(d) for d in inputs[1:]]
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    assert [mismatches(o, r) for o, r in zip(outs, refs[1:])] == [[0] * groups] * 5
