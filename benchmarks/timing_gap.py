@@ -19,8 +19,6 @@ of them alike:
     fresh_idle_warm fresh_idle, then one untimed call on an extra fresh input right before the window
     fresh_idle_warmprev  sleep IDLE_S, one untimed call on the previous sample's input, then draw and time
                     (the call cannot see the inputs it will be timed on)
-    *_pin           the same with this thread kept on a core of its own, the input draws on the others
-                    (fp4bench's worker with FP4BENCH_PIN=1)
     official_peer   the official loop while a second process holds an idle CUDA context on the same GPU (as
                     fp4bench's parent does while its worker is timed)
 
@@ -37,7 +35,6 @@ import collections
 import gc
 import importlib.util
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -50,14 +47,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.registry import resolve  # noqa: E402
 from harness.seeds import sample_seeds  # noqa: E402
 from harness.worker.timing import _CU_LIMIT_PERSISTING_L2, L2Flush  # noqa: E402
-from task.inputs import generate_many, pin_generation_threads  # noqa: E402
+from task.inputs import generate_many  # noqa: E402
 from task.spec import load_shapes  # noqa: E402
 
 CALLS = 15
-CORES = sorted(os.sched_getaffinity(0))
 IDLE_S = 0.3
 VARIANTS = ("official", "official_idle", "official_l2", "official_l2limit", "official_l2reset", "fresh", "fresh_idle", "fresh_idle_gc", "fresh_idle_spin",
-            "fresh_idle_warm", "fresh_idle_warmprev", "official_peer", "official_idle_pin", "fresh_idle_pin")
+            "fresh_idle_warm", "fresh_idle_warmprev", "official_peer")
 #: The peer process of official_peer: a CUDA context with some memory, idle until killed.
 PEER = "import sys, time, torch; x = torch.ones(1 << 28, device='cuda'); torch.cuda.synchronize(); " \
        "print('ready', flush=True); time.sleep(3600)"
@@ -131,7 +127,7 @@ class Variant:
 
     def __init__(self, name: str, kernel, case, cuda: bool, flush):
         self.name, self.kernel, self.case, self.cuda = name, kernel, case, cuda
-        self.flush = flush[name.removesuffix("_pin").rsplit("_", 1)[-1]] if cuda else None
+        self.flush = flush[name.rsplit("_", 1)[-1]] if cuda else None
         self.fixed = _draw(case, sample_seeds(case.seed, 0, CALLS)) if name.startswith("official") else None
         self.previous = None
         self.rows = []
@@ -139,9 +135,7 @@ class Variant:
         _sync(cuda)
 
     def sample(self, s: int) -> None:
-        pinned = self.name.endswith("_pin") and len(CORES) >= 2
-        os.sched_setaffinity(0, {CORES[-1]} if pinned else set(CORES))
-        name, case, kernel = self.name.removesuffix("_pin"), self.case, self.kernel
+        name, case, kernel = self.name, self.case, self.kernel
         inputs = self.fixed
         if inputs is None and not name.endswith("_warmprev"):
             inputs = _draw(case, sample_seeds(case.seed, s + 1, CALLS))
@@ -187,8 +181,6 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     kernel = _load(resolve(args.submission).path)
-    if len(CORES) >= 2:
-        pin_generation_threads(set(CORES[:-1]))  # the draws never run on the core the *_pin variants time on
     cuda = torch.cuda.is_available()
     flush = None
     if cuda:
