@@ -37,8 +37,15 @@ CALLS, ROUNDS = 15, 15
 MODES = ("direct", "runner", "jit")
 
 
-def events():
-    return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+def timed_calls(inputs) -> float:
+    """us per call of custom_kernel on ``inputs`` between one pair of CUDA events."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for d in inputs:
+        sub.custom_kernel(d)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / len(inputs)
 
 
 def measure(inputs, flush) -> dict:
@@ -52,22 +59,10 @@ def measure(inputs, flush) -> dict:
         host.append((time.perf_counter_ns() - t0) / len(inputs) / 1e3)
         torch.cuda.synchronize()
         flush.zero_()
-        start, end = events()
-        start.record()
-        for d in inputs:
-            sub.custom_kernel(d)
-        end.record()
-        end.synchronize()
-        loop.append(start.elapsed_time(end) * 1e3 / len(inputs))
+        loop.append(timed_calls(inputs))
     flush.zero_()
     torch.cuda._sleep(40_000_000)  # about 20 ms: every launch below is queued before the first kernel starts
-    start, end = events()
-    start.record()
-    for d in inputs:
-        sub.custom_kernel(d)
-    end.record()
-    end.synchronize()
-    gpu = start.elapsed_time(end) * 1e3 / len(inputs)
+    gpu = timed_calls(inputs)
     return {"host_us": statistics.median(host), "gpu_us": gpu, "loop_us": statistics.median(loop)}
 
 
