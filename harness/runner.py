@@ -129,6 +129,8 @@ def expected_outputs(case: Case, seeds: list[int], data: str, device: torch.devi
 
 def judge(case: Case, reply: dict, payload: bytes, expected: list[list[torch.Tensor]], device: torch.device) -> None:
     """Check every call's outputs (container, type, dtype, shape, device, values). Raises CaseFailed(FAIL)."""
+    if reply.get("complaint"):  # work outside the window explains any wrong value, so it is named first
+        raise CaseFailed(Status.FAIL, reply["complaint"])
     offsets = iter(reply["offsets"])
     calls = len(reply["containers"])
     for i, (container, metas) in enumerate(zip(reply["containers"], reply["metas"])):
@@ -144,16 +146,12 @@ def judge(case: Case, reply: dict, payload: bytes, expected: list[list[torch.Ten
                            .view(m, n, 1).to(device))
         if problem:
             raise CaseFailed(Status.FAIL, prefix + problem)
-        if reply.get("complaint"):  # work outside the window explains wrong values, so it is named first
-            raise CaseFailed(Status.FAIL, reply["complaint"])
         try:
             mismatch = check_outputs(got, expected[i])
         except ReferenceError as exc:
             raise CaseFailed(Status.ERROR, f"harness error: {exc}") from None
         if mismatch:
             raise CaseFailed(Status.FAIL, prefix + mismatch)
-    if reply.get("complaint"):  # a call that returned no outputs at all
-        raise CaseFailed(Status.FAIL, reply["complaint"])
 
 
 class CaseRunner:
