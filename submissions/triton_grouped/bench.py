@@ -58,6 +58,15 @@ CONFIGS = {
     "w4_small_sk2": Config((TC(64, 128), TC(128, 64), TC(128, 64)), bk=64, num_warps=4, split_k=2),
     "w8_128_bk128_r128_sk2": Config((TC(64, 128), TC(128, 128), TC(128, 128)), bk=128, num_warps=8, maxnreg=128,
                                     split_k=2),
+    # round 4: the Gluon kernel (wgmma of step k overlaps the decode of step k + 1); BN = 16 x warps
+    "gluon": sub.GLUON_CONFIG,
+    "gluon_sk2": Config((TC(64, 128), TC(128, 128), TC(128, 128)), bk=128, num_warps=8, kernel="gluon",
+                        split_k=2),
+    "gluon_bk64": Config((TC(64, 128), TC(128, 128), TC(128, 128)), bk=64, num_warps=8, kernel="gluon"),
+    "gluon_256": Config((TC(64, 128), TC(128, 128), TC(256, 128)), bk=128, num_warps=8, kernel="gluon"),
+    "gluon_256_sk2": Config((TC(64, 128), TC(128, 128), TC(256, 128)), bk=128, num_warps=8, kernel="gluon",
+                            split_k=2),
+    "gluon_w4": Config((TC(64, 64), TC(128, 64), TC(128, 64)), bk=128, num_warps=4, kernel="gluon"),
     "auto": None,  # custom_kernel's per-shape choice (choose_config)
 }
 
@@ -96,10 +105,10 @@ def inspect(names):
               f"CTAs/SM {occ} wgmma waits {waits}", flush=True)
 
 
-def load_cases():
+def load_cases(shape_set="benchmarks"):
     import yaml
 
-    doc = yaml.safe_load((ROOT / "configs" / "shapes" / "benchmarks.yml").read_text())
+    doc = yaml.safe_load((ROOT / "configs" / "shapes" / f"{shape_set}.yml").read_text())
     return doc["cases"]
 
 
@@ -143,6 +152,7 @@ def main():
     ap.add_argument("--samples", type=int, default=30)
     ap.add_argument("--shapes", default="", help="comma-separated case names (default: all)")
     ap.add_argument("--out", default="")
+    ap.add_argument("--shape-set", default="benchmarks", help="a file of configs/shapes (tests: check only)")
     args = ap.parse_args()
     names = list(CONFIGS) if args.configs == "all" else args.configs.split(",")
     if args.inspect:
@@ -157,9 +167,10 @@ def main():
     print(f"{props.name}, {props.multi_processor_count} SMs, L2 {props.L2_cache_size} B; torch {torch.__version__}, "
           f"triton {sub.triton.__version__}", flush=True)
     results = {}
-    cases = [c for c in load_cases() if not args.shapes or c["name"] in args.shapes.split(",")]
+    cases = [c for c in load_cases(args.shape_set) if not args.shapes or c["name"] in args.shapes.split(",")]
     for case in cases:
         m, n, k, g, seed = case["m"], case["n"], case["k"], case["g"], case["seed"]
+        case.setdefault("name", f"m{'_'.join(map(str, m))}_n{n[0]}_k{k[0]}")
         inputs = [generate_input(m, n, k, g, seed + 42 * i) for i in range(args.inputs)]
         ref = ref_kernel(inputs[0])
         flops = sum(2 * a * b * c for a, b, c in zip(m, n, k))

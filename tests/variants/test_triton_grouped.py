@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -168,6 +169,47 @@ def test_later_calls_of_the_same_sizes_are_revalidated(monkeypatch, mutate, mess
     assert len(launched) == 1
 
 
+REVALIDATED = [
+    (lambda d: ([(d[0][0][0], d[0][0][1], d[0][0][2].float()), d[0][1]], d[1], d[2], d[3]),
+     "c dtype: expected torch.float16, got torch.float32"),
+    (lambda d: ([(d[0][0][0], _misaligned(d[0][0][1]), d[0][0][2]), d[0][1]], d[1], d[2], d[3]),
+     "b address: expected 16-byte aligned"),
+    (lambda d: (d[0], d[1], [(d[2][0][0].contiguous(), d[2][0][1]), d[2][1]], d[3]), "blocked scale strides"),
+]
+
+
+def _ptrs(d) -> list[int]:
+    return [t.data_ptr() for (a, b, c), (sa, sb) in zip(d[0], d[2]) for t in (a, b, c, sa, sb)]
+
+
+@pytest.mark.parametrize("mutate, message", REVALIDATED)
+def test_custom_kernel_fast_path_takes_new_addresses_and_refuses_changed_layouts(monkeypatch, mutate, message):
+    """Once a plan's direct launch exists, a call of the same sizes goes straight to it with that call's own
+    addresses; a call whose layout or alignment differs takes the general path and is refused there."""
+    launched = []
+
+    class FakeDirect:
+        def __call__(self, ptrs):
+            launched.append(("direct", ptrs))
+
+    def first_launch(plan, ptrs, interp):
+        launched.append(("jit", ptrs))
+        plan.direct = FakeDirect()
+
+    monkeypatch.setattr(sub, "_interpreting", lambda: True)
+    monkeypatch.setattr(sub, "_launch", first_launch)
+    monkeypatch.setattr(sub, "_PLANS", {})
+    monkeypatch.setattr(sub, "_FAST", {})
+    first, second = small(), small()
+    sub.custom_kernel(first)
+    out = sub.custom_kernel(second)
+    assert launched == [("jit", _ptrs(first)), ("direct", _ptrs(second))]
+    assert [o.data_ptr() for o in out] == [c.data_ptr() for _, _, c in second[0]]
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        sub.custom_kernel(mutate(small()))
+    assert len(launched) == 2
+
+
 def test_plan_covers_every_output_once_biggest_first():
     sizes = [(m, 4096, 7168, 1) for m in (80, 176, 128, 72, 64, 248, 96, 160)] + [(320, 3072, 4096, 1)]
     for cfg in (sub.DEFAULT_CONFIG,
@@ -219,6 +261,51 @@ def test_gpu_matches_reference(shape_set, case, data):
     assert len(out) == case.g
     assert all(o.dtype == torch.float16 and o.shape == (m, n, 1) for o, m, n in zip(out, case.m, case.n))
     assert mismatches(out, ref) == [0] * case.g
+
+
+GLUON_CONFIGS = {"gluon": sub.GLUON_CONFIG, "gluon_splitk": replace(sub.GLUON_CONFIG, split_k=2)}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", list(GLUON_CONFIGS))
+@pytest.mark.parametrize("data", ["official", "full-range"])
+@pytest.mark.parametrize("shape_set, case", GPU_CASES, ids=[f"{s}-{i}" for i, (s, _) in enumerate(GPU_CASES)])
+def test_gpu_gluon_kernel_matches_reference(shape_set, case, data, config):
+    """The opt-in Gluon kernel (wgmma overlapping the next step's decode), with and without split-K."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Gluon kernel is Hopper-only (wgmma)")
+    d = generate_input(list(case.m), list(case.n), list(case.k), case.g, case.seed, data=data)
+    ref = ref_kernel(d)
+    for _, _, c in d[0]:
+        c.fill_(float("nan"))
+    out = sub.grouped_gemm(d, GLUON_CONFIGS[config])
+    torch.cuda.synchronize()
+    assert mismatches(out, ref) == [0] * case.g
+
+
+@pytest.mark.skipif(not sub.HAVE_GLUON, reason="this Triton has no Gluon")
+def test_gluon_kernel_compiles_for_sm90_with_vector_loads_and_async_wgmma():
+    """No GPU needed: the Gluon kernel compiles for sm_90 with this Triton; its e2m1 loads are vectors, not the
+    per-byte loads that made it 3x slower on the H200 once (a lost alignment hint), and it issues the 2 x 4
+    wgmma of a 128-value K step per tile class (3 classes) with one wait each."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    cfg = sub.GLUON_CONFIG
+    c0, c1, c2 = cfg.classes
+    sig = {"tab_ptr": "*i64", "tile_ptr": "*i32", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "acc_scale": "fp32"}
+    sig.update({f"{kind}{g}": "i64" for kind in ("A", "B", "C", "SA", "SB") for g in range(sub.ARG_GROUPS)})
+    cst = dict(USE_TAB=False, BM0=c0.bm, BN0=c0.bn, BM1=c1.bm, BN1=c1.bn, BM2=c2.bm, BN2=c2.bn, BK=cfg.bk,
+               DECODE=cfg.decode, JOIN=cfg.join, PERM=cfg.perm, WS_STRIDE=c2.bm * c2.bn, SPLIT=False)
+    sig.update({name: "constexpr" for name in cst})
+    compiled = triton.compile(GluonASTSource(sub._gluon_group_gemm_kernel, sig, cst),
+                              target=GPUTarget("cuda", 90, 32), options=dict(num_warps=cfg.num_warps))
+    ptx = compiled.asm["ptx"]
+    assert "ld.global.b8" not in ptx and "ld.global.u8" not in ptx
+    assert "ld.global.v2.b32" in ptx
+    assert ptx.count("wgmma.mma_async") == 3 * 2 * (cfg.bk // 2 // 16)
+    assert compiled.metadata.shared == 4 * c2.bm * (cfg.bk // 2) * 2  # 2 buffers x (low, high) of fp16 A
 
 
 @pytest.mark.gpu
