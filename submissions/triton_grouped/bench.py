@@ -12,6 +12,7 @@ roofline (989.4 TFLOP/s dense). Each config is checked against task.reference.re
 before it is timed.
 """
 import argparse
+from dataclasses import replace
 import importlib.util
 import json
 import math
@@ -60,6 +61,8 @@ CONFIGS = {
                                     split_k=2),
     # round 4: the Gluon kernel (wgmma of step k overlaps the decode of step k + 1); BN = 16 x warps
     "gluon": sub.GLUON_CONFIG,
+    "gluon_ws": replace(sub.GLUON_CONFIG, kernel="gluon_ws"),
+    "gluon_ws_sk2": replace(sub.GLUON_CONFIG, kernel="gluon_ws", split_k=2),
     "gluon_sk2": Config((TC(64, 128), TC(128, 128), TC(128, 128)), bk=128, num_warps=8, kernel="gluon",
                         split_k=2),
     "gluon_bk64": Config((TC(64, 128), TC(128, 128), TC(128, 128)), bk=64, num_warps=8, kernel="gluon"),

@@ -14,10 +14,12 @@ Algorithm (see README.md beside this file):
   blocked 32x4x4 tensors), decodes them to 16-bit floats in registers (each e2m1 x e4m3fn product is exact
   there) and issues ``tl.dot`` with fp32 accumulation; the low and high nibbles of each byte form two dots over
   K/2 (a consistent permutation of K on both sides, so no interleave is needed).
-- On the GPU the decode is a few integer ops plus one bf16x2 FMA per two values (inline PTX): the nibble goes
-  into a bf16 bit pattern worth value * 2^-126 and is multiplied by scale * 2^119, so each operand carries a
-  factor 2^-7 (exact, never subnormal), undone by multiplying the fp32 accumulator by 2^14. Under
+- On the GPU the decode is a few integer ops, a byte permute and one f16x2 multiply per two values (inline PTX,
+  ``_ASM_F16S``): the nibble becomes an fp16 bit pattern worth value * 2^-14, times scale * 2^7, so each operand
+  carries a factor 2^-7 (exact), undone by multiplying the fp32 accumulator by 2^14. Under
   ``TRITON_INTERPRET=1`` a pure-Triton fp16 decode with the same structure runs instead.
+- Opt-in Gluon kernels (``Config.kernel``: "gluon", "gluon_ws") overlap the wgmma with the next step's decode;
+  exact, but slower than this ``tl`` kernel on the H200 today (README.md says why).
 """
 
 import ctypes
@@ -62,7 +64,8 @@ class Config:
     perm: bool = True
     maxnreg: int = 0      # 0: compiler's choice
     split_k: int = 1      # 1 or 2 (two K halves per tile, reduced by the second to finish)
-    kernel: str = "tl"    # "tl" (Triton) or "gluon" (Hopper, wgmma overlapping the decode; BN = 16 x warps)
+    kernel: str = "tl"    # "tl" (Triton); "gluon" (Hopper, wgmma overlapping the decode; BN = 16 x warps);
+                          # "gluon_ws" (the same, with A decoded by a partition of WS_WARPS more warps)
 
 
 #: Measured best on the large benchmark shapes (H200, bench.py, see README): 128 x 128 tiles (64 x 128 for a
@@ -412,13 +415,18 @@ def _group_gemm_kernel(tab_ptr, tile_ptr, ws_ptr, cnt_ptr, acc_scale,
 try:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, warpgroup_mma,
+    from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                    warpgroup_mma_wait)
     HAVE_GLUON = True
     # A CTA-wide barrier: gl.thread_barrier in Triton 3.6, gl.barrier in later versions.
     _cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 except ImportError:  # an older Triton: the tl kernel only
     HAVE_GLUON = False
+
+#: The warp-specialised Gluon kernel ("gluon_ws"): warps of the A-decoding partition, their registers, ring stages.
+WS_WARPS = tl.constexpr(8)
+WS_REGS = tl.constexpr(80)
+WS_STAGES = tl.constexpr(3)
 
 if HAVE_GLUON:
     @gluon.constexpr_function
@@ -569,6 +577,14 @@ if HAVE_GLUON:
             b_lo = nb_lo
             b_hi = nb_hi
             i += 1
+        _g_finish(c_ptr, ws_ptr, cnt_ptr, acc, M, N, m0, n0, slot, part, acc_scale, BM, BN, NW, WS_STRIDE, SPLIT)
+
+    @gluon.jit
+    def _g_finish(c_ptr, ws_ptr, cnt_ptr, acc, M, N, m0, n0, slot, part, acc_scale, BM: gl.constexpr,
+                  BN: gl.constexpr, NW: gl.constexpr, WS_STRIDE: gl.constexpr, SPLIT: gl.constexpr):
+        """A finished accumulator [BN, BM] (fp32, wgmma layout): scale it back (2^14), then write C, or for a
+        split-K half, reduce with the other half first."""
+        mma: gl.constexpr = acc.type.layout
         acc = acc * acc_scale
         ST: gl.constexpr = gl.BlockedLayout(size_per_thread=[8, 1], threads_per_warp=[BN // 8, 256 // BN],
                                             warps_per_cta=[1, NW], order=[0, 1])
@@ -591,6 +607,104 @@ if HAVE_GLUON:
                 _g_store_c(c_ptr, acc, M, N, m0, n0, BM, BN, ST)
         else:
             _g_store_c(c_ptr, acc, M, N, m0, n0, BM, BN, ST)
+
+    @gluon.jit
+    def _gws_producer(a_ptr, sfa_ptr, a_ring, ready, empty, M, K, m0, k_lo, k_hi, BM: gl.constexpr,
+                      BK: gl.constexpr, S: gl.constexpr, PW: gl.constexpr):
+        """Worker partition (PW warps): decode A step by step into the shared ring (S stages of low and high
+        nibbles), each stage handed over through ``ready`` and taken back through ``empty``."""
+        KB: gl.constexpr = BK // 2
+        la_r: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, _words_layout(BM, KB, PW))))
+        half_k = gl.multiple_of(K // 2, 32)
+        rest_k = K // 64
+        rm = m0 + gl.arange(0, BM, layout=la_r)
+        m_ok = rm < M
+        sa_rows = (rm // 128) * (rest_k * 512) + (rm % 32) * 16 + ((rm % 128) // 32) * 4
+        xa, sa = _g_load(a_ptr, sfa_ptr, rm, m_ok, half_k, sa_rows, k_lo, BM, KB, PW)
+        i = 0
+        for k0 in range(k_lo, k_hi, BK):
+            s = i % S
+            k1 = gl.multiple_of(gl.minimum(k0 + BK, k_hi - BK), 64)
+            nxa, nsa = _g_load(a_ptr, sfa_ptr, rm, m_ok, half_k, sa_rows, k1, BM, KB, PW)
+            a_lo, a_hi = _g_decode(xa, sa, BM, KB, PW)
+            mbarrier.wait(empty.index(s), ((i // S) & 1) ^ 1)
+            a_ring.index(2 * s).store(a_lo)
+            a_ring.index(2 * s + 1).store(a_hi)
+            fence_async_shared()
+            mbarrier.arrive(ready.index(s), count=1)
+            xa = nxa
+            sa = nsa
+            i += 1
+
+    @gluon.jit
+    def _gws_consumer(b_ptr, sfb_ptr, c_ptr, ws_ptr, cnt_ptr, a_ring, ready, empty, M, N, K, m0, n0, k_lo, k_hi,
+                      slot, part, acc_scale, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
+                      S: gl.constexpr, WS_STRIDE: gl.constexpr, SPLIT: gl.constexpr):
+        """Default partition (BN / 16 warps): decode B into registers one step ahead and issue the wgmma on the
+        ring's A stages as they become ready; then the epilogue."""
+        NW: gl.constexpr = BN // 16
+        KB: gl.constexpr = BK // 2
+        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
+                                                      instr_shape=[16, BM, 16])
+        dot: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+        lb_r: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, _words_layout(BN, KB, NW))))
+        half_k = gl.multiple_of(K // 2, 32)
+        rest_k = K // 64
+        rn = n0 + gl.arange(0, BN, layout=lb_r)
+        n_ok = rn < N
+        sb_rows = (rn // 128) * (rest_k * 512) + (rn % 32) * 16 + ((rn % 128) // 32) * 4
+        acc = gl.zeros([BN, BM], gl.float32, layout=mma)
+        xb, sb = _g_load(b_ptr, sfb_ptr, rn, n_ok, half_k, sb_rows, k_lo, BN, KB, NW)
+        b_lo, b_hi = _g_decode(xb, sb, BN, KB, NW)
+        b_lo = gl.convert_layout(b_lo, dot)
+        b_hi = gl.convert_layout(b_hi, dot)
+        k2 = gl.multiple_of(gl.minimum(k_lo + BK, k_hi - BK), 64)
+        xb, sb = _g_load(b_ptr, sfb_ptr, rn, n_ok, half_k, sb_rows, k2, BN, KB, NW)
+        i = 0
+        for k0 in range(k_lo, k_hi, BK):
+            s = i % S
+            mbarrier.wait(ready.index(s), (i // S) & 1)
+            acc = warpgroup_mma(b_lo, a_ring.index(2 * s).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma(b_hi, a_ring.index(2 * s + 1).permute((1, 0)), acc, is_async=True)
+            if k0 + BK < k_hi:
+                k2 = gl.multiple_of(gl.minimum(k0 + 2 * BK, k_hi - BK), 64)
+                nxb, nsb = _g_load(b_ptr, sfb_ptr, rn, n_ok, half_k, sb_rows, k2, BN, KB, NW)
+                nb_lo, nb_hi = _g_decode(xb, sb, BN, KB, NW)
+                nb_lo = gl.convert_layout(nb_lo, dot)
+                nb_hi = gl.convert_layout(nb_hi, dot)
+                xb = nxb
+                sb = nsb
+            else:
+                nb_lo = b_lo
+                nb_hi = b_hi
+            acc, b_lo, b_hi = warpgroup_mma_wait(num_outstanding=0, deps=[acc, b_lo, b_hi])
+            mbarrier.arrive(empty.index(s), count=1)
+            b_lo = nb_lo
+            b_hi = nb_hi
+            i += 1
+        _g_finish(c_ptr, ws_ptr, cnt_ptr, acc, M, N, m0, n0, slot, part, acc_scale, BM, BN, NW, WS_STRIDE, SPLIT)
+
+    @gluon.jit
+    def _gws_tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, ws_ptr, cnt_ptr, M, N, K, m0, n0, k_lo, k_hi, slot,
+                  part, acc_scale, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
+                  WS_STRIDE: gl.constexpr, SPLIT: gl.constexpr):
+        """``_g_tile`` warp-specialised: the kernel's warps take B and the wgmma (``_gws_consumer``), WS_WARPS
+        more decode A into a ring of WS_STAGES shared stages (``_gws_producer``)."""
+        KB: gl.constexpr = BK // 2
+        S: gl.constexpr = WS_STAGES
+        smem_l: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=min(128, 2 * KB), element_bitwidth=16,
+                                                     rank=2)
+        a_ring = gl.allocate_shared_memory(gl.float16, [2 * S, BM, KB], smem_l)
+        ready = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+        for s in gl.static_range(S):
+            mbarrier.init(ready.index(s), count=1)
+            mbarrier.init(empty.index(s), count=1)
+        gl.warp_specialize([
+            (_gws_consumer, (b_ptr, sfb_ptr, c_ptr, ws_ptr, cnt_ptr, a_ring, ready, empty, M, N, K, m0, n0, k_lo,
+                             k_hi, slot, part, acc_scale, BM, BN, BK, S, WS_STRIDE, SPLIT)),
+            (_gws_producer, (a_ptr, sfa_ptr, a_ring, ready, empty, M, K, m0, k_lo, k_hi, BM, BK, S, WS_WARPS)),
+        ], [WS_WARPS], [WS_REGS])
 
     @gluon.jit
     def _g_store_c(c_ptr, acc, M, N, m0, n0, BM: gl.constexpr, BN: gl.constexpr, ST: gl.constexpr):
@@ -622,9 +736,10 @@ if HAVE_GLUON:
                                  BM0: gl.constexpr, BN0: gl.constexpr, BM1: gl.constexpr, BN1: gl.constexpr,
                                  BM2: gl.constexpr, BN2: gl.constexpr, BK: gl.constexpr, DECODE: gl.constexpr,
                                  JOIN: gl.constexpr, PERM: gl.constexpr, WS_STRIDE: gl.constexpr,
-                                 SPLIT: gl.constexpr):
-        """``_group_gemm_kernel``'s arguments and tile table, ``_g_tile`` per tile (f16s decode, K permutation,
-        split nibbles; DECODE, JOIN and PERM are ignored). Every class has BN = 16 x num_warps."""
+                                 SPLIT: gl.constexpr, WS: gl.constexpr):
+        """``_group_gemm_kernel``'s arguments and tile table, then per tile ``_g_tile`` or, with WS, the
+        warp-specialised ``_gws_tile`` (f16s decode, K permutation, split nibbles; DECODE, JOIN and PERM are
+        ignored). Every class has BN = 16 x num_warps."""
         t = gl.program_id(0)
         tile = tile_ptr + t * 12
         g = gl.load(tile)
@@ -657,14 +772,26 @@ if HAVE_GLUON:
         sfa_ptr = gl.multiple_of(sfa_addr.to(gl.int64).to(gl.pointer_type(gl.uint8)), 16)
         sfb_ptr = gl.multiple_of(sfb_addr.to(gl.int64).to(gl.pointer_type(gl.uint8)), 16)
         if cls == 0:
-            _g_tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, ws_ptr, cnt_ptr, M, N, K, m0, n0, k_lo, k_hi, slot,
-                    part, acc_scale, BM0, BN0, BK, WS_STRIDE, SPLIT)
+            if WS:
+                _gws_tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, ws_ptr, cnt_ptr, M, N, K, m0, n0, k_lo, k_hi,
+                          slot, part, acc_scale, BM0, BN0, BK, WS_STRIDE, SPLIT)
+            else:
+                _g_tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, ws_ptr, cnt_ptr, M, N, K, m0, n0, k_lo, k_hi,
+                        slot, part, acc_scale, BM0, BN0, BK, WS_STRIDE, SPLIT)
         elif cls == 1:
-            _g_tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, ws_ptr, cnt_ptr, M, N, K, m0, n0, k_lo, k_hi, slot,
-                    part, acc_scale, BM1, BN1, BK, WS_STRIDE, SPLIT)
+            if WS:
+                _gws_tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, ws_ptr, cnt_ptr, M, N, K, m0, n0, k_lo, k_hi,
+                          slot, part, acc_scale, BM1, BN1, BK, WS_STRIDE, SPLIT)
+            else:
+                _g_tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, ws_ptr, cnt_ptr, M, N, K, m0, n0, k_lo, k_hi,
+                        slot, part, acc_scale, BM1, BN1, BK, WS_STRIDE, SPLIT)
         else:
-            _g_tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, ws_ptr, cnt_ptr, M, N, K, m0, n0, k_lo, k_hi, slot,
-                    part, acc_scale, BM2, BN2, BK, WS_STRIDE, SPLIT)
+            if WS:
+                _gws_tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, ws_ptr, cnt_ptr, M, N, K, m0, n0, k_lo, k_hi,
+                          slot, part, acc_scale, BM2, BN2, BK, WS_STRIDE, SPLIT)
+            else:
+                _g_tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, ws_ptr, cnt_ptr, M, N, K, m0, n0, k_lo, k_hi,
+                        slot, part, acc_scale, BM2, BN2, BK, WS_STRIDE, SPLIT)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -802,11 +929,12 @@ class _Plan:
                      stride, cfg.split_k > 1)
         self.pad = [0] * (ARG_GROUPS - len(sizes)) if not self.use_tab else []
         self.kernel = _group_gemm_kernel
-        if cfg.kernel == "gluon" and not interp:
+        if cfg.kernel in ("gluon", "gluon_ws") and not interp:
             _expect(HAVE_GLUON, "kernel 'gluon'", "a Triton with triton.experimental.gluon", triton.__version__)
             _expect(all(c.bn == 16 * cfg.num_warps for c in cfg.classes), "Gluon tile rows (bn)",
                     f"16 x num_warps = {16 * cfg.num_warps}", [c.bn for c in cfg.classes])
             self.kernel = _gluon_group_gemm_kernel
+            self.tail += (cfg.kernel == "gluon_ws",)
         self.options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         if cfg.maxnreg:
             self.options["maxnreg"] = cfg.maxnreg

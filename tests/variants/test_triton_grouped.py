@@ -263,7 +263,9 @@ def test_gpu_matches_reference(shape_set, case, data):
     assert mismatches(out, ref) == [0] * case.g
 
 
-GLUON_CONFIGS = {"gluon": sub.GLUON_CONFIG, "gluon_splitk": replace(sub.GLUON_CONFIG, split_k=2)}
+GLUON_CONFIGS = {"gluon": sub.GLUON_CONFIG, "gluon_splitk": replace(sub.GLUON_CONFIG, split_k=2),
+                 "gluon_ws": replace(sub.GLUON_CONFIG, kernel="gluon_ws"),
+                 "gluon_ws_splitk": replace(sub.GLUON_CONFIG, kernel="gluon_ws", split_k=2)}
 
 
 @pytest.mark.gpu
@@ -271,7 +273,8 @@ GLUON_CONFIGS = {"gluon": sub.GLUON_CONFIG, "gluon_splitk": replace(sub.GLUON_CO
 @pytest.mark.parametrize("data", ["official", "full-range"])
 @pytest.mark.parametrize("shape_set, case", GPU_CASES, ids=[f"{s}-{i}" for i, (s, _) in enumerate(GPU_CASES)])
 def test_gpu_gluon_kernel_matches_reference(shape_set, case, data, config):
-    """The opt-in Gluon kernel (wgmma overlapping the next step's decode), with and without split-K."""
+    """The opt-in Gluon kernels (wgmma overlapping the next step's decode; and warp-specialised, A decoded by a
+    partition of its own), with and without split-K."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the Gluon kernel is Hopper-only (wgmma)")
     d = generate_input(list(case.m), list(case.n), list(case.k), case.g, case.seed, data=data)
@@ -284,10 +287,12 @@ def test_gpu_gluon_kernel_matches_reference(shape_set, case, data, config):
 
 
 @pytest.mark.skipif(not sub.HAVE_GLUON, reason="this Triton has no Gluon")
-def test_gluon_kernel_compiles_for_sm90_with_vector_loads_and_async_wgmma():
-    """No GPU needed: the Gluon kernel compiles for sm_90 with this Triton; its e2m1 loads are vectors, not the
-    per-byte loads that made it 3x slower on the H200 once (a lost alignment hint), and it issues the 2 x 4
-    wgmma of a 128-value K step per tile class (3 classes) with one wait each."""
+@pytest.mark.parametrize("ws", [False, True], ids=["gluon", "gluon_ws"])
+def test_gluon_kernel_compiles_for_sm90_with_vector_loads_and_async_wgmma(ws):
+    """No GPU needed: the Gluon kernels compile for sm_90 with this Triton; their e2m1 loads are vectors, not the
+    per-byte loads that made them 3x slower on the H200 once (a lost alignment hint); each issues the 2 x 4
+    wgmma of a 128-value K step per tile class (3 classes); the warp-specialised one hands registers from the
+    A partition to the wgmma partition (setmaxnreg) and passes A stages through mbarriers."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -297,7 +302,7 @@ def test_gluon_kernel_compiles_for_sm90_with_vector_loads_and_async_wgmma():
     sig = {"tab_ptr": "*i64", "tile_ptr": "*i32", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "acc_scale": "fp32"}
     sig.update({f"{kind}{g}": "i64" for kind in ("A", "B", "C", "SA", "SB") for g in range(sub.ARG_GROUPS)})
     cst = dict(USE_TAB=False, BM0=c0.bm, BN0=c0.bn, BM1=c1.bm, BN1=c1.bn, BM2=c2.bm, BN2=c2.bn, BK=cfg.bk,
-               DECODE=cfg.decode, JOIN=cfg.join, PERM=cfg.perm, WS_STRIDE=c2.bm * c2.bn, SPLIT=False)
+               DECODE=cfg.decode, JOIN=cfg.join, PERM=cfg.perm, WS_STRIDE=c2.bm * c2.bn, SPLIT=False, WS=ws)
     sig.update({name: "constexpr" for name in cst})
     compiled = triton.compile(GluonASTSource(sub._gluon_group_gemm_kernel, sig, cst),
                               target=GPUTarget("cuda", 90, 32), options=dict(num_warps=cfg.num_warps))
@@ -305,7 +310,9 @@ def test_gluon_kernel_compiles_for_sm90_with_vector_loads_and_async_wgmma():
     assert "ld.global.b8" not in ptx and "ld.global.u8" not in ptx
     assert "ld.global.v2.b32" in ptx
     assert ptx.count("wgmma.mma_async") == 3 * 2 * (cfg.bk // 2 // 16)
-    assert compiled.metadata.shared == 4 * c2.bm * (cfg.bk // 2) * 2  # 2 buffers x (low, high) of fp16 A
+    stages = sub.WS_STAGES.value if ws else 2
+    assert compiled.metadata.shared >= 2 * stages * c2.bm * (cfg.bk // 2) * 2  # stages x (low, high) fp16 A
+    assert ("setmaxnreg.dec" in ptx and "mbarrier.try_wait" in ptx) == ws
 
 
 @pytest.mark.gpu
