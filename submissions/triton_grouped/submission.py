@@ -352,17 +352,11 @@ def _pick(g, x0, x1, x2, x3, x4, x5, x6, x7):
 
 
 @triton.jit
-def _group_gemm_kernel(tab_ptr, tile_ptr, ws_ptr, cnt_ptr, acc_scale,
-                       A0, A1, A2, A3, A4, A5, A6, A7, B0, B1, B2, B3, B4, B5, B6, B7,
-                       C0, C1, C2, C3, C4, C5, C6, C7, SA0, SA1, SA2, SA3, SA4, SA5, SA6, SA7,
-                       SB0, SB1, SB2, SB3, SB4, SB5, SB6, SB7, USE_TAB: tl.constexpr,
-                       BM0: tl.constexpr, BN0: tl.constexpr, BM1: tl.constexpr, BN1: tl.constexpr,
-                       BM2: tl.constexpr, BN2: tl.constexpr, BK: tl.constexpr, DECODE: tl.constexpr,
-                       JOIN: tl.constexpr, PERM: tl.constexpr, WS_STRIDE: tl.constexpr,
-                       SPLIT: tl.constexpr):
-    """One program per tile. Tile row (int32 x TILE_INTS): group, m0, n0, class, k_lo, k_hi, split slot (-1:
-    none), split part, M, N, K. Group addresses (a, b, c, sfa_reordered, sfb_reordered): kernel arguments
-    A0..SB7 for up to 8 groups; with USE_TAB, row g (int64 x 8) of the table at ``tab_ptr`` instead."""
+def _tile_args(tab_ptr, tile_ptr, A0, A1, A2, A3, A4, A5, A6, A7, B0, B1, B2, B3, B4, B5, B6, B7,
+               C0, C1, C2, C3, C4, C5, C6, C7, SA0, SA1, SA2, SA3, SA4, SA5, SA6, SA7,
+               SB0, SB1, SB2, SB3, SB4, SB5, SB6, SB7, USE_TAB: tl.constexpr):
+    """This program's tile: (class, m0, n0, k_lo, k_hi, split slot, split part, M, N, K) from its tile row and
+    its group's (a, b, c, sfa, sfb) pointers (shared by the tl and Gluon kernels)."""
     t = tl.program_id(0)
     tile = tile_ptr + t * 12
     g = tl.load(tile)
@@ -370,7 +364,7 @@ def _group_gemm_kernel(tab_ptr, tile_ptr, ws_ptr, cnt_ptr, acc_scale,
     n0 = tl.load(tile + 2)
     cls = tl.load(tile + 3)
     k_lo = tl.multiple_of(tl.load(tile + 4), 64)
-    k_hi = tl.load(tile + 5)
+    k_hi = tl.multiple_of(tl.load(tile + 5), 64)
     slot = tl.load(tile + 6)
     part = tl.load(tile + 7)
     M = tl.load(tile + 8)
@@ -395,6 +389,25 @@ def _group_gemm_kernel(tab_ptr, tile_ptr, ws_ptr, cnt_ptr, acc_scale,
     c_ptr = tl.multiple_of(c_addr.to(tl.int64).to(tl.pointer_type(tl.float16)), 16)
     sfa_ptr = tl.multiple_of(sfa_addr.to(tl.int64).to(tl.pointer_type(tl.uint8)), 16)
     sfb_ptr = tl.multiple_of(sfb_addr.to(tl.int64).to(tl.pointer_type(tl.uint8)), 16)
+    return cls, m0, n0, k_lo, k_hi, slot, part, M, N, K, a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr
+
+
+@triton.jit
+def _group_gemm_kernel(tab_ptr, tile_ptr, ws_ptr, cnt_ptr, acc_scale,
+                       A0, A1, A2, A3, A4, A5, A6, A7, B0, B1, B2, B3, B4, B5, B6, B7,
+                       C0, C1, C2, C3, C4, C5, C6, C7, SA0, SA1, SA2, SA3, SA4, SA5, SA6, SA7,
+                       SB0, SB1, SB2, SB3, SB4, SB5, SB6, SB7, USE_TAB: tl.constexpr,
+                       BM0: tl.constexpr, BN0: tl.constexpr, BM1: tl.constexpr, BN1: tl.constexpr,
+                       BM2: tl.constexpr, BN2: tl.constexpr, BK: tl.constexpr, DECODE: tl.constexpr,
+                       JOIN: tl.constexpr, PERM: tl.constexpr, WS_STRIDE: tl.constexpr,
+                       SPLIT: tl.constexpr):
+    """One program per tile. Tile row (int32 x TILE_INTS): group, m0, n0, class, k_lo, k_hi, split slot (-1:
+    none), split part, M, N, K. Group addresses (a, b, c, sfa_reordered, sfb_reordered): kernel arguments
+    A0..SB7 for up to 8 groups; with USE_TAB, row g (int64 x 8) of the table at ``tab_ptr`` instead."""
+    (cls, m0, n0, k_lo, k_hi, slot, part, M, N, K, a_ptr, b_ptr, c_ptr, sfa_ptr,
+     sfb_ptr) = _tile_args(tab_ptr, tile_ptr, A0, A1, A2, A3, A4, A5, A6, A7, B0, B1, B2, B3, B4, B5, B6, B7,
+                           C0, C1, C2, C3, C4, C5, C6, C7, SA0, SA1, SA2, SA3, SA4, SA5, SA6, SA7,
+                           SB0, SB1, SB2, SB3, SB4, SB5, SB6, SB7, USE_TAB)
     if cls == 0:
         _tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, ws_ptr, cnt_ptr, M, N, K, m0, n0, k_lo, k_hi, slot, part,
               acc_scale, BM0, BN0, BK, DECODE, JOIN, PERM, WS_STRIDE, SPLIT)
@@ -716,19 +729,6 @@ if HAVE_GLUON:
                  mask=gl.expand_dims(sn < N, 1) & gl.expand_dims(sm < M, 0))
 
     @gluon.jit
-    def _g_pick(g, x0, x1, x2, x3, x4, x5, x6, x7):
-        """``_pick`` in Gluon: x_g for a runtime group index g in 0..7 (scalars)."""
-        r = x0
-        r = gl.where(g == 1, x1, r)
-        r = gl.where(g == 2, x2, r)
-        r = gl.where(g == 3, x3, r)
-        r = gl.where(g == 4, x4, r)
-        r = gl.where(g == 5, x5, r)
-        r = gl.where(g == 6, x6, r)
-        r = gl.where(g == 7, x7, r)
-        return r
-
-    @gluon.jit
     def _gluon_group_gemm_kernel(tab_ptr, tile_ptr, ws_ptr, cnt_ptr, acc_scale,
                                  A0, A1, A2, A3, A4, A5, A6, A7, B0, B1, B2, B3, B4, B5, B6, B7,
                                  C0, C1, C2, C3, C4, C5, C6, C7, SA0, SA1, SA2, SA3, SA4, SA5, SA6, SA7,
@@ -740,37 +740,10 @@ if HAVE_GLUON:
         """``_group_gemm_kernel``'s arguments and tile table, then per tile ``_g_tile`` or, with WS, the
         warp-specialised ``_gws_tile`` (f16s decode, K permutation, split nibbles; DECODE, JOIN and PERM are
         ignored). Every class has BN = 16 x num_warps."""
-        t = gl.program_id(0)
-        tile = tile_ptr + t * 12
-        g = gl.load(tile)
-        m0 = gl.load(tile + 1)
-        n0 = gl.load(tile + 2)
-        cls = gl.load(tile + 3)
-        k_lo = gl.multiple_of(gl.load(tile + 4), 64)
-        k_hi = gl.multiple_of(gl.load(tile + 5), 64)
-        slot = gl.load(tile + 6)
-        part = gl.load(tile + 7)
-        M = gl.load(tile + 8)
-        N = gl.load(tile + 9)
-        K = gl.multiple_of(gl.load(tile + 10), 64)
-        if USE_TAB:
-            row = tab_ptr + g * 8
-            a_addr = gl.load(row)
-            b_addr = gl.load(row + 1)
-            c_addr = gl.load(row + 2)
-            sfa_addr = gl.load(row + 3)
-            sfb_addr = gl.load(row + 4)
-        else:
-            a_addr = _g_pick(g, A0, A1, A2, A3, A4, A5, A6, A7)
-            b_addr = _g_pick(g, B0, B1, B2, B3, B4, B5, B6, B7)
-            c_addr = _g_pick(g, C0, C1, C2, C3, C4, C5, C6, C7)
-            sfa_addr = _g_pick(g, SA0, SA1, SA2, SA3, SA4, SA5, SA6, SA7)
-            sfb_addr = _g_pick(g, SB0, SB1, SB2, SB3, SB4, SB5, SB6, SB7)
-        a_ptr = gl.multiple_of(a_addr.to(gl.int64).to(gl.pointer_type(gl.uint8)), 16)
-        b_ptr = gl.multiple_of(b_addr.to(gl.int64).to(gl.pointer_type(gl.uint8)), 16)
-        c_ptr = gl.multiple_of(c_addr.to(gl.int64).to(gl.pointer_type(gl.float16)), 16)
-        sfa_ptr = gl.multiple_of(sfa_addr.to(gl.int64).to(gl.pointer_type(gl.uint8)), 16)
-        sfb_ptr = gl.multiple_of(sfb_addr.to(gl.int64).to(gl.pointer_type(gl.uint8)), 16)
+        (cls, m0, n0, k_lo, k_hi, slot, part, M, N, K, a_ptr, b_ptr, c_ptr, sfa_ptr,
+         sfb_ptr) = _tile_args(tab_ptr, tile_ptr, A0, A1, A2, A3, A4, A5, A6, A7, B0, B1, B2, B3, B4, B5, B6, B7,
+                               C0, C1, C2, C3, C4, C5, C6, C7, SA0, SA1, SA2, SA3, SA4, SA5, SA6, SA7,
+                               SB0, SB1, SB2, SB3, SB4, SB5, SB6, SB7, USE_TAB)
         if cls == 0:
             if WS:
                 _gws_tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, ws_ptr, cnt_ptr, M, N, K, m0, n0, k_lo, k_hi,
