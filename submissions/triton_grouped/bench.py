@@ -63,13 +63,10 @@ CONFIGS = {
     "gluon": sub.GLUON_CONFIG,
     "gluon_ws": replace(sub.GLUON_CONFIG, kernel="gluon_ws"),
     "gluon_ws_sk2": replace(sub.GLUON_CONFIG, kernel="gluon_ws", split_k=2),
-    "gluon_sk2": Config((TC(64, 128), TC(128, 128), TC(128, 128)), bk=128, num_warps=8, kernel="gluon",
-                        split_k=2),
-    "gluon_bk64": Config((TC(64, 128), TC(128, 128), TC(128, 128)), bk=64, num_warps=8, kernel="gluon"),
+    "gluon_sk2": replace(sub.GLUON_CONFIG, split_k=2),
     "gluon_256": Config((TC(64, 128), TC(128, 128), TC(256, 128)), bk=128, num_warps=8, kernel="gluon"),
     "gluon_256_sk2": Config((TC(64, 128), TC(128, 128), TC(256, 128)), bk=128, num_warps=8, kernel="gluon",
                             split_k=2),
-    "gluon_w4": Config((TC(64, 64), TC(128, 64), TC(128, 64)), bk=128, num_warps=4, kernel="gluon"),
     "auto": None,  # custom_kernel's per-shape choice (choose_config)
 }
 
@@ -77,31 +74,48 @@ CONFIGS = {
 ROOFLINE_US = {"g8_n4096_k7168": 60.8, "g8_n7168_k2048": 30.4, "g2_n3072_k4096": 13.0, "g2_n4096_k1536": 6.5}
 
 
-def inspect(names):
-    """Compile each config for sm_90 on this machine (no GPU needed) and print its resources."""
+def compile_sm90(cfg):
+    """Compile the kernel ``cfg`` selects (tl or Gluon, ``cfg.kernel``) for sm_90 on this machine, no GPU needed,
+    with group addresses as i64 arguments as the host passes them; returns Triton's CompiledKernel."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    c0, c1, c2 = cfg.classes
+    sig = {"tab_ptr": "*i64", "tile_ptr": "*i32", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "acc_scale": "fp32"}
+    sig.update({f"{kind}{g}": "i64" for kind in ("A", "B", "C", "SA", "SB") for g in range(sub.ARG_GROUPS)})
+    cst = dict(USE_TAB=False, BM0=c0.bm, BN0=c0.bn, BM1=c1.bm, BN1=c1.bn, BM2=c2.bm, BN2=c2.bn, BK=cfg.bk,
+               DECODE=cfg.decode, JOIN=cfg.join, PERM=cfg.perm, WS_STRIDE=max(c.bm * c.bn for c in cfg.classes),
+               SPLIT=cfg.split_k > 1)
+    options = dict(num_warps=cfg.num_warps)
+    if cfg.kernel == "tl":
+        fn, source = sub._group_gemm_kernel, ASTSource
+        options["num_stages"] = cfg.num_stages
+        if cfg.maxnreg:
+            options["maxnreg"] = cfg.maxnreg
+    else:
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        fn, source = sub._gluon_group_gemm_kernel, GluonASTSource
+        cst["WS"] = cfg.kernel == "gluon_ws"
+    sig.update({k: "constexpr" for k in cst})
+    return triton.compile(source(fn, sig, cst), target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def inspect(names):
+    """Compile each config for sm_90 on this machine (no GPU needed) and print its resources."""
+    import triton
+
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     for name in names:
         cfg = CONFIGS[name] or sub.DEFAULT_CONFIG
-        c0, c1, c2 = cfg.classes
-        sig = {"tab_ptr": "*i64", "tile_ptr": "*i32", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "acc_scale": "fp32"}
-        cst = dict(BM0=c0.bm, BN0=c0.bn, BM1=c1.bm, BN1=c1.bn, BM2=c2.bm, BN2=c2.bn, BK=cfg.bk,
-                   DECODE=cfg.decode, JOIN=cfg.join, PERM=cfg.perm,
-                   WS_STRIDE=max(c.bm * c.bn for c in cfg.classes), SPLIT=cfg.split_k > 1)
-        sig.update({k: "constexpr" for k in cst})
-        cc = triton.compile(ASTSource(fn=sub._group_gemm_kernel, signature=sig, constexprs=cst),
-                            target=GPUTarget("cuda", 90, 32),
-                            options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-                                         **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {})))
+        cc = compile_sm90(cfg)
         path = Path("/tmp") / f"tg_{name}.cubin"
         path.write_bytes(cc.asm["cubin"])
         usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", str(path)], capture_output=True,
                                text=True).stdout
         regs, stack = map(int, re.search(r"REG:(\d+) STACK:(\d+)", usage).groups())
-        threads = 32 * cfg.num_warps
+        threads = 32 * cc.metadata.num_warps
         occ = min(65536 // (((regs + 7) // 8 * 8) * threads), 233472 // (cc.metadata.shared + 1024))
         waits = re.findall(r"pendings = (\d+)", cc.asm["ttgir"])
         print(f"{triton.__version__} {name:16s} regs {regs:3d} stack {stack:4d} smem {cc.metadata.shared:6d} "

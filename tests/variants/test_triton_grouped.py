@@ -263,6 +263,14 @@ def test_gpu_matches_reference(shape_set, case, data):
     assert mismatches(out, ref) == [0] * case.g
 
 
+def _bench():
+    """submissions/triton_grouped/bench.py by path (its compile_sm90 needs no GPU)."""
+    spec = importlib.util.spec_from_file_location("fp4bench_triton_grouped_bench", ENTRY.parent / "bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 GLUON_CONFIGS = {"gluon": sub.GLUON_CONFIG, "gluon_splitk": replace(sub.GLUON_CONFIG, split_k=2),
                  "gluon_ws": replace(sub.GLUON_CONFIG, kernel="gluon_ws"),
                  "gluon_ws_splitk": replace(sub.GLUON_CONFIG, kernel="gluon_ws", split_k=2)}
@@ -293,19 +301,9 @@ def test_gluon_kernel_compiles_for_sm90_with_vector_loads_and_async_wgmma(ws):
     per-byte loads that made them 3x slower on the H200 once (a lost alignment hint); each issues the 2 x 4
     wgmma of a 128-value K step per tile class (3 classes); the warp-specialised one hands registers from the
     A partition to the wgmma partition (setmaxnreg) and passes A stages through mbarriers."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-
-    cfg = sub.GLUON_CONFIG
-    c0, c1, c2 = cfg.classes
-    sig = {"tab_ptr": "*i64", "tile_ptr": "*i32", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "acc_scale": "fp32"}
-    sig.update({f"{kind}{g}": "i64" for kind in ("A", "B", "C", "SA", "SB") for g in range(sub.ARG_GROUPS)})
-    cst = dict(USE_TAB=False, BM0=c0.bm, BN0=c0.bn, BM1=c1.bm, BN1=c1.bn, BM2=c2.bm, BN2=c2.bn, BK=cfg.bk,
-               DECODE=cfg.decode, JOIN=cfg.join, PERM=cfg.perm, WS_STRIDE=c2.bm * c2.bn, SPLIT=False, WS=ws)
-    sig.update({name: "constexpr" for name in cst})
-    compiled = triton.compile(GluonASTSource(sub._gluon_group_gemm_kernel, sig, cst),
-                              target=GPUTarget("cuda", 90, 32), options=dict(num_warps=cfg.num_warps))
+    cfg = replace(sub.GLUON_CONFIG, kernel="gluon_ws" if ws else "gluon")
+    compiled = _bench().compile_sm90(cfg)
+    c2 = cfg.classes[2]
     ptx = compiled.asm["ptx"]
     assert "ld.global.b8" not in ptx and "ld.global.u8" not in ptx
     assert "ld.global.v2.b32" in ptx
