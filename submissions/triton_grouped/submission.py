@@ -467,16 +467,6 @@ if HAVE_GLUON:
         return gl.DistributedLinearLayout(reg, lane, warp, [], [R, nj, 8])
 
     @gluon.constexpr_function
-    def _bytes_layout_2d(R, KB, NW):
-        """``_bytes_layout`` with (block, byte) merged into the byte column: [R, KB], so a load is 16 bytes."""
-        l3 = _bytes_layout(R, KB, NW)
-
-        def flat(bases):
-            return [[b[0], 8 * b[1] + b[2]] for b in bases]
-        return gl.DistributedLinearLayout(flat(l3.reg_bases), flat(l3.lane_bases), flat(l3.warp_bases), [],
-                                          [R, KB])
-
-    @gluon.constexpr_function
     def _words_layout(R, KB, NW):
         """``_bytes_layout`` with the byte in its 8-byte block split into (word, byte in word): [R, KB / 8, 2, 4],
         so the bytes can be loaded and handed to the decode as 32-bit words (an i8 tensor costs a byte extract
