@@ -79,15 +79,24 @@ GLUON_CONFIG = Config((TileClass(64, 128), TileClass(128, 128), TileClass(128, 1
                       kernel="gluon")
 #: Resident CTAs per SM that DEFAULT_CONFIG's resources allow (registers: 128 x 256 threads; smem ~74 KB).
 CTAS_PER_SM = 2
+#: Split-K only when each half keeps at least this many K steps: a shorter half does not repay its fp32 partial
+#: round trip (H200, kernels alone, g2_n4096_k1536, 6 steps a half: 26.3 us split against 21.5 unsplit).
+MIN_SPLIT_STEPS = 8
+#: Split-K tiles: the same two tile shapes, with the 128-column tiles compiled as the kernel's last class branch.
+#: Measured faster split (g2_n3072_k4096, kernels alone: 44.7 us against 47.1) and slower unsplit (49.1 against
+#: 46.6; g2_n4096_k1536 23.5 against 21.5), with loops of the same SASS length; chosen by measurement.
+SPLIT_CLASSES = (TileClass(64, 128), TileClass(64, 128), TileClass(128, 128))
 
 
 def choose_config(sizes, num_sms: int) -> Config:
-    """Per shape class: the default tiles; and 2-way split-K when the tiles would not fill every CTA slot of the
-    GPU once (few groups, small N: the last two benchmarks) and K has at least two steps."""
+    """Per shape class (H200 figures in README.md): DEFAULT_CONFIG when its tiles fill every CTA slot of the GPU
+    at least once (the two 8-group benchmarks) or K is short (fewer than 2 x MIN_SPLIT_STEPS K steps:
+    g2_n4096_k1536); otherwise two K halves per tile with SPLIT_CLASSES (g2_n3072_k4096)."""
     cfg = DEFAULT_CONFIG
-    tiles = len(plan_tiles(sizes, cfg, cfg.bk))
-    if tiles < CTAS_PER_SM * num_sms and all(k >= 2 * cfg.bk for _, _, k, _ in sizes):
-        return replace(cfg, split_k=2)
+    if len(plan_tiles(sizes, cfg, cfg.bk)) >= CTAS_PER_SM * num_sms:
+        return cfg
+    if all(k >= 2 * MIN_SPLIT_STEPS * cfg.bk for _, _, k, _ in sizes):
+        return replace(cfg, classes=SPLIT_CLASSES, split_k=2)
     return cfg
 
 # ----------------------------------------------------------------------------------------------------------

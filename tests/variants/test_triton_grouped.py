@@ -212,7 +212,7 @@ def test_custom_kernel_fast_path_takes_new_addresses_and_refuses_changed_layouts
 
 def test_plan_covers_every_output_once_biggest_first():
     sizes = [(m, 4096, 7168, 1) for m in (80, 176, 128, 72, 64, 248, 96, 160)] + [(320, 3072, 4096, 1)]
-    for cfg in (sub.DEFAULT_CONFIG,
+    for cfg in (sub.DEFAULT_CONFIG, replace(sub.DEFAULT_CONFIG, classes=sub.SPLIT_CLASSES, split_k=2),
                 sub.Config((sub.TileClass(64, 128), sub.TileClass(128, 64), sub.TileClass(256, 64)), split_k=2)):
         tiles = sub.plan_tiles(sizes, cfg, 128)
         for g, (m, n, k, _) in enumerate(sizes):
@@ -229,11 +229,17 @@ def test_plan_covers_every_output_once_biggest_first():
         assert sorted(slots) == sorted(list(range(len(slots) // 2)) * 2)  # every split slot has two halves
 
 
-def test_config_choice_splits_k_only_where_tiles_would_not_fill_the_gpu():
+def test_config_choice_splits_k_only_where_tiles_would_not_fill_the_gpu_and_halves_stay_long():
     bench = {c.name: c.problem_sizes for c in load_shapes("benchmarks").cases}
-    split = {name: sub.choose_config(sizes, 132).split_k for name, sizes in bench.items()}
-    assert split == {"g8_n4096_k7168": 1, "g8_n7168_k2048": 1, "g2_n3072_k4096": 2, "g2_n4096_k1536": 2}
+    chosen = {name: sub.choose_config(sizes, 132) for name, sizes in bench.items()}
+    assert {name: cfg.split_k for name, cfg in chosen.items()} == {
+        "g8_n4096_k7168": 1, "g8_n7168_k2048": 1, "g2_n3072_k4096": 2, "g2_n4096_k1536": 1}
+    assert {name: [c.bm for c in cfg.classes] for name, cfg in chosen.items()} == {
+        "g8_n4096_k7168": [64, 128, 128], "g8_n7168_k2048": [64, 128, 128], "g2_n3072_k4096": [64, 64, 128],
+        "g2_n4096_k1536": [64, 128, 128]}
     assert sub.choose_config([(64, 128, 64, 1)], 132).split_k == 1  # a single K step cannot be split
+    assert sub.choose_config([(64, 128, 1536, 1)], 132).split_k == 1  # halves of 6 K steps: too short
+    assert sub.choose_config([(64, 128, 2048, 1)], 132).split_k == 2  # halves of 8
 
 
 def test_headers_and_entry_point():
