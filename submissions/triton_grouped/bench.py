@@ -67,6 +67,45 @@ CONFIGS = {
     "gluon_256": Config((TC(64, 128), TC(128, 128), TC(256, 128)), bk=128, num_warps=8, kernel="gluon"),
     "gluon_256_sk2": Config((TC(64, 128), TC(128, 128), TC(256, 128)), bk=128, num_warps=8, kernel="gluon",
                             split_k=2),
+    # round 5: one CTA of 16 warps per SM with 256-row tiles of N (each A tile decoded once per 256 rows of N,
+    # not 128), against two CTAs of 8 warps; and a 32-column class for remainders of M <= 32
+    "w16_256": Config((TC(64, 256), TC(128, 256), TC(128, 256)), bk=128, num_warps=16, maxnreg=128),
+    "w16_256_sk2": Config((TC(64, 256), TC(128, 256), TC(128, 256)), bk=128, num_warps=16, maxnreg=128,
+                          split_k=2),
+    "w16_256_bk64": Config((TC(64, 256), TC(128, 256), TC(128, 256)), bk=64, num_warps=16, maxnreg=128),
+    "w16_256_s2": Config((TC(64, 256), TC(128, 256), TC(128, 256)), bk=128, num_warps=16, maxnreg=128,
+                         num_stages=2),
+    "w16_256_s4": Config((TC(64, 256), TC(128, 256), TC(128, 256)), bk=128, num_warps=16, maxnreg=128,
+                         num_stages=4),
+    "w16_256_c32": Config((TC(32, 256), TC(64, 256), TC(128, 256)), bk=128, num_warps=16, maxnreg=128),
+    "w16_256_c32_sk2": Config((TC(32, 256), TC(64, 256), TC(128, 256)), bk=128, num_warps=16, maxnreg=128,
+                              split_k=2),
+    "w8_c32": Config((TC(32, 128), TC(64, 128), TC(128, 128)), bk=128, num_warps=8, maxnreg=128),
+    "w8_c32_sk2": Config((TC(32, 128), TC(64, 128), TC(128, 128)), bk=128, num_warps=8, maxnreg=128,
+                         split_k=2),
+    # the default tiles with the 128-column class last (classes 64, 64, 128), with and without split-K
+    "c64x2": Config((TC(64, 128), TC(64, 128), TC(128, 128)), bk=128, num_warps=8, maxnreg=128),
+    "c64x2_sk2": Config((TC(64, 128), TC(64, 128), TC(128, 128)), bk=128, num_warps=8, maxnreg=128, split_k=2),
+    "default_sk2": replace(sub.DEFAULT_CONFIG, split_k=2),
+    "auto_again": None,
+    # four-warp CTAs of 64 rows of N, capped at 128 registers: up to four CTAs per SM whose phases (decode,
+    # wgmma) overlap, at the price of decoding A once per 64 rows of N
+    "w4_n64_r128": Config((TC(64, 64), TC(128, 64), TC(128, 64)), bk=64, num_warps=4, maxnreg=128),
+    "w4_n64_bk128_r128": Config((TC(64, 64), TC(128, 64), TC(128, 64)), bk=128, num_warps=4, maxnreg=128),
+    "w4_n64_r128_sk2": Config((TC(64, 64), TC(128, 64), TC(128, 64)), bk=64, num_warps=4, maxnreg=128,
+                              split_k=2),
+    # K step 256 (half the barriers per FLOP), and pipeline depth, for the default tiles
+    "w8_bk256_r128": Config((TC(64, 128), TC(128, 128), TC(128, 128)), bk=256, num_warps=8, maxnreg=128),
+    "w8_r128_s4": Config((TC(64, 128), TC(128, 128), TC(128, 128)), bk=128, num_warps=8, maxnreg=128,
+                         num_stages=4),
+    "w8_r128_s2": Config((TC(64, 128), TC(128, 128), TC(128, 128)), bk=128, num_warps=8, maxnreg=128,
+                         num_stages=2),
+    # the Gluon kernel with a K step of 64 capped at 128 registers: two CTAs per SM, each overlapping its own
+    # wgmma with its next decode
+    "gluon_bk64_r128": replace(sub.GLUON_CONFIG, bk=64, maxnreg=128),
+    "gluon_bk64_r128_sk2": replace(sub.GLUON_CONFIG, bk=64, maxnreg=128, split_k=2),
+    "gluon_c32_bk64_r128_sk2": replace(sub.GLUON_CONFIG, classes=(TC(32, 128), TC(64, 128), TC(128, 128)), bk=64,
+                                       maxnreg=128, split_k=2),
     "auto": None,  # custom_kernel's per-shape choice (choose_config)
 }
 
@@ -139,11 +178,21 @@ def check(out, ref):
     return bad
 
 
+def use_config(cfg, inputs):
+    """Make custom_kernel (its fast host path included) run ``cfg`` for these inputs' sizes; None: its own choice."""
+    sizes = tuple(tuple(s) for s in inputs[0][3])
+    num_sms = torch.cuda.get_device_properties(inputs[0][0][0][0].device).multi_processor_count
+    sub._FAST.clear()
+    sub._CONFIG_BY_SIZES[(sizes, num_sms)] = cfg or sub.choose_config(sizes, num_sms)
+
+
 def run_config(cfg, d):
-    return sub.custom_kernel(d) if cfg is None else sub.grouped_gemm(d, cfg)
+    return sub.custom_kernel(d)
 
 
-def time_config(cfg, inputs, flush, samples):
+def time_config(cfg, inputs, flush, samples, gpu_only=False):
+    """us per call, one figure per sample. ``gpu_only``: the calls are queued behind a GPU sleep of about
+    20 ms, so the window holds the kernels alone, not the host time that launches them."""
     fn = lambda d: run_config(cfg, d)  # noqa: E731
     for d in inputs:  # warm-up: compile, plans, tables
         fn(d)
@@ -151,6 +200,8 @@ def time_config(cfg, inputs, flush, samples):
     times = []
     for _ in range(samples):
         flush.zero_()
+        if gpu_only:
+            torch.cuda._sleep(40_000_000)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for d in inputs:
@@ -169,6 +220,7 @@ def main():
     ap.add_argument("--samples", type=int, default=30)
     ap.add_argument("--shapes", default="", help="comma-separated case names (default: all)")
     ap.add_argument("--out", default="")
+    ap.add_argument("--gpu-only", action="store_true", help="time the kernels alone (calls queued behind a sleep)")
     ap.add_argument("--shape-set", default="benchmarks", help="a file of configs/shapes (tests: check only)")
     args = ap.parse_args()
     names = list(CONFIGS) if args.configs == "all" else args.configs.split(",")
@@ -196,8 +248,9 @@ def main():
             for _, _, c in inputs[0][0]:
                 c.fill_(float("nan"))
             try:
+                use_config(cfg, inputs)
                 bad = check(run_config(cfg, inputs[0]), ref)
-                times = time_config(cfg, inputs, flush, args.samples)
+                times = time_config(cfg, inputs, flush, args.samples, args.gpu_only)
             except Exception as exc:  # a config that fails to compile or run is reported, not fatal
                 print(f"{case['name']:16s} {name:16s} FAILED {type(exc).__name__}: {str(exc)[:300]}", flush=True)
                 continue
