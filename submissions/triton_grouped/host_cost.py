@@ -11,6 +11,7 @@ measures the host. Per benchmark shape and per launch path (``direct``: cuLaunch
 Needs a CUDA GPU. Writes host_cost.json and host_cost.md under --out.
 
     python3 submissions/triton_grouped/host_cost.py --out DIR
+    python3 submissions/triton_grouped/host_cost.py --parts --out DIR   # the fast path's pieces, us per call
 """
 import argparse
 import importlib.util
@@ -66,10 +67,39 @@ def measure(inputs, flush) -> dict:
     return {"host_us": statistics.median(host), "gpu_us": gpu, "loop_us": statistics.median(loop)}
 
 
+def parts(inputs) -> dict:
+    """us per call of each piece of custom_kernel's fast path (a plan with a direct launch must exist), median of
+    ROUNDS passes over ``inputs``: the sizes lookup, the addresses, the layout tuple and its comparison, the
+    launch alone, and the whole call."""
+    plan = sub._FAST[tuple(inputs[0][3])]
+    ptrs = [[t.data_ptr() for (a, b, c), (sa, sb) in zip(d[0], d[2]) for t in (a, b, c, sa, sb)] for d in inputs]
+    pieces = {
+        "lookup": lambda d, i: sub._FAST.get(tuple(d[3])),
+        "addresses": lambda d, i: [t.data_ptr() for (a, b, c), (sa, sb) in zip(d[0], d[2])
+                                   for t in (a, b, c, sa, sb)],
+        "layout": lambda d, i: sub._layout(d[0], d[2]) == plan.layout,
+        "launch": lambda d, i: plan.direct(ptrs[i]),
+        "call": lambda d, i: sub.custom_kernel(d),
+    }
+    out = {}
+    for name, fn in pieces.items():
+        times = []
+        for _ in range(ROUNDS):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter_ns()
+            for i, d in enumerate(inputs):
+                fn(d, i)
+            times.append((time.perf_counter_ns() - t0) / len(inputs) / 1e3)
+        out[name] = statistics.median(times)
+    torch.cuda.synchronize()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="benchmarks")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--parts", action="store_true", help="time the pieces of the fast path (direct launch only)")
     args = ap.parse_args()
     flush = torch.empty(torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.uint8, device="cuda")
     rows = []
@@ -78,6 +108,15 @@ def main() -> None:
     for case in load_shapes(args.shapes).cases:
         inputs = generate_many(case.m, case.n, case.k, case.g, [case.seed + 42 * i for i in range(CALLS)],
                                "official")
+        if args.parts:
+            for d in inputs[:2]:
+                sub.custom_kernel(d)
+            r = {"case": case.name, **parts(inputs)}
+            rows.append(r)
+            lines.append(f"| {case.name} | parts | " + " ".join(f"{k} {v:.2f}" for k, v in r.items() if k != "case")
+                         + " | | | |")
+            print(lines[-1], flush=True)
+            continue
         for mode in MODES:
             sub._PLANS.clear()
             sub._LAUNCH = mode
