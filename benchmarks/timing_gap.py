@@ -19,6 +19,9 @@ of them alike:
     fresh_idle_warm fresh_idle, then one untimed call on an extra fresh input right before the window
     fresh_idle_warmprev  sleep IDLE_S, one untimed call on the previous sample's input, then draw and time
                     (the call cannot see the inputs it will be timed on)
+    fresh_idle_gpuwarm[N]  fresh_idle, then N ms (default GPU_WARM_MS) of GPU work that is not the
+                    submission's (zeroing the flush buffer), then a synchronize: the GPU's clocks are up when the
+                    window opens, but the window still starts on an idle GPU, so a slow first host call still counts
     official_peer   the official loop while a second process holds an idle CUDA context on the same GPU (as
                     fp4bench's parent does while its worker is timed)
 
@@ -35,6 +38,7 @@ import collections
 import gc
 import importlib.util
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -52,8 +56,9 @@ from task.spec import load_shapes  # noqa: E402
 
 CALLS = 15
 IDLE_S = 0.3
+GPU_WARM_MS = 5.0
 VARIANTS = ("official", "official_idle", "official_l2", "official_l2limit", "official_l2reset", "fresh", "fresh_idle", "fresh_idle_gc", "fresh_idle_spin",
-            "fresh_idle_warm", "fresh_idle_warmprev", "official_peer")
+            "fresh_idle_warm", "fresh_idle_warmprev", "fresh_idle_gpuwarm", "official_peer")
 #: The peer process of official_peer: a CUDA context with some memory, idle until killed.
 PEER = "import sys, time, torch; x = torch.ones(1 << 28, device='cuda'); torch.cuda.synchronize(); " \
        "print('ready', flush=True); time.sleep(3600)"
@@ -127,7 +132,7 @@ class Variant:
 
     def __init__(self, name: str, kernel, case, cuda: bool, flush):
         self.name, self.kernel, self.case, self.cuda = name, kernel, case, cuda
-        self.flush = flush[name.rsplit("_", 1)[-1]] if cuda else None
+        self.flush = flush[name.rsplit("_", 1)[-1]] if cuda else None  # a key of its own or the plain clear
         self.fixed = _draw(case, sample_seeds(case.seed, 0, CALLS)) if name.startswith("official") else None
         self.previous = None
         self.rows = []
@@ -148,6 +153,13 @@ class Variant:
             time.sleep(IDLE_S)
         if name.endswith("_gc"):
             gc.collect()
+        warm = re.fullmatch(r".*_gpuwarm(\d*)", name)
+        if warm and self.cuda:
+            end = time.perf_counter() + float(warm.group(1) or GPU_WARM_MS) / 1e3
+            while time.perf_counter() < end:
+                for _ in range(10):
+                    self.flush.buf.zero_()
+                torch.cuda.synchronize()
         if name.endswith("_warm"):
             kernel(_draw(case, [case.seed + 7 + s])[0])
         if name.endswith("_warmprev"):
@@ -191,7 +203,7 @@ def main() -> None:
         flush = collections.defaultdict(lambda: _PlainFlush(buf, full), flush)
     names = args.variants.split(",")
     for name in names:
-        if name not in VARIANTS:
+        if re.sub(r"_gpuwarm\d+$", "_gpuwarm", name) not in VARIANTS:
             raise SystemExit(f"unknown variant {name!r}; expected one of {', '.join(VARIANTS)}")
     results = []
     lines = ["| shape | variant | per call us (mean) | median | host us per call | first call us | other calls us |",
