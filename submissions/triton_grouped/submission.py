@@ -66,8 +66,9 @@ class Config:
     split_k: int = 1      # 1 or 2 (two K halves per tile, reduced by the second to finish)
     kernel: str = "tl"    # "tl" (Triton); "gluon" (Hopper, wgmma overlapping the decode; BN = 16 x warps);
                           # "gluon_ws" (the same, with A decoded by a partition of WS_WARPS more warps)
-    clamp: bool = True    # tl kernel: rows past M (N) load row M - 1 (N - 1) instead of masked loads (rows past
-                          # the end are computed but never stored); 14 fewer instructions per warp and K step
+    clamp: bool = False   # tl kernel: rows past M (N) load row M - 1 (N - 1) instead of masked loads (rows past
+                          # the end are computed but never stored): 14 fewer instructions per warp and K step,
+                          # but no faster on the H200 (the padded rows' loads now happen; README.md, round 5)
 
 
 #: Measured best on the large benchmark shapes (H200, bench.py, see README): 128 x 128 tiles (64 x 128 for a

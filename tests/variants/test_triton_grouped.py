@@ -60,7 +60,7 @@ TC = sub.TileClass
 configs = {"custom_kernel": None,
            "bn64_join_splitk": sub.Config((TC(64, 64), TC(128, 64), TC(256, 64)), bk=64, num_warps=4, join=True,
                                           split_k=2),
-           "masked_loads": sub.Config((TC(64, 64), TC(128, 64), TC(128, 64)), bk=64, num_warps=4, clamp=False)}
+           "clamped_rows": sub.Config((TC(64, 64), TC(128, 64), TC(128, 64)), bk=64, num_warps=4, clamp=True)}
 results = []
 for case in json.loads(sys.argv[2]):
     for data in ("official", "full-range"):
