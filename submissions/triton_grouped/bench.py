@@ -35,6 +35,10 @@ sys.modules[_spec.name] = sub
 _spec.loader.exec_module(sub)
 TC, Config = sub.TileClass, sub.Config
 
+_D = sub.DEFAULT_CONFIG
+_W16 = Config((TC(64, 256), TC(128, 256), TC(128, 256)), bk=128, num_warps=16, maxnreg=128)
+_W4_N64 = Config((TC(64, 64), TC(128, 64), TC(128, 64)), bk=64, num_warps=4, maxnreg=128)
+
 #: Named presets; "default" is what custom_kernel uses for shapes no rule picks otherwise.
 CONFIGS = {
     "default": sub.DEFAULT_CONFIG,
@@ -69,42 +73,34 @@ CONFIGS = {
                             split_k=2),
     # round 5: one CTA of 16 warps per SM with 256-row tiles of N (each A tile decoded once per 256 rows of N,
     # not 128), against two CTAs of 8 warps; and a 32-column class for remainders of M <= 32
-    "w16_256": Config((TC(64, 256), TC(128, 256), TC(128, 256)), bk=128, num_warps=16, maxnreg=128),
-    "w16_256_sk2": Config((TC(64, 256), TC(128, 256), TC(128, 256)), bk=128, num_warps=16, maxnreg=128,
-                          split_k=2),
-    "w16_256_bk64": Config((TC(64, 256), TC(128, 256), TC(128, 256)), bk=64, num_warps=16, maxnreg=128),
-    "w16_256_s2": Config((TC(64, 256), TC(128, 256), TC(128, 256)), bk=128, num_warps=16, maxnreg=128,
-                         num_stages=2),
-    "w16_256_s4": Config((TC(64, 256), TC(128, 256), TC(128, 256)), bk=128, num_warps=16, maxnreg=128,
-                         num_stages=4),
-    "w16_256_c32": Config((TC(32, 256), TC(64, 256), TC(128, 256)), bk=128, num_warps=16, maxnreg=128),
-    "w16_256_c32_sk2": Config((TC(32, 256), TC(64, 256), TC(128, 256)), bk=128, num_warps=16, maxnreg=128,
-                              split_k=2),
-    "w8_c32": Config((TC(32, 128), TC(64, 128), TC(128, 128)), bk=128, num_warps=8, maxnreg=128),
-    "w8_c32_sk2": Config((TC(32, 128), TC(64, 128), TC(128, 128)), bk=128, num_warps=8, maxnreg=128,
-                         split_k=2),
+    "w16_256": _W16,
+    "w16_256_sk2": replace(_W16, split_k=2),
+    "w16_256_bk64": replace(_W16, bk=64),
+    "w16_256_s2": replace(_W16, num_stages=2),
+    "w16_256_s4": replace(_W16, num_stages=4),
+    "w16_256_c32": replace(_W16, classes=(TC(32, 256), TC(64, 256), TC(128, 256))),
+    "w16_256_c32_sk2": replace(_W16, classes=(TC(32, 256), TC(64, 256), TC(128, 256)), split_k=2),
+    "w8_c32": replace(_D, classes=(TC(32, 128), TC(64, 128), TC(128, 128))),
+    "w8_c32_sk2": replace(_D, classes=(TC(32, 128), TC(64, 128), TC(128, 128)), split_k=2),
     # the default tiles with the 128-column class last (classes 64, 64, 128), with and without split-K
-    "c64x2": Config((TC(64, 128), TC(64, 128), TC(128, 128)), bk=128, num_warps=8, maxnreg=128),
-    "c64x2_sk2": Config((TC(64, 128), TC(64, 128), TC(128, 128)), bk=128, num_warps=8, maxnreg=128, split_k=2),
-    "default_sk2": replace(sub.DEFAULT_CONFIG, split_k=2),
+    "c64x2": replace(_D, classes=sub.SPLIT_CLASSES),
+    "c64x2_sk2": replace(_D, classes=sub.SPLIT_CLASSES, split_k=2),
+    "default_sk2": replace(_D, split_k=2),
     # low and high nibbles joined into one dot per K step: one wgmma wait per step instead of two, at the price
     # of 64 more byte permutes per warp and step (3.6 SASS: 453 instructions per step against 395)
-    "join_r128": replace(sub.DEFAULT_CONFIG, join=True),
+    "join_r128": replace(_D, join=True),
     # rows past M or N load the last row instead of masked loads: fewer instructions, more loads
-    "clamp": replace(sub.DEFAULT_CONFIG, clamp=True),
+    "clamp": replace(_D, clamp=True),
     "auto_again": None,
     # four-warp CTAs of 64 rows of N, capped at 128 registers: up to four CTAs per SM whose phases (decode,
     # wgmma) overlap, at the price of decoding A once per 64 rows of N
-    "w4_n64_r128": Config((TC(64, 64), TC(128, 64), TC(128, 64)), bk=64, num_warps=4, maxnreg=128),
-    "w4_n64_bk128_r128": Config((TC(64, 64), TC(128, 64), TC(128, 64)), bk=128, num_warps=4, maxnreg=128),
-    "w4_n64_r128_sk2": Config((TC(64, 64), TC(128, 64), TC(128, 64)), bk=64, num_warps=4, maxnreg=128,
-                              split_k=2),
+    "w4_n64_r128": _W4_N64,
+    "w4_n64_bk128_r128": replace(_W4_N64, bk=128),
+    "w4_n64_r128_sk2": replace(_W4_N64, split_k=2),
     # K step 256 (half the barriers per FLOP), and pipeline depth, for the default tiles
-    "w8_bk256_r128": Config((TC(64, 128), TC(128, 128), TC(128, 128)), bk=256, num_warps=8, maxnreg=128),
-    "w8_r128_s4": Config((TC(64, 128), TC(128, 128), TC(128, 128)), bk=128, num_warps=8, maxnreg=128,
-                         num_stages=4),
-    "w8_r128_s2": Config((TC(64, 128), TC(128, 128), TC(128, 128)), bk=128, num_warps=8, maxnreg=128,
-                         num_stages=2),
+    "w8_bk256_r128": replace(_D, bk=256),
+    "w8_r128_s4": replace(_D, num_stages=4),
+    "w8_r128_s2": replace(_D, num_stages=2),
     # the Gluon kernel with a K step of 64 capped at 128 registers: two CTAs per SM, each overlapping its own
     # wgmma with its next decode
     "gluon_bk64_r128": replace(sub.GLUON_CONFIG, bk=64, maxnreg=128),
