@@ -89,8 +89,6 @@ CONFIGS = {
     # low and high nibbles joined into one dot per K step: one wgmma wait per step instead of two, at the price
     # of 64 more byte permutes per warp and step (3.6 SASS: 453 instructions per step against 395)
     "join_r128": replace(_D, join=True),
-    # rows past M or N load the last row instead of masked loads: fewer instructions, more loads
-    "clamp": replace(_D, clamp=True),
     "auto_again": None,
     # four-warp CTAs of 64 rows of N, capped at 128 registers: up to four CTAs per SM whose phases (decode,
     # wgmma) overlap, at the price of decoding A once per 64 rows of N
@@ -126,7 +124,7 @@ def compile_sm90(cfg):
     sig.update({f"{kind}{g}": "i64" for kind in ("A", "B", "C", "SA", "SB") for g in range(sub.ARG_GROUPS)})
     cst = dict(USE_TAB=False, BM0=c0.bm, BN0=c0.bn, BM1=c1.bm, BN1=c1.bn, BM2=c2.bm, BN2=c2.bn, BK=cfg.bk,
                DECODE=cfg.decode, JOIN=cfg.join, PERM=cfg.perm, WS_STRIDE=max(c.bm * c.bn for c in cfg.classes),
-               SPLIT=cfg.split_k > 1, CLAMP=cfg.clamp)
+               SPLIT=cfg.split_k > 1)
     options = dict(num_warps=cfg.num_warps)
     if cfg.kernel == "tl":
         fn, source = sub._group_gemm_kernel, ASTSource

@@ -66,9 +66,6 @@ class Config:
     split_k: int = 1      # 1 or 2 (two K halves per tile, reduced by the second to finish)
     kernel: str = "tl"    # "tl" (Triton); "gluon" (Hopper, wgmma overlapping the decode; BN = 16 x warps);
                           # "gluon_ws" (the same, with A decoded by a partition of WS_WARPS more warps)
-    clamp: bool = False   # tl kernel: rows past M (N) load row M - 1 (N - 1) instead of masked loads (rows past
-                          # the end are computed but never stored): 14 fewer instructions per warp and K step,
-                          # but no faster on the H200 (the padded rows' loads now happen; README.md, round 5)
 
 
 #: Measured best on the large benchmark shapes (H200, bench.py, see README): 128 x 128 tiles (64 x 128 for a
@@ -286,12 +283,8 @@ def _decode(x, s8, DECODE: tl.constexpr, JOIN: tl.constexpr, PERM: tl.constexpr)
 @triton.jit
 def _tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, ws_ptr, cnt_ptr, M, N, K, m0, n0, k_lo, k_hi, slot, part,
           acc_scale, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, DECODE: tl.constexpr,
-          JOIN: tl.constexpr, PERM: tl.constexpr, WS_STRIDE: tl.constexpr, SPLIT: tl.constexpr,
-          CLAMP: tl.constexpr):
+          JOIN: tl.constexpr, PERM: tl.constexpr, WS_STRIDE: tl.constexpr, SPLIT: tl.constexpr):
     """One tile of C^T: rows n0..n0+BN of N by columns m0..m0+BM of M, over K in [k_lo, k_hi).
-
-    CLAMP: rows past M (N) load the last row instead of masked loads: the loop then carries no predicates, and the
-    extra rows' results are never stored (nor, split, added to a stored value).
 
     slot < 0: the tile covers all of K and writes C. Otherwise it is half ``part`` (0 or 1) of a split-K pair:
     it stores its fp32 partial in the workspace, and the second of the pair to arrive adds the other's partial
@@ -306,28 +299,18 @@ def _tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, ws_ptr, cnt_ptr, M, N, K, m0, n
     m_ok = rm < M
     rb = tl.arange(0, KB)
     rs = tl.arange(0, SC)
-    ln, lm = rn, rm                     # the rows loaded
-    if CLAMP:
-        ln = tl.minimum(rn, N - 1)
-        lm = tl.minimum(rm, M - 1)
-    b_ptrs = b_ptr + ln[:, None] * half_k + (k_lo // 2 + rb)[None, :]
-    a_ptrs = a_ptr + lm[:, None] * half_k + (k_lo // 2 + rb)[None, :]
-    sb_rows = (ln // 128) * (rest_k * 512) + (ln % 32) * 16 + ((ln % 128) // 32) * 4
-    sa_rows = (lm // 128) * (rest_k * 512) + (lm % 32) * 16 + ((lm % 128) // 32) * 4
+    b_ptrs = b_ptr + rn[:, None] * half_k + (k_lo // 2 + rb)[None, :]
+    a_ptrs = a_ptr + rm[:, None] * half_k + (k_lo // 2 + rb)[None, :]
+    sb_rows = (rn // 128) * (rest_k * 512) + (rn % 32) * 16 + ((rn % 128) // 32) * 4
+    sa_rows = (rm // 128) * (rest_k * 512) + (rm % 32) * 16 + ((rm % 128) // 32) * 4
     acc = tl.zeros((BN, BM), dtype=tl.float32)
     for k0 in range(k_lo, k_hi, BK):
         j = k0 // 16 + rs
         sc = (j // 4) * 512 + (j % 4)
-        if CLAMP:
-            b = tl.load(b_ptrs)
-            sb = tl.load(sfb_ptr + sb_rows[:, None] + sc[None, :])
-            a = tl.load(a_ptrs)
-            sa = tl.load(sfa_ptr + sa_rows[:, None] + sc[None, :])
-        else:
-            b = tl.load(b_ptrs, mask=n_ok[:, None], other=0)
-            sb = tl.load(sfb_ptr + sb_rows[:, None] + sc[None, :], mask=n_ok[:, None], other=0)
-            a = tl.load(a_ptrs, mask=m_ok[:, None], other=0)
-            sa = tl.load(sfa_ptr + sa_rows[:, None] + sc[None, :], mask=m_ok[:, None], other=0)
+        b = tl.load(b_ptrs, mask=n_ok[:, None], other=0)
+        sb = tl.load(sfb_ptr + sb_rows[:, None] + sc[None, :], mask=n_ok[:, None], other=0)
+        a = tl.load(a_ptrs, mask=m_ok[:, None], other=0)
+        sa = tl.load(sfa_ptr + sa_rows[:, None] + sc[None, :], mask=m_ok[:, None], other=0)
         b_lo, b_hi = _decode(b, sb, DECODE, JOIN, PERM)
         a_lo, a_hi = _decode(a, sa, DECODE, JOIN, PERM)
         if JOIN:
@@ -426,7 +409,7 @@ def _group_gemm_kernel(tab_ptr, tile_ptr, ws_ptr, cnt_ptr, acc_scale,
                        BM0: tl.constexpr, BN0: tl.constexpr, BM1: tl.constexpr, BN1: tl.constexpr,
                        BM2: tl.constexpr, BN2: tl.constexpr, BK: tl.constexpr, DECODE: tl.constexpr,
                        JOIN: tl.constexpr, PERM: tl.constexpr, WS_STRIDE: tl.constexpr,
-                       SPLIT: tl.constexpr, CLAMP: tl.constexpr):
+                       SPLIT: tl.constexpr):
     """One program per tile. Tile row (int32 x TILE_INTS): group, m0, n0, class, k_lo, k_hi, split slot (-1:
     none), split part, M, N, K. Group addresses (a, b, c, sfa_reordered, sfb_reordered): kernel arguments
     A0..SB7 for up to 8 groups; with USE_TAB, row g (int64 x 8) of the table at ``tab_ptr`` instead."""
@@ -436,13 +419,13 @@ def _group_gemm_kernel(tab_ptr, tile_ptr, ws_ptr, cnt_ptr, acc_scale,
                            SB0, SB1, SB2, SB3, SB4, SB5, SB6, SB7, USE_TAB)
     if cls == 0:
         _tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, ws_ptr, cnt_ptr, M, N, K, m0, n0, k_lo, k_hi, slot, part,
-              acc_scale, BM0, BN0, BK, DECODE, JOIN, PERM, WS_STRIDE, SPLIT, CLAMP)
+              acc_scale, BM0, BN0, BK, DECODE, JOIN, PERM, WS_STRIDE, SPLIT)
     elif cls == 1:
         _tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, ws_ptr, cnt_ptr, M, N, K, m0, n0, k_lo, k_hi, slot, part,
-              acc_scale, BM1, BN1, BK, DECODE, JOIN, PERM, WS_STRIDE, SPLIT, CLAMP)
+              acc_scale, BM1, BN1, BK, DECODE, JOIN, PERM, WS_STRIDE, SPLIT)
     else:
         _tile(a_ptr, b_ptr, c_ptr, sfa_ptr, sfb_ptr, ws_ptr, cnt_ptr, M, N, K, m0, n0, k_lo, k_hi, slot, part,
-              acc_scale, BM2, BN2, BK, DECODE, JOIN, PERM, WS_STRIDE, SPLIT, CLAMP)
+              acc_scale, BM2, BN2, BK, DECODE, JOIN, PERM, WS_STRIDE, SPLIT)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -752,10 +735,10 @@ if HAVE_GLUON:
                                  BM0: gl.constexpr, BN0: gl.constexpr, BM1: gl.constexpr, BN1: gl.constexpr,
                                  BM2: gl.constexpr, BN2: gl.constexpr, BK: gl.constexpr, DECODE: gl.constexpr,
                                  JOIN: gl.constexpr, PERM: gl.constexpr, WS_STRIDE: gl.constexpr,
-                                 SPLIT: gl.constexpr, CLAMP: gl.constexpr, WS: gl.constexpr):
+                                 SPLIT: gl.constexpr, WS: gl.constexpr):
         """``_group_gemm_kernel``'s arguments and tile table, then per tile ``_g_tile`` or, with WS, the
-        warp-specialised ``_gws_tile`` (f16s decode, K permutation, split nibbles, masked loads; DECODE, JOIN,
-        PERM and CLAMP are ignored). Every class has BN = 16 x num_warps."""
+        warp-specialised ``_gws_tile`` (f16s decode, K permutation, split nibbles; DECODE, JOIN and PERM are
+        ignored). Every class has BN = 16 x num_warps."""
         (cls, m0, n0, k_lo, k_hi, slot, part, M, N, K, a_ptr, b_ptr, c_ptr, sfa_ptr,
          sfb_ptr) = _tile_args(tab_ptr, tile_ptr, A0, A1, A2, A3, A4, A5, A6, A7, B0, B1, B2, B3, B4, B5, B6, B7,
                                C0, C1, C2, C3, C4, C5, C6, C7, SA0, SA1, SA2, SA3, SA4, SA5, SA6, SA7,
@@ -915,7 +898,7 @@ class _Plan:
                      _BF16_ACC_SCALE if decode in ("bf16", "f16s") else 1.0)
         self.use_tab = len(sizes) > ARG_GROUPS
         self.tail = (self.use_tab, c0.bm, c0.bn, c1.bm, c1.bn, c2.bm, c2.bn, bk, decode, cfg.join, cfg.perm,
-                     stride, cfg.split_k > 1, cfg.clamp)
+                     stride, cfg.split_k > 1)
         self.pad = [0] * (ARG_GROUPS - len(sizes)) if not self.use_tab else []
         self.kernel = _group_gemm_kernel
         if cfg.kernel in ("gluon", "gluon_ws") and not interp:

@@ -59,8 +59,7 @@ sub = importlib.util.module_from_spec(spec); sys.modules["tg_interp"] = sub; spe
 TC = sub.TileClass
 configs = {"custom_kernel": None,
            "bn64_join_splitk": sub.Config((TC(64, 64), TC(128, 64), TC(256, 64)), bk=64, num_warps=4, join=True,
-                                          split_k=2),
-           "clamped_rows": sub.Config((TC(64, 64), TC(128, 64), TC(128, 64)), bk=64, num_warps=4, clamp=True)}
+                                          split_k=2)}
 results = []
 for case in json.loads(sys.argv[2]):
     for data in ("official", "full-range"):
@@ -94,7 +93,7 @@ def test_interpreter_matches_reference():
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULTS "))
     results = json.loads(line[len("RESULTS "):])
-    assert len(results) == len(INTERPRETER_CASES) * 2 * 3
+    assert len(results) == len(INTERPRETER_CASES) * 2 * 2
     failed = [r for r in results if any(r["mismatches"]) or not r["into_c"]]
     assert not failed, failed
 
