@@ -1,0 +1,126 @@
+"""Standalone check and timing bench for submissions/wgmma_sm90 on a Hopper GPU (final numbers: the harness).
+
+    python3 submissions/wgmma_sm90/bench.py --check            # every tests.yml and benchmarks.yml shape, both
+                                                               # data modes, against task.reference
+    python3 submissions/wgmma_sm90/bench.py --time --out DIR   # benchmark shapes: kernels alone and official-style
+    python3 submissions/wgmma_sm90/bench.py --inspect          # no GPU: nvcc + ptxas report (registers, spills)
+
+Timing, per benchmark shape, over 15 inputs drawn as the official loop draws them (seed + 42 i):
+- ``alone``: the 15 calls queued behind a GPU sleep, so host time stays out of the window (the kernels' time);
+- ``official``: L2 cleared, then the 15 calls back to back between one pair of CUDA events (host time in).
+Figures: mean us per call over ``--samples`` samples, TFLOP/s, percent of the bf16 roofline (989.4 TFLOP/s).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+import torch  # noqa: E402
+
+import wgmma_sm90_host as host  # noqa: E402
+from task.check import check_outputs  # noqa: E402
+from task.cost import flops  # noqa: E402
+from task.inputs import generate_input  # noqa: E402
+from task.reference import ref_kernel  # noqa: E402
+from task.spec import load_shapes  # noqa: E402
+
+BF16_DENSE_TFLOPS = 989.4
+
+
+def _name(case) -> str:
+    return case.name or case.text()
+
+
+def _sub():
+    import submission  # noqa: PLC0415  (this folder is first on sys.path)
+    return submission
+
+
+def check(data_modes=("official", "full-range")) -> list[dict]:
+    """Run every tests.yml and benchmarks.yml case in each data mode; returns one record per case."""
+    sub = _sub()
+    rows = []
+    for set_name in ("tests", "benchmarks"):
+        for case in load_shapes(set_name).cases:
+            for mode in data_modes:
+                data = generate_input(case.m, case.n, case.k, case.g, seed=case.seed, data=mode, device="cuda")
+                got = [c.clone() for c in sub.custom_kernel(data)]
+                torch.cuda.synchronize()
+                err = check_outputs(got, ref_kernel(data))
+                rows.append({"set": set_name, "case": _name(case), "data": mode, "ok": err is None, "error": err})
+                print(f"{set_name:10s} {_name(case):28s} {mode:10s} {'PASS' if err is None else 'FAIL ' + err}",
+                      flush=True)
+    return rows
+
+
+def _time(fn, inputs, alone: bool, flush: torch.Tensor) -> float:
+    torch.cuda.synchronize()
+    if alone:
+        torch.cuda._sleep(40_000_000)
+    else:
+        flush.zero_()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for d in inputs:
+        fn(d)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1000 / len(inputs)
+
+
+def time_benchmarks(samples: int) -> list[dict]:
+    """Mean us per call, alone and official-style, for each benchmarks.yml case."""
+    sub = _sub()
+    flush = torch.empty(torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.uint8, device="cuda")
+    rows = []
+    for case in load_shapes("benchmarks").cases:
+        inputs = [generate_input(case.m, case.n, case.k, case.g, seed=case.seed + 42 * i, device="cuda")
+                  for i in range(15)]
+        sub.custom_kernel(inputs[0])  # build, load, plan
+        row = {"case": _name(case)}
+        for mode in ("alone", "official"):
+            ts = [_time(sub.custom_kernel, inputs, mode == "alone", flush) for _ in range(samples)]
+            us = statistics.mean(ts)
+            tflops = flops(case) / us / 1e6
+            row[mode] = {"mean_us": round(us, 2), "median_us": round(statistics.median(ts), 2),
+                         "tflops": round(tflops, 1), "pct_bf16": round(100 * tflops / BF16_DENSE_TFLOPS, 1)}
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    geo = {mode: round(statistics.geometric_mean([r[mode]["mean_us"] for r in rows]), 2)
+           for mode in ("alone", "official")}
+    print("geomean us", json.dumps(geo), flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true")
+    ap.add_argument("--time", action="store_true")
+    ap.add_argument("--inspect", action="store_true")
+    ap.add_argument("--samples", type=int, default=20)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    result = {}
+    if args.inspect:
+        host.build_cubin(verbose=True)
+    if args.check:
+        result["check"] = check()
+    if args.time:
+        result["time"] = time_benchmarks(args.samples)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "wgmma_sm90_bench.json").write_text(json.dumps(result, indent=1))
+    if args.check and not all(r["ok"] for r in result["check"]):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,440 @@
+// NVFP4 grouped GEMM for Hopper (sm_90a): e2m1/e4m3fn decoded in registers, wgmma with fp32 accumulation.
+//
+// Each CTA computes one tile of C_g^T: BN = 128 rows of N (two warpgroups of 64, the wgmma's M side, operand A
+// in registers) by BM columns of the group's M (the wgmma's N side, operand B in shared memory). README.md beside
+// this file gives the algorithm; the comments here say only what the code cannot.
+#include <stdint.h>
+
+namespace {
+
+constexpr int MAX_GROUPS = 16;
+constexpr int BN = 128;           // rows of N per CTA
+constexpr int BK = 64;            // K per step: 32 bytes of e2m1 per row, 4 scale columns (one per thread quad lane)
+constexpr int ROW_BYTES = BK / 2;
+constexpr int STAGES = 4;         // raw (e2m1 + e4m3fn) shared-memory ring depth
+constexpr int THREADS = 256;
+constexpr int BM_MAX = 128;
+
+// Shared memory (offsets from a 1024-byte aligned base): two decoded A buffers (BM_MAX rows x 128 bytes, 128-byte
+// swizzle, the wgmma B operand), then the raw ring.
+constexpr int DEC_BYTES = BM_MAX * BK * 2;
+constexpr int RAW_B = 0;                                  // BN rows x 32 bytes
+constexpr int RAW_A = RAW_B + BN * ROW_BYTES;             // BM_MAX rows x 32 bytes
+constexpr int RAW_SFB = RAW_A + BM_MAX * ROW_BYTES;       // one blocked 32x4x4 atom: 128 rows x 4 scales
+constexpr int RAW_SFA = RAW_SFB + 512;                    // BM_MAX rows x 4 scales, row-major
+constexpr int STAGE_BYTES = RAW_SFA + BM_MAX * 4;
+constexpr int SMEM_BYTES = 2 * DEC_BYTES + STAGES * STAGE_BYTES;
+
+}  // namespace
+
+// Kernel parameters (by value). addr: a, b, c, sfa, sfb of group g at [kind * MAX_GROUPS + g]. tiles: one int4 per
+// CTA, (group, m0, n0, bm). The host mirrors this layout (wgmma_sm90_host.Params).
+struct Params {
+  uint64_t addr[5 * MAX_GROUPS];
+  const int4* tiles;
+  int m[MAX_GROUPS];
+  int n[MAX_GROUPS];
+  int k[MAX_GROUPS];
+};
+
+extern "C" __host__ __device__ int fp4_group_gemm_sm90_smem_bytes() { return SMEM_BYTES + 1024; }
+
+namespace {
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+
+// Keeps the compiler from moving accumulator reads or writes across the asynchronous wgmma.
+template <int R>
+__device__ __forceinline__ void fence_regs(float (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+__device__ __forceinline__ uint32_t hmul2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// One e4m3fn scale (low byte of `code`) as an f16x2 pair (s * 2^7, s * 2^7); exact (|s| <= 448, 448 * 128 < 65504).
+__device__ __forceinline__ uint32_t scale_pair(uint32_t code) {
+  const uint16_t two = static_cast<uint16_t>((code & 0xFF) * 0x101);
+  uint32_t h;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(two));
+  return hmul2(h, 0x58005800u);  // x 128
+}
+
+// A 32-bit word of e2m1 nibbles n0..n7 (n0 in bits 3..0) -> out[p] = f16x2 (n_p, n_{p+4}) * s2. Each nibble's sign
+// goes to bit 15 of its half and its three magnitude bits to bits 11..9: that fp16 pattern is the e2m1 value times
+// 2^-14 (code 1, the e2m1 subnormal 0.5, is the fp16 subnormal 2^-15). With s2 = scale * 2^7 every product is
+// value * scale * 2^-7, exact in fp16; the epilogue multiplies the fp32 sum by 2^14.
+__device__ __forceinline__ void decode_word(uint32_t x, uint32_t s2, uint32_t (&out)[4]) {
+  out[3] = hmul2((x & 0x80008000u) | ((x >> 3) & 0x0E000E00u), s2);
+  out[2] = hmul2(((x << 4) & 0x80008000u) | ((x << 1) & 0x0E000E00u), s2);
+  out[1] = hmul2(((x << 8) & 0x80008000u) | ((x << 5) & 0x0E000E00u), s2);
+  out[0] = hmul2(((x << 12) & 0x80008000u) | ((x << 9) & 0x0E000E00u), s2);
+}
+
+// Descriptor of a K-major operand with 128-byte swizzle: rows of 128 bytes, 8-row groups 1024 bytes apart.
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (1ull << 16) | (static_cast<uint64_t>(1024 >> 4) << 32) |
+         (1ull << 62);
+}
+
+__device__ __forceinline__ uint16_t f32_to_f16(float x) {
+  uint16_t h;
+  asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(h) : "f"(x));
+  return h;
+}
+
+__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, 1, 1, 1, 0;"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      " %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      " %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%64, %65, %66, %67}, %68, 1, 1, 1, 0;"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+
+template <int BM>
+__device__ __forceinline__ void wgmma_step(float (&d)[BM / 2], const uint32_t (&a)[4], uint64_t desc) {
+  if constexpr (BM == 128) {
+    wgmma_m64n128k16(d, a, desc);
+  } else {
+    wgmma_m64n64k16(d, a, desc);
+  }
+}
+
+struct Tile {
+  const uint8_t* a;    // M x K/2 bytes
+  const uint8_t* b;    // N x K/2 bytes
+  const uint8_t* sfa;  // blocked 32x4x4 scales of A
+  const uint8_t* sfb;
+  uint16_t* c;         // M x N fp16
+  int M, N, K, m0, n0;
+};
+
+__device__ __forceinline__ uint4 lds128(uint32_t a) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+  return v;
+}
+__device__ __forceinline__ uint2 lds64(uint32_t a) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(a));
+  return v;
+}
+__device__ __forceinline__ uint32_t lds32(uint32_t a) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(a));
+  return v;
+}
+__device__ __forceinline__ uint32_t lds8(uint32_t a) {
+  uint32_t v;
+  asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(a));
+  return v;
+}
+__device__ __forceinline__ void sts64(uint32_t a, uint32_t x, uint32_t y) {
+  asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(a), "r"(x), "r"(y));
+}
+__device__ __forceinline__ void sts32(uint32_t a, uint32_t x) {
+  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(x));
+}
+
+// This thread's share of every K step's copies, resolved once per tile: a 16-byte chunk of a B row, of an A row
+// (threads < 2 * BM), and either a 16-byte chunk of B's scale atom (threads < 32) or A's 4 scale bytes of one row
+// (the last BM threads). Rows past N or M are zero-filled and never read from memory.
+struct Loader {
+  const uint8_t* b_src;
+  const uint8_t* a_src;
+  const uint8_t* sf_src;
+  uint32_t b_dst, a_dst, sf_dst;
+  bool b_ok, a_ok, sf_ok, a_on, sfb_on, sfa_on;
+
+  template <int BM>
+  __device__ __forceinline__ void init(const Tile& t) {
+    const int tid = threadIdx.x;
+    const int row_bytes = t.K / 2;
+    const int rest_k = t.K / 64;
+    const int r = tid >> 1, h = tid & 1;
+    b_ok = t.n0 + r < t.N;
+    b_src = t.b + (b_ok ? (size_t)(t.n0 + r) * row_bytes + 16 * h : 0);
+    b_dst = RAW_B + r * ROW_BYTES + 16 * h;
+    a_on = tid < 2 * BM;
+    a_ok = a_on && t.m0 + r < t.M;
+    a_src = t.a + (a_ok ? (size_t)(t.m0 + r) * row_bytes + 16 * h : 0);
+    a_dst = RAW_A + r * ROW_BYTES + 16 * h;
+    sfb_on = tid < 32;
+    sfa_on = tid >= THREADS - BM;
+    if (sfb_on) {
+      sf_ok = true;
+      sf_src = t.sfb + (size_t)(t.n0 >> 7) * rest_k * 512 + 16 * tid;
+      sf_dst = RAW_SFB + 16 * tid;
+    } else {
+      const int ra = tid - (THREADS - BM);
+      const int m = t.m0 + ra;
+      sf_ok = sfa_on && m < t.M;
+      sf_src = t.sfa + (sf_ok ? (size_t)(m >> 7) * rest_k * 512 + (m & 31) * 16 + ((m >> 5) & 3) * 4 : 0);
+      sf_dst = RAW_SFA + 4 * ra;
+    }
+  }
+
+  // Queue K step s into the ring slot at shared address `slot`.
+  __device__ __forceinline__ void load(uint32_t slot, int s) const {
+    const size_t kb = (size_t)s * ROW_BYTES;
+    cp_async16(slot + b_dst, b_src + (b_ok ? kb : 0), b_ok);
+    if (a_on) cp_async16(slot + a_dst, a_src + (a_ok ? kb : 0), a_ok);
+    const size_t ks = (size_t)s * 512;
+    if (sfb_on) {
+      cp_async16(slot + sf_dst, sf_src + ks, true);
+    } else if (sfa_on) {
+      cp_async4(slot + sf_dst, sf_src + (sf_ok ? ks : 0), sf_ok);
+    }
+  }
+};
+
+// A's decode: T = 256 / BM threads per row, each owning 32 / T bytes of it (scale columns q * 4 / T ...). Thread
+// (row r, part q) decodes its words and writes its 4 * (4 / T)-byte share of each of the row's eight 16-byte chunks
+// in the swizzled buffer.
+template <int BM>
+struct ADecoder {
+  static constexpr int T = THREADS / BM;     // 2 or 4
+  static constexpr int WORDS = 8 / T;        // 4 or 2
+  uint32_t raw, sf, dec_row, swz;
+  int sf_shift;
+
+  __device__ __forceinline__ void init() {
+    const int tid = threadIdx.x;
+    const int r = tid / T, q = tid % T;
+    raw = RAW_A + r * ROW_BYTES + q * 4 * WORDS;
+    sf = RAW_SFA + 4 * r;
+    sf_shift = 8 * (q * WORDS / 2);
+    dec_row = r * 128 + q * 4 * (WORDS / 2);
+    swz = (r & 7) << 4;
+  }
+
+  // Ring slot `slot` -> decoded buffer `dec` (shared addresses).
+  __device__ __forceinline__ void run(uint32_t slot, uint32_t dec) const {
+    uint32_t w[WORDS];
+    if constexpr (WORDS == 4) {
+      const uint4 q = lds128(slot + raw);
+      w[0] = q.x; w[1] = q.y; w[2] = q.z; w[3] = q.w;
+    } else {
+      const uint2 q = lds64(slot + raw);
+      w[0] = q.x; w[1] = q.y;
+    }
+    const uint32_t sw = lds32(slot + sf) >> sf_shift;
+    uint32_t v[WORDS][4];  // word i of this thread is (t, wi) = (first t + i / 2, i % 2)
+#pragma unroll
+    for (int i = 0; i < WORDS; ++i) decode_word(w[i], scale_pair(sw >> (8 * (i / 2))), v[i]);
+    const uint32_t row = dec + dec_row;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const int j = c >> 1, wi = j >> 1, p = 2 * (j & 1) + (c & 1);
+      const uint32_t at = row + ((c << 4) ^ swz);
+      if constexpr (WORDS == 4) {
+        sts64(at, v[wi][p], v[2 + wi][p]);
+      } else {
+        sts32(at, v[wi][p]);
+      }
+    }
+  }
+};
+
+// B's decode: this thread's wgmma A fragments f[slice][reg] for tile rows r0 and r0 + 8, from 8 bytes of each
+// (scale column tq).
+struct BDecoder {
+  uint32_t raw[2], sf[2];
+
+  __device__ __forceinline__ void init(int r0, int tq) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = r0 + 8 * i;
+      raw[i] = RAW_B + r * ROW_BYTES + 8 * tq;
+      sf[i] = RAW_SFB + (r & 31) * 16 + (r >> 5) * 4 + tq;
+    }
+  }
+
+  __device__ __forceinline__ void run(uint32_t slot, uint32_t (&f)[4][4]) const {
+    uint32_t v[2][2][4];  // [row][word][pair]
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint2 q = lds64(slot + raw[i]);
+      const uint32_t s = scale_pair(lds8(slot + sf[i]));
+      decode_word(q.x, s, v[i][0]);
+      decode_word(q.y, s, v[i][1]);
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int wi = j >> 1, p = 2 * (j & 1);
+      f[j][0] = v[0][wi][p];
+      f[j][1] = v[1][wi][p];
+      f[j][2] = v[0][wi][p + 1];
+      f[j][3] = v[1][wi][p + 1];
+    }
+  }
+};
+
+// Issue the four k16 wgmmas of one step and commit them as one group.
+template <int BM>
+__device__ __forceinline__ void mma_step(float (&acc)[BM / 2], const uint32_t (&f)[4][4], uint32_t dec_addr) {
+  wgmma_fence();
+  fence_regs(acc);
+#ifndef WG_SKIP_MMA
+#pragma unroll
+  for (int j = 0; j < 4; ++j) wgmma_step<BM>(acc, f[j], sw128_desc(dec_addr + 32 * j));
+#endif
+  wgmma_commit();
+  fence_regs(acc);
+}
+
+template <int BM>
+struct Pipe {
+  Loader ld;
+  ADecoder<BM> da;
+  BDecoder db;
+  uint32_t ring;
+  int steps;
+
+  // MMA on step s (fragments `cur`, decoded buffer `dcur`) while preparing step s + 1 into `nxt` / `dnxt`.
+  __device__ __forceinline__ void iteration(int s, float (&acc)[BM / 2], const uint32_t (&cur)[4][4], uint32_t dcur,
+                                            uint32_t (&nxt)[4][4], uint32_t dnxt) const {
+    mma_step<BM>(acc, cur, dcur);
+    if (s + 1 >= steps) return;
+    cp_async_wait<STAGES - 2>();  // this thread's copies for step s + 1 have landed
+    wgmma_wait<1>();              // this warpgroup's step s - 1 is done: dnxt and nxt are free
+    fence_regs(acc);
+    __syncthreads();              // ... for both warpgroups; every thread's step s + 1 bytes are visible
+    if (s + STAGES < steps) ld.load(ring + (s % STAGES) * STAGE_BYTES, s + STAGES);
+    cp_async_commit();
+    const uint32_t slot = ring + ((s + 1) % STAGES) * STAGE_BYTES;
+#ifndef WG_SKIP_DECODE
+    da.run(slot, dnxt);
+    db.run(slot, nxt);
+#endif
+    fence_proxy_async();          // generic-proxy stores to dnxt, read next by wgmma (async proxy)
+    __syncthreads();
+  }
+};
+
+template <int BM>
+__device__ __forceinline__ void run_tile(const Tile& t, uint8_t* smem) {
+  const int tid = threadIdx.x;
+  const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int r0 = 64 * wg + 16 * warp + (lane >> 2), tq = lane & 3;
+  const uint32_t d0 = smem_u32(smem), d1 = d0 + DEC_BYTES;
+  Pipe<BM> pipe;
+  pipe.ring = d0 + 2 * DEC_BYTES;
+  pipe.steps = t.K / BK;
+  pipe.ld.template init<BM>(t);
+  pipe.da.init();
+  pipe.db.init(r0, tq);
+
+  float acc[BM / 2];
+#pragma unroll
+  for (int i = 0; i < BM / 2; ++i) acc[i] = 0.f;
+  uint32_t fa[4][4], fb[4][4];
+
+#pragma unroll
+  for (int s = 0; s < STAGES; ++s) {
+    if (s < pipe.steps) pipe.ld.load(pipe.ring + s * STAGE_BYTES, s);
+    cp_async_commit();
+  }
+  cp_async_wait<STAGES - 1>();
+  __syncthreads();
+  pipe.da.run(pipe.ring, d0);
+  pipe.db.run(pipe.ring, fa);
+  fence_proxy_async();
+  __syncthreads();
+
+  for (int s = 0; s < pipe.steps; s += 2) {
+    pipe.iteration(s, acc, fa, d0, fb, d1);
+    if (s + 1 < pipe.steps) pipe.iteration(s + 1, acc, fb, d1, fa, d0);
+  }
+  wgmma_wait<0>();
+  fence_regs(acc);
+
+  // acc[i]: row n0 + r0 + 8 * ((i >> 1) & 1) of N, column m0 + 8 * (i >> 2) + 2 * tq + (i & 1) of M.
+#pragma unroll
+  for (int i = 0; i < BM / 2; ++i) {
+    const int n = t.n0 + r0 + 8 * ((i >> 1) & 1);
+    const int m = t.m0 + 8 * (i >> 2) + 2 * tq + (i & 1);
+    if (m < t.M && n < t.N) t.c[(size_t)m * t.N + n] = f32_to_f16(acc[i] * 16384.f);
+  }
+}
+
+}  // namespace
+
+#ifndef WG_CTAS_PER_SM
+#define WG_CTAS_PER_SM 2
+#endif
+
+extern "C" __global__ void __launch_bounds__(THREADS, WG_CTAS_PER_SM) fp4_group_gemm_sm90(const __grid_constant__ Params p) {
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const int4 w = p.tiles[blockIdx.x];
+  const int g = w.x;
+  Tile t;
+  t.a = reinterpret_cast<const uint8_t*>(p.addr[0 * MAX_GROUPS + g]);
+  t.b = reinterpret_cast<const uint8_t*>(p.addr[1 * MAX_GROUPS + g]);
+  t.sfa = reinterpret_cast<const uint8_t*>(p.addr[3 * MAX_GROUPS + g]);
+  t.sfb = reinterpret_cast<const uint8_t*>(p.addr[4 * MAX_GROUPS + g]);
+  t.M = p.m[g];
+  t.N = p.n[g];
+  t.K = p.k[g];
+  t.m0 = w.y;
+  t.n0 = w.z;
+  t.c = reinterpret_cast<uint16_t*>(p.addr[2 * MAX_GROUPS + g]);
+  if (w.w == 128) {
+    run_tile<128>(t, smem);
+  } else {
+    run_tile<64>(t, smem);
+  }
+}

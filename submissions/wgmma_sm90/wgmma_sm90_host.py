@@ -1,0 +1,195 @@
+"""wgmma_sm90 host logic that needs no GPU: the limits, the tile plan, input checks, the nvcc build of kernel.cu,
+and the kernel's parameter block.
+
+The constants mirror kernel.cu (a test compares them). The module name carries the variant's name because a
+variant's folder goes first on ``sys.path``.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+KERNEL_SOURCE = HERE / "kernel.cu"
+KERNEL_NAME = "fp4_group_gemm_sm90"
+
+#: Groups whose addresses and sizes travel in the kernel's parameter block (kernel.cu MAX_GROUPS).
+MAX_GROUPS = 16
+#: Rows of N per CTA (two warpgroups of 64), K per step, raw ring depth, threads per CTA (kernel.cu).
+BN, BK, STAGES, THREADS = 128, 64, 4, 256
+#: Columns of M per CTA that the kernel is compiled for (wgmma N sizes), ascending.
+BM_CLASSES = (64, 128)
+#: Dynamic shared memory per CTA in bytes (kernel.cu SMEM_BYTES + 1024 for aligning the base to 1024 bytes):
+#: two decoded A buffers of BM_MAX x BK fp16, then STAGES raw stages (B rows, A rows, B scale atom, A scale words).
+STAGE_BYTES = BN * BK // 2 + BM_CLASSES[-1] * BK // 2 + 512 + BM_CLASSES[-1] * 4
+SMEM_BYTES = 2 * BM_CLASSES[-1] * BK * 2 + STAGES * STAGE_BYTES + 1024
+
+#: nvcc flags: wgmma needs the architecture-specific sm_90a target (the -gencode form; see the device notes).
+NVCC_FLAGS = ("-cubin", "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-lineinfo")
+#: Extra nvcc arguments for experiments (e.g. "-DWG_SKIP_MMA", which computes nothing useful): bench.py only.
+EXTRA_FLAGS = tuple(os.environ.get("WGMMA_SM90_NVCC_EXTRA", "").split())
+
+_BLOCKED_ATOM_ROWS, _BLOCKED_ATOM_BYTES = 128, 512
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Checks and the tile plan
+# ----------------------------------------------------------------------------------------------------------
+
+def _expect(cond: bool, what: str, expected, got) -> None:
+    if not cond:
+        raise ValueError(f"wgmma_sm90: {what}: expected {expected}, got {got}")
+
+
+def check_sizes(sizes) -> None:
+    """Raise ValueError (expected vs got) for problem sizes the kernel cannot do: 1..MAX_GROUPS groups of
+    (M, N, K, 1) with M, N >= 1 and K a positive multiple of BK = 64 (one K step is 32 bytes of a row and one
+    column of blocked scale atoms)."""
+    _expect(1 <= len(sizes) <= MAX_GROUPS, "group count", f"1..{MAX_GROUPS}", len(sizes))
+    for i, size in enumerate(sizes):
+        _expect(len(size) == 4, f"group {i} problem size", "(M, N, K, L)", size)
+        m, n, k, l = size
+        _expect(l == 1, f"group {i} L", 1, l)
+        _expect(m >= 1 and n >= 1, f"group {i} M, N", ">= 1", (m, n))
+        _expect(k >= BK and k % BK == 0, f"group {i} K", f"a positive multiple of {BK}", k)
+        _expect(max(m, n) * (k // 2) < 2**31 and m * n < 2**31, f"group {i} sizes",
+                "each operand under 2^31 elements", (m, n, k))
+
+
+def _blocked_ok(i: int, name: str, sf: torch.Tensor, rows: int, k: int) -> None:
+    rest_mn, rest_k = -(-rows // _BLOCKED_ATOM_ROWS), k // 64
+    shape = (32, 4, rest_mn, 4, rest_k, 1)
+    _expect(tuple(sf.shape) == shape, f"group {i} {name} blocked shape [32, 4, ceil(rows/128), 4, K/64, 1]",
+            shape, tuple(sf.shape))
+    strides = (16, 4, rest_k * _BLOCKED_ATOM_BYTES, 1, _BLOCKED_ATOM_BYTES)
+    _expect(tuple(sf.stride())[:5] == strides, f"group {i} {name} strides (storage (rest_mn, rest_k, 32, 4, 4))",
+            strides, tuple(sf.stride())[:5])
+    _expect(sf.dtype in (torch.float8_e4m3fn, torch.uint8), f"group {i} {name} dtype", "float8_e4m3fn", sf.dtype)
+
+
+def validate(data) -> None:
+    """Raise ValueError (expected vs got) unless ``data`` is an input_t this kernel can compute: sizes as in
+    check_sizes; per group a (M, K/2, 1) and b (N, K/2, 1) e2m1 pairs and c (M, N, 1) fp16, row-major; the
+    reordered scales (data[2]) in the blocked 32x4x4 layout of task/formats.py; every tensor on one CUDA device,
+    16-byte aligned."""
+    _expect(isinstance(data, (tuple, list)) and len(data) == 4, "input_t", "a 4-tuple", type(data).__name__)
+    abc, _, sf_r, sizes = data
+    check_sizes(sizes)
+    g = len(sizes)
+    _expect(len(abc) == g and len(sf_r) == g, "entries per group list", g, (len(abc), len(sf_r)))
+    dev = abc[0][0].device
+    _expect(dev.type == "cuda", "device", "cuda", dev)
+    for i, ((a, b, c), (sfa, sfb), (m, n, k, _)) in enumerate(zip(abc, sf_r, sizes)):
+        for name, t, rows, cols, dt in (("a", a, m, k // 2, (torch.float4_e2m1fn_x2, torch.uint8)),
+                                        ("b", b, n, k // 2, (torch.float4_e2m1fn_x2, torch.uint8)),
+                                        ("c", c, m, n, (torch.float16,))):
+            _expect(t.dtype in dt, f"group {i} {name} dtype", dt[0], t.dtype)
+            _expect(tuple(t.shape) == (rows, cols, 1), f"group {i} {name} shape", (rows, cols, 1), tuple(t.shape))
+            _expect(tuple(t.stride())[:2] == (cols, 1), f"group {i} {name} strides (row-major)", (cols, 1),
+                    tuple(t.stride())[:2])
+        _blocked_ok(i, "sfa", sfa, m, k)
+        _blocked_ok(i, "sfb", sfb, n, k)
+        for name, t in (("a", a), ("b", b), ("c", c), ("sfa", sfa), ("sfb", sfb)):
+            _expect(t.device == dev, f"group {i} {name} device", dev, t.device)
+            _expect(t.data_ptr() % 16 == 0, f"group {i} {name} address", "16-byte aligned", hex(t.data_ptr()))
+
+
+def layout_key(abc, sf_r) -> tuple:
+    """What validate() looked at, per tensor, except the addresses: dtype, shape, strides, device."""
+    return tuple((t.dtype, t.shape, t.stride(), t.device)
+                 for (a, b, c), (sa, sb) in zip(abc, sf_r) for t in (a, b, c, sa, sb))
+
+
+def plan_tiles(sizes) -> list[tuple[int, int, int, int]]:
+    """CTA tiles (group, m0, n0, bm), most expensive first. Each group's M is covered by BM_CLASSES[-1] columns
+    while more remain, then by the smallest class that holds the rest; N by BN rows. Cost: K x (bm + 64), the
+    decode of B and A per step (bm + 64 against the 128 rows of B; measured order matters less than size)."""
+    tiles = []
+    for g, (m, n, k, _) in enumerate(sizes):
+        m0 = 0
+        while m0 < m:
+            rem = m - m0
+            bm = next((c for c in BM_CLASSES if c >= rem), BM_CLASSES[-1])
+            tiles += [(k * (bm + 64), g, m0, n0, bm) for n0 in range(0, n, BN)]
+            m0 += bm
+    tiles.sort(key=lambda t: -t[0])
+    return [t[1:] for t in tiles]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Build
+# ----------------------------------------------------------------------------------------------------------
+
+def find_nvcc() -> str:
+    """nvcc on PATH, else under $CUDA_HOME or /usr/local/cuda*. Raises RuntimeError when there is none."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    roots = [os.environ.get("CUDA_HOME", ""), "/usr/local/cuda", *sorted(map(str, Path("/usr/local").glob(
+        "cuda-*")), reverse=True)]
+    for root in roots:
+        if root and (Path(root) / "bin" / "nvcc").is_file():
+            return str(Path(root) / "bin" / "nvcc")
+    raise RuntimeError("wgmma_sm90: nvcc not found (PATH, $CUDA_HOME, /usr/local/cuda*); it builds kernel.cu "
+                       "for sm_90a on the first call")
+
+
+def source_digest() -> str:
+    """Hash of kernel.cu and the nvcc flags: names the cached cubin."""
+    h = hashlib.sha256(KERNEL_SOURCE.read_bytes())
+    h.update(repr(NVCC_FLAGS + EXTRA_FLAGS).encode())
+    return h.hexdigest()[:16]
+
+
+def cache_dir() -> Path:
+    """$FP4BENCH_CACHE/wgmma_sm90, else ~/.cache/fp4bench/wgmma_sm90."""
+    base = os.environ.get("FP4BENCH_CACHE") or Path.home() / ".cache" / "fp4bench"
+    return Path(base) / "wgmma_sm90"
+
+
+def build_cubin(out_dir: Path | None = None, verbose: bool = False) -> Path:
+    """Compile kernel.cu to an sm_90a cubin (cached by source_digest); returns its path. Raises RuntimeError with
+    nvcc's output when the compile fails. ``verbose`` adds ptxas's register and spill report to stderr."""
+    out_dir = Path(out_dir) if out_dir else cache_dir()
+    out = out_dir / f"{KERNEL_NAME}_{source_digest()}.cubin"
+    if out.is_file() and not verbose:
+        return out
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    cmd = [find_nvcc(), *NVCC_FLAGS, *EXTRA_FLAGS, *(["-Xptxas", "-v"] if verbose else []), "-o", str(tmp), str(KERNEL_SOURCE)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"wgmma_sm90: nvcc failed ({' '.join(cmd)}):\n{proc.stdout}{proc.stderr}")
+    if verbose:
+        print(proc.stderr, end="")
+    os.replace(tmp, out)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The kernel's parameter block
+# ----------------------------------------------------------------------------------------------------------
+
+class Params(ctypes.Structure):
+    """kernel.cu ``struct Params``: addresses (a, b, c, sfa, sfb: kind-major, MAX_GROUPS each), the tile table's
+    device address, and each group's M, N, K."""
+
+    _fields_ = [("addr", ctypes.c_uint64 * (5 * MAX_GROUPS)), ("tiles", ctypes.c_uint64),
+                ("m", ctypes.c_int32 * MAX_GROUPS), ("n", ctypes.c_int32 * MAX_GROUPS),
+                ("k", ctypes.c_int32 * MAX_GROUPS)]
+
+
+def make_params(sizes, tiles_address: int) -> Params:
+    """A parameter block for ``sizes`` with every address 0 (a call writes them) and the tile table at
+    ``tiles_address``."""
+    p = Params()
+    p.tiles = tiles_address
+    for g, (m, n, k, _) in enumerate(sizes):
+        p.m[g], p.n[g], p.k[g] = m, n, k
+    return p
