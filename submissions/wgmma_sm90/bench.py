@@ -106,9 +106,17 @@ def main() -> None:
     ap.add_argument("--time", action="store_true")
     ap.add_argument("--inspect", action="store_true")
     ap.add_argument("--samples", type=int, default=20)
+    ap.add_argument("--profile-case", type=int, help="run benchmarks.yml case N three times (for ncu), nothing else")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     result = {}
+    if args.profile_case is not None:
+        case = load_shapes("benchmarks").cases[args.profile_case]
+        data = generate_input(case.m, case.n, case.k, case.g, seed=case.seed, device="cuda")
+        for _ in range(3):
+            _sub().custom_kernel(data)
+        torch.cuda.synchronize()
+        return
     if args.inspect:
         host.build_cubin(verbose=True)
     if args.check:

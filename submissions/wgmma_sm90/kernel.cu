@@ -8,11 +8,18 @@
 namespace {
 
 constexpr int MAX_GROUPS = 16;
-constexpr int BN = 128;           // rows of N per CTA
+#ifndef WG_WARPGROUPS
+#define WG_WARPGROUPS 2
+#endif
+constexpr int WARPGROUPS = WG_WARPGROUPS;  // each owns 64 rows of N
+constexpr int BN = 64 * WARPGROUPS;        // rows of N per CTA
+constexpr int THREADS = 128 * WARPGROUPS;
 constexpr int BK = 64;            // K per step: 32 bytes of e2m1 per row, 4 scale columns (one per thread quad lane)
 constexpr int ROW_BYTES = BK / 2;
-constexpr int STAGES = 4;         // raw (e2m1 + e4m3fn) shared-memory ring depth
-constexpr int THREADS = 256;
+#ifndef WG_STAGES
+#define WG_STAGES 4
+#endif
+constexpr int STAGES = WG_STAGES; // raw (e2m1 + e4m3fn) shared-memory ring depth
 constexpr int BM_MAX = 128;
 
 // Shared memory (offsets from a 1024-byte aligned base): two decoded A buffers (BM_MAX rows x 128 bytes, 128-byte
@@ -20,9 +27,9 @@ constexpr int BM_MAX = 128;
 constexpr int DEC_BYTES = BM_MAX * BK * 2;
 constexpr int RAW_B = 0;                                  // BN rows x 32 bytes
 constexpr int RAW_A = RAW_B + BN * ROW_BYTES;             // BM_MAX rows x 32 bytes
-constexpr int RAW_SFB = RAW_A + BM_MAX * ROW_BYTES;       // one blocked 32x4x4 atom: 128 rows x 4 scales
-constexpr int RAW_SFA = RAW_SFB + 512;                    // BM_MAX rows x 4 scales, row-major
-constexpr int STAGE_BYTES = RAW_SFA + BM_MAX * 4;
+constexpr int RAW_SFB = RAW_A + BM_MAX * ROW_BYTES;       // BN / 128 blocked 32x4x4 atoms: 128 rows x 4 scales each
+constexpr int RAW_SFA = RAW_SFB + 512 * (BN / 128);       // A's atom holding the tile's rows (m0 / 128)
+constexpr int STAGE_BYTES = RAW_SFA + 512;
 constexpr int SMEM_BYTES = 2 * DEC_BYTES + STAGES * STAGE_BYTES;
 
 }  // namespace
@@ -45,12 +52,10 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
+// A 16-byte cp.async (L2 only) when `on`.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, uint32_t on) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p cp.async.cg.shared.global [%0], [%1], 16;\n}\n" ::"r"(dst),
+               "l"(src), "r"(on));
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
@@ -58,7 +63,11 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async() {
+#ifndef WG_NO_FENCE
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 
@@ -92,12 +101,19 @@ __device__ __forceinline__ uint32_t scale_pair(uint32_t code) {
 // goes to bit 15 of its half and its three magnitude bits to bits 11..9: that fp16 pattern is the e2m1 value times
 // 2^-14 (code 1, the e2m1 subnormal 0.5, is the fp16 subnormal 2^-15). With s2 = scale * 2^7 every product is
 // value * scale * 2^-7, exact in fp16; the epilogue multiplies the fp32 sum by 2^14.
+#ifdef WG_NO_SCALE
+#define hmul2(a, b) (a)
+#endif
 __device__ __forceinline__ void decode_word(uint32_t x, uint32_t s2, uint32_t (&out)[4]) {
   out[3] = hmul2((x & 0x80008000u) | ((x >> 3) & 0x0E000E00u), s2);
   out[2] = hmul2(((x << 4) & 0x80008000u) | ((x << 1) & 0x0E000E00u), s2);
   out[1] = hmul2(((x << 8) & 0x80008000u) | ((x << 5) & 0x0E000E00u), s2);
   out[0] = hmul2(((x << 12) & 0x80008000u) | ((x << 9) & 0x0E000E00u), s2);
 }
+
+#ifdef WG_NO_SCALE
+#undef hmul2
+#endif
 
 // Descriptor of a K-major operand with 128-byte swizzle: rows of 128 bytes, 8-row groups 1024 bytes apart.
 __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
@@ -181,22 +197,23 @@ __device__ __forceinline__ uint32_t lds8(uint32_t a) {
   asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(a));
   return v;
 }
-__device__ __forceinline__ void sts64(uint32_t a, uint32_t x, uint32_t y) {
+[[maybe_unused]] __device__ __forceinline__ void sts64(uint32_t a, uint32_t x, uint32_t y) {
   asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(a), "r"(x), "r"(y));
 }
 __device__ __forceinline__ void sts32(uint32_t a, uint32_t x) {
   asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(x));
 }
 
-// This thread's share of every K step's copies, resolved once per tile: a 16-byte chunk of a B row, of an A row
-// (threads < 2 * BM), and either a 16-byte chunk of B's scale atom (threads < 32) or A's 4 scale bytes of one row
-// (the last BM threads). Rows past N or M are zero-filled and never read from memory.
+// This thread's share of every K step's copies, as running source pointers resolved once per tile: 16 bytes of a
+// B row (every thread), 16 bytes of an A row (threads < 2 * BM), 16 bytes of B's or A's blocked scale atoms
+// (threads < 16 * WARPGROUPS + 32). Destinations are 16 * tid past each region's start. Rows past N or M read the
+// last row, and atoms past the last read the last one: they feed only outputs that are never stored (row n of
+// C^T depends on B row n alone, column m on A row m alone).
 struct Loader {
   const uint8_t* b_src;
   const uint8_t* a_src;
   const uint8_t* sf_src;
-  uint32_t b_dst, a_dst, sf_dst;
-  bool b_ok, a_ok, sf_ok, a_on, sfb_on, sfa_on;
+  uint32_t dst, a_on, sf_on;
 
   template <int BM>
   __device__ __forceinline__ void init(const Tile& t) {
@@ -204,85 +221,84 @@ struct Loader {
     const int row_bytes = t.K / 2;
     const int rest_k = t.K / 64;
     const int r = tid >> 1, h = tid & 1;
-    b_ok = t.n0 + r < t.N;
-    b_src = t.b + (b_ok ? (size_t)(t.n0 + r) * row_bytes + 16 * h : 0);
-    b_dst = RAW_B + r * ROW_BYTES + 16 * h;
+    dst = 16 * tid;
+    b_src = t.b + (size_t)min(t.n0 + r, t.N - 1) * row_bytes + 16 * h;
     a_on = tid < 2 * BM;
-    a_ok = a_on && t.m0 + r < t.M;
-    a_src = t.a + (a_ok ? (size_t)(t.m0 + r) * row_bytes + 16 * h : 0);
-    a_dst = RAW_A + r * ROW_BYTES + 16 * h;
-    sfb_on = tid < 32;
-    sfa_on = tid >= THREADS - BM;
-    if (sfb_on) {
-      sf_ok = true;
-      sf_src = t.sfb + (size_t)(t.n0 >> 7) * rest_k * 512 + 16 * tid;
-      sf_dst = RAW_SFB + 16 * tid;
+    a_src = t.a + (size_t)min(t.m0 + r, t.M - 1) * row_bytes + 16 * h;
+    sf_on = tid < 16 * WARPGROUPS + 32;
+    if (tid < 16 * WARPGROUPS) {
+      const int atom = min((t.n0 >> 7) + (tid >> 5), (t.N - 1) >> 7);
+      sf_src = t.sfb + (size_t)atom * rest_k * 512 + 16 * (tid & 31);
     } else {
-      const int ra = tid - (THREADS - BM);
-      const int m = t.m0 + ra;
-      sf_ok = sfa_on && m < t.M;
-      sf_src = t.sfa + (sf_ok ? (size_t)(m >> 7) * rest_k * 512 + (m & 31) * 16 + ((m >> 5) & 3) * 4 : 0);
-      sf_dst = RAW_SFA + 4 * ra;
+      sf_src = t.sfa + (size_t)(t.m0 >> 7) * rest_k * 512 + 16 * (tid & 31);
     }
   }
 
-  // Queue K step s into the ring slot at shared address `slot`.
-  __device__ __forceinline__ void load(uint32_t slot, int s) const {
-    const size_t kb = (size_t)s * ROW_BYTES;
-    cp_async16(slot + b_dst, b_src + (b_ok ? kb : 0), b_ok);
-    if (a_on) cp_async16(slot + a_dst, a_src + (a_ok ? kb : 0), a_ok);
-    const size_t ks = (size_t)s * 512;
-    if (sfb_on) {
-      cp_async16(slot + sf_dst, sf_src + ks, true);
-    } else if (sfa_on) {
-      cp_async4(slot + sf_dst, sf_src + (sf_ok ? ks : 0), sf_ok);
-    }
+  // Queue the next K step (steps are loaded in order) into the ring slot at shared address `slot`.
+  __device__ __forceinline__ void load(uint32_t slot) {
+    cp_async16(slot + RAW_B + dst, b_src, 1);
+    cp_async16(slot + RAW_A + dst, a_src, a_on);
+    cp_async16(slot + RAW_SFB + dst, sf_src, sf_on);
+    b_src += ROW_BYTES;
+    a_src += ROW_BYTES;
+    sf_src += 512;
   }
 };
 
-// A's decode: T = 256 / BM threads per row, each owning 32 / T bytes of it (scale columns q * 4 / T ...). Thread
-// (row r, part q) decodes its words and writes its 4 * (4 / T)-byte share of each of the row's eight 16-byte chunks
-// in the swizzled buffer.
+// A's decode: T = THREADS / BM threads per row, thread q owning WORDS = 8 / T consecutive 32-bit words of the
+// row's 32 bytes. Word w of the row is (t, wi) = (w / 2, w % 2): scale column t, nibbles n0..n7 decoded into pairs
+// p = 0..3, and pair p of word (t, wi) is bytes 4t..4t+3 of 16-byte chunk 4 wi + p of the row (the K order the B
+// fragments use), stored through the 128-byte swizzle.
 template <int BM>
 struct ADecoder {
-  static constexpr int T = THREADS / BM;     // 2 or 4
-  static constexpr int WORDS = 8 / T;        // 4 or 2
+  static constexpr int T = THREADS / BM;
+  static constexpr int WORDS = 8 / T;  // 4, 2 or 1
   uint32_t raw, sf, dec_row, swz;
   int sf_shift;
 
-  __device__ __forceinline__ void init() {
+  __device__ __forceinline__ void init(int m0) {
     const int tid = threadIdx.x;
     const int r = tid / T, q = tid % T;
+    const int ra = (m0 & 127) + r;  // row within A's atom
     raw = RAW_A + r * ROW_BYTES + q * 4 * WORDS;
-    sf = RAW_SFA + 4 * r;
-    sf_shift = 8 * (q * WORDS / 2);
-    dec_row = r * 128 + q * 4 * (WORDS / 2);
+    sf = RAW_SFA + (ra & 31) * 16 + ((ra >> 5) & 3) * 4;
+    sf_shift = 8 * ((q * WORDS) >> 1);
+    dec_row = r * 128;
     swz = (r & 7) << 4;
   }
 
   // Ring slot `slot` -> decoded buffer `dec` (shared addresses).
   __device__ __forceinline__ void run(uint32_t slot, uint32_t dec) const {
+    const int q = threadIdx.x % T;
     uint32_t w[WORDS];
     if constexpr (WORDS == 4) {
-      const uint4 q = lds128(slot + raw);
-      w[0] = q.x; w[1] = q.y; w[2] = q.z; w[3] = q.w;
+      const uint4 x = lds128(slot + raw);
+      w[0] = x.x; w[1] = x.y; w[2] = x.z; w[3] = x.w;
+    } else if constexpr (WORDS == 2) {
+      const uint2 x = lds64(slot + raw);
+      w[0] = x.x; w[1] = x.y;
     } else {
-      const uint2 q = lds64(slot + raw);
-      w[0] = q.x; w[1] = q.y;
+      w[0] = lds32(slot + raw);
     }
     const uint32_t sw = lds32(slot + sf) >> sf_shift;
-    uint32_t v[WORDS][4];  // word i of this thread is (t, wi) = (first t + i / 2, i % 2)
+    uint32_t v[WORDS][4];
 #pragma unroll
-    for (int i = 0; i < WORDS; ++i) decode_word(w[i], scale_pair(sw >> (8 * (i / 2))), v[i]);
+    for (int i = 0; i < WORDS; ++i) decode_word(w[i], scale_pair(sw >> (8 * (i >> 1))), v[i]);
     const uint32_t row = dec + dec_row;
+    const int w0 = q * WORDS;  // first word of this thread: (t0, wi0)
 #pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      const int j = c >> 1, wi = j >> 1, p = 2 * (j & 1) + (c & 1);
-      const uint32_t at = row + ((c << 4) ^ swz);
+    for (int p = 0; p < 4; ++p) {
       if constexpr (WORDS == 4) {
-        sts64(at, v[wi][p], v[2 + wi][p]);
+        // words (2h, 0), (2h, 1), (2h + 1, 0), (2h + 1, 1): chunks p and 4 + p, bytes 8h..8h+7 of each
+#pragma unroll
+        for (int wi = 0; wi < 2; ++wi)
+          sts64(row + (((4 * wi + p) << 4) ^ swz) + 4 * (w0 >> 1), v[wi][p], v[2 + wi][p]);
       } else {
-        sts32(at, v[wi][p]);
+#pragma unroll
+        for (int i = 0; i < WORDS; ++i) {
+          const int wi = (w0 + i) & 1;  // w0 is even when WORDS == 2
+          sts32(row + (((4 * wi + p) << 4) ^ swz) + 4 * ((w0 + i) >> 1), v[i][p]);
+        }
       }
     }
   }
@@ -298,7 +314,7 @@ struct BDecoder {
     for (int i = 0; i < 2; ++i) {
       const int r = r0 + 8 * i;
       raw[i] = RAW_B + r * ROW_BYTES + 8 * tq;
-      sf[i] = RAW_SFB + (r & 31) * 16 + (r >> 5) * 4 + tq;
+      sf[i] = RAW_SFB + (r >> 7) * 512 + (r & 31) * 16 + ((r >> 5) & 3) * 4 + tq;
     }
   }
 
@@ -322,14 +338,15 @@ struct BDecoder {
   }
 };
 
-// Issue the four k16 wgmmas of one step and commit them as one group.
+// Issue the four k16 wgmmas of one step (k16 slice j starts 32 bytes further along the swizzled rows: +2 in the
+// descriptor's address field) and commit them as one group.
 template <int BM>
-__device__ __forceinline__ void mma_step(float (&acc)[BM / 2], const uint32_t (&f)[4][4], uint32_t dec_addr) {
+__device__ __forceinline__ void mma_step(float (&acc)[BM / 2], const uint32_t (&f)[4][4], uint64_t desc) {
   wgmma_fence();
   fence_regs(acc);
 #ifndef WG_SKIP_MMA
 #pragma unroll
-  for (int j = 0; j < 4; ++j) wgmma_step<BM>(acc, f[j], sw128_desc(dec_addr + 32 * j));
+  for (int j = 0; j < 4; ++j) wgmma_step<BM>(acc, f[j], desc + 2 * j);
 #endif
   wgmma_commit();
   fence_regs(acc);
@@ -344,15 +361,15 @@ struct Pipe {
   int steps;
 
   // MMA on step s (fragments `cur`, decoded buffer `dcur`) while preparing step s + 1 into `nxt` / `dnxt`.
-  __device__ __forceinline__ void iteration(int s, float (&acc)[BM / 2], const uint32_t (&cur)[4][4], uint32_t dcur,
-                                            uint32_t (&nxt)[4][4], uint32_t dnxt) const {
+  __device__ __forceinline__ void iteration(int s, float (&acc)[BM / 2], const uint32_t (&cur)[4][4], uint64_t dcur,
+                                            uint32_t (&nxt)[4][4], uint32_t dnxt) {
     mma_step<BM>(acc, cur, dcur);
     if (s + 1 >= steps) return;
     cp_async_wait<STAGES - 2>();  // this thread's copies for step s + 1 have landed
     wgmma_wait<1>();              // this warpgroup's step s - 1 is done: dnxt and nxt are free
     fence_regs(acc);
-    __syncthreads();              // ... for both warpgroups; every thread's step s + 1 bytes are visible
-    if (s + STAGES < steps) ld.load(ring + (s % STAGES) * STAGE_BYTES, s + STAGES);
+    __syncthreads();              // ... for every warpgroup; every thread's step s + 1 bytes are visible
+    if (s + STAGES < steps) ld.load(ring + (s % STAGES) * STAGE_BYTES);
     cp_async_commit();
     const uint32_t slot = ring + ((s + 1) % STAGES) * STAGE_BYTES;
 #ifndef WG_SKIP_DECODE
@@ -374,8 +391,9 @@ __device__ __forceinline__ void run_tile(const Tile& t, uint8_t* smem) {
   pipe.ring = d0 + 2 * DEC_BYTES;
   pipe.steps = t.K / BK;
   pipe.ld.template init<BM>(t);
-  pipe.da.init();
+  pipe.da.init(t.m0);
   pipe.db.init(r0, tq);
+  const uint64_t desc0 = sw128_desc(d0), desc1 = sw128_desc(d1);
 
   float acc[BM / 2];
 #pragma unroll
@@ -384,7 +402,7 @@ __device__ __forceinline__ void run_tile(const Tile& t, uint8_t* smem) {
 
 #pragma unroll
   for (int s = 0; s < STAGES; ++s) {
-    if (s < pipe.steps) pipe.ld.load(pipe.ring + s * STAGE_BYTES, s);
+    if (s < pipe.steps) pipe.ld.load(pipe.ring + s * STAGE_BYTES);
     cp_async_commit();
   }
   cp_async_wait<STAGES - 1>();
@@ -395,8 +413,8 @@ __device__ __forceinline__ void run_tile(const Tile& t, uint8_t* smem) {
   __syncthreads();
 
   for (int s = 0; s < pipe.steps; s += 2) {
-    pipe.iteration(s, acc, fa, d0, fb, d1);
-    if (s + 1 < pipe.steps) pipe.iteration(s + 1, acc, fb, d1, fa, d0);
+    pipe.iteration(s, acc, fa, desc0, fb, d1);
+    if (s + 1 < pipe.steps) pipe.iteration(s + 1, acc, fb, desc1, fa, d0);
   }
   wgmma_wait<0>();
   fence_regs(acc);
@@ -413,7 +431,7 @@ __device__ __forceinline__ void run_tile(const Tile& t, uint8_t* smem) {
 }  // namespace
 
 #ifndef WG_CTAS_PER_SM
-#define WG_CTAS_PER_SM 2
+#define WG_CTAS_PER_SM (WARPGROUPS == 2 ? 2 : 1)
 #endif
 
 extern "C" __global__ void __launch_bounds__(THREADS, WG_CTAS_PER_SM) fp4_group_gemm_sm90(const __grid_constant__ Params p) {

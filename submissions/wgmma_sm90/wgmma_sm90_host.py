@@ -19,21 +19,33 @@ HERE = Path(__file__).resolve().parent
 KERNEL_SOURCE = HERE / "kernel.cu"
 KERNEL_NAME = "fp4_group_gemm_sm90"
 
+#: nvcc flags: wgmma needs the architecture-specific sm_90a target (the -gencode form; see the device notes).
+NVCC_FLAGS = ("-cubin", "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-lineinfo")
+#: Extra nvcc arguments for experiments (bench.py): "-DWG_SKIP_MMA" and the like compute nothing useful;
+#: "-DWG_WARPGROUPS=N" and "-DWG_STAGES=N" change the tile (the constants below follow them).
+EXTRA_FLAGS = tuple(os.environ.get("WGMMA_SM90_NVCC_EXTRA", "").split())
+
+
+def _define(name: str, default: int) -> int:
+    for flag in EXTRA_FLAGS:
+        if flag.startswith(f"-D{name}="):
+            return int(flag.split("=", 1)[1])
+    return default
+
+
 #: Groups whose addresses and sizes travel in the kernel's parameter block (kernel.cu MAX_GROUPS).
 MAX_GROUPS = 16
-#: Rows of N per CTA (two warpgroups of 64), K per step, raw ring depth, threads per CTA (kernel.cu).
-BN, BK, STAGES, THREADS = 128, 64, 4, 256
+#: Warpgroups per CTA, each owning 64 rows of N (kernel.cu WARPGROUPS).
+WARPGROUPS = _define("WG_WARPGROUPS", 2)
+#: Rows of N per CTA, K per step, raw ring depth, threads per CTA (kernel.cu BN, BK, STAGES, THREADS).
+BN, BK, STAGES, THREADS = 64 * WARPGROUPS, 64, _define("WG_STAGES", 4), 128 * WARPGROUPS
 #: Columns of M per CTA that the kernel is compiled for (wgmma N sizes), ascending.
 BM_CLASSES = (64, 128)
 #: Dynamic shared memory per CTA in bytes (kernel.cu SMEM_BYTES + 1024 for aligning the base to 1024 bytes):
-#: two decoded A buffers of BM_MAX x BK fp16, then STAGES raw stages (B rows, A rows, B scale atom, A scale words).
-STAGE_BYTES = BN * BK // 2 + BM_CLASSES[-1] * BK // 2 + 512 + BM_CLASSES[-1] * 4
+#: two decoded A buffers of BM_MAX x BK fp16, then STAGES raw stages (B rows, A rows, B scale atoms, A's scale
+#: atom).
+STAGE_BYTES = BN * BK // 2 + BM_CLASSES[-1] * BK // 2 + 512 * (BN // 128) + 512
 SMEM_BYTES = 2 * BM_CLASSES[-1] * BK * 2 + STAGES * STAGE_BYTES + 1024
-
-#: nvcc flags: wgmma needs the architecture-specific sm_90a target (the -gencode form; see the device notes).
-NVCC_FLAGS = ("-cubin", "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-lineinfo")
-#: Extra nvcc arguments for experiments (e.g. "-DWG_SKIP_MMA", which computes nothing useful): bench.py only.
-EXTRA_FLAGS = tuple(os.environ.get("WGMMA_SM90_NVCC_EXTRA", "").split())
 
 _BLOCKED_ATOM_ROWS, _BLOCKED_ATOM_BYTES = 128, 512
 
