@@ -39,13 +39,15 @@ MAX_GROUPS = 16
 WARPGROUPS = _define("WG_WARPGROUPS", 2)
 #: Rows of N per CTA, K per step, raw ring depth, threads per CTA (kernel.cu BN, BK, STAGES, THREADS).
 BN, BK, STAGES, THREADS = 64 * WARPGROUPS, 64, _define("WG_STAGES", 4), 128 * WARPGROUPS
+#: Decoded A buffers (kernel.cu DEC_BUFS).
+DEC_BUFS = 3
 #: Columns of M per CTA that the kernel is compiled for (wgmma N sizes), ascending.
 BM_CLASSES = (64, 128)
 #: Dynamic shared memory per CTA in bytes (kernel.cu SMEM_BYTES + 1024 for aligning the base to 1024 bytes):
-#: two decoded A buffers of BM_MAX x BK fp16, then STAGES raw stages (B rows, A rows, B scale atoms, A's scale
+#: DEC_BUFS decoded A buffers of BM_MAX x BK fp16, then STAGES raw stages (B rows, A rows, B scale atoms, A's scale
 #: atom).
 STAGE_BYTES = BN * BK // 2 + BM_CLASSES[-1] * BK // 2 + 512 * (BN // 128) + 512
-SMEM_BYTES = 2 * BM_CLASSES[-1] * BK * 2 + STAGES * STAGE_BYTES + 1024
+SMEM_BYTES = DEC_BUFS * BM_CLASSES[-1] * BK * 2 + STAGES * STAGE_BYTES + 1024
 
 _BLOCKED_ATOM_ROWS, _BLOCKED_ATOM_BYTES = 128, 512
 
