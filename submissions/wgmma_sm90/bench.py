@@ -100,16 +100,54 @@ def time_benchmarks(samples: int) -> list[dict]:
     return rows
 
 
+def host_parts(reps: int = 300) -> list[dict]:
+    """Host microseconds per call of each piece of custom_kernel's fast path, per benchmarks.yml case (the GPU is
+    synchronised every 50 calls so the launch queue never fills)."""
+    import time  # noqa: PLC0415
+    sub = _sub()
+    rows = []
+    for case in load_shapes("benchmarks").cases:
+        data = generate_input(case.m, case.n, case.k, case.g, seed=case.seed, device="cuda")
+        sub.custom_kernel(data)
+        abc, _, sf_r, sizes = data
+        plan = sub._PLANS[tuple(sizes)]
+        ptrs = [t.data_ptr() for (a, b, c), (sa, sb) in zip(abc, sf_r) for t in (a, b, c, sa, sb)]
+        parts = {
+            "lookup": lambda: sub._PLANS.get(tuple(sizes)),
+            "ptrs": lambda: [t.data_ptr() for (a, b, c), (sa, sb) in zip(abc, sf_r) for t in (a, b, c, sa, sb)],
+            "layout": lambda: host.layout_key(abc, sf_r),
+            "launch": lambda: plan.launch(ptrs),
+            "call": lambda: sub.custom_kernel(data),
+        }
+        row = {"case": _name(case)}
+        for name, fn in parts.items():
+            best = float("inf")
+            for _ in range(reps // 50):
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for _ in range(50):
+                    fn()
+                best = min(best, (time.perf_counter() - t0) / 50 * 1e6)
+            row[name] = round(best, 2)
+        torch.cuda.synchronize()
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--time", action="store_true")
     ap.add_argument("--inspect", action="store_true")
+    ap.add_argument("--host", action="store_true", help="host us per call of each fast-path piece (best of batches)")
     ap.add_argument("--samples", type=int, default=20)
+    ap.add_argument("--split", type=int, choices=(1, 2), help="force split-K (default: choose_split's rule)")
     ap.add_argument("--profile-case", type=int, help="run benchmarks.yml case N three times (for ncu), nothing else")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     result = {}
+    host.SPLIT_OVERRIDE = args.split
     if args.profile_case is not None:
         case = load_shapes("benchmarks").cases[args.profile_case]
         data = generate_input(case.m, case.n, case.k, case.g, seed=case.seed, device="cuda")
@@ -123,6 +161,8 @@ def main() -> None:
         result["check"] = check()
     if args.time:
         result["time"] = time_benchmarks(args.samples)
+    if args.host:
+        result["host"] = host_parts()
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "wgmma_sm90_bench.json").write_text(json.dumps(result, indent=1))

@@ -36,11 +36,15 @@ constexpr int SMEM_BYTES = DEC_BUFS * DEC_BYTES + STAGES * STAGE_BYTES;
 
 }  // namespace
 
-// Kernel parameters (by value). addr: a, b, c, sfa, sfb of group g at [kind * MAX_GROUPS + g]. tiles: one int4 per
-// CTA, (group, m0, n0, bm). The host mirrors this layout (wgmma_sm90_host.Params).
+// Kernel parameters (by value). addr: a, b, c, sfa, sfb of group g at [kind * MAX_GROUPS + g]. tiles: two int4 per
+// CTA, (group, m0, n0, bm) and (first K step, K steps, split slot or -1, part 0/1). ws: fp32 partials, 2 x BN x
+// BM_MAX per split slot; cnt: one counter per slot, zero between launches. The host mirrors this layout
+// (wgmma_sm90_host.Params).
 struct Params {
   uint64_t addr[5 * MAX_GROUPS];
   const int4* tiles;
+  float* ws;
+  int* cnt;
   int m[MAX_GROUPS];
   int n[MAX_GROUPS];
   int k[MAX_GROUPS];
@@ -177,7 +181,9 @@ struct Tile {
   const uint8_t* sfa;  // blocked 32x4x4 scales of A
   const uint8_t* sfb;
   uint16_t* c;         // M x N fp16
-  int M, N, K, m0, n0;
+  float* ws;           // split-K partials of this tile's slot (2 x BN x BM_MAX), or null
+  int* cnt;            // the slot's arrival counter
+  int M, N, K, m0, n0, k0, steps, part;
 };
 
 __device__ __forceinline__ uint4 lds128(uint32_t a) {
@@ -195,12 +201,17 @@ __device__ __forceinline__ uint32_t lds32(uint32_t a) {
   asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(a));
   return v;
 }
+__device__ __forceinline__ uint32_t lds16(uint32_t a) {
+  uint16_t v;
+  asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(a));
+  return v;
+}
 __device__ __forceinline__ uint32_t lds8(uint32_t a) {
   uint32_t v;
   asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(a));
   return v;
 }
-[[maybe_unused]] __device__ __forceinline__ void sts64(uint32_t a, uint32_t x, uint32_t y) {
+__device__ __forceinline__ void sts64(uint32_t a, uint32_t x, uint32_t y) {
   asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(a), "r"(x), "r"(y));
 }
 __device__ __forceinline__ void sts32(uint32_t a, uint32_t x) {
@@ -217,7 +228,7 @@ struct Loader {
   const uint8_t* b_src;
   const uint8_t* a_src;
   const uint8_t* sf_src;
-  uint32_t dst, a_on, a_bytes, sf_on;
+  uint32_t a_bytes;  // 16, or 0 for a row past M
 
   template <int BM>
   __device__ __forceinline__ void init(const Tile& t) {
@@ -225,25 +236,26 @@ struct Loader {
     const int row_bytes = t.K / 2;
     const int rest_k = t.K / 64;
     const int r = tid >> 1, h = tid & 1;
-    dst = 16 * tid;
-    b_src = t.b + (size_t)min(t.n0 + r, t.N - 1) * row_bytes + 16 * h;
-    a_on = tid < 2 * BM;
+    const int kb = t.k0 * ROW_BYTES;
+    b_src = t.b + (size_t)min(t.n0 + r, t.N - 1) * row_bytes + kb + 16 * h;
     a_bytes = t.m0 + r < t.M ? 16 : 0;
-    a_src = t.a + (size_t)min(t.m0 + r, t.M - 1) * row_bytes + 16 * h;
-    sf_on = tid < 16 * WARPGROUPS + 32;
+    a_src = t.a + (size_t)min(t.m0 + r, t.M - 1) * row_bytes + kb + 16 * h;
     if (tid < 16 * WARPGROUPS) {
       const int atom = min((t.n0 >> 7) + (tid >> 5), (t.N - 1) >> 7);
-      sf_src = t.sfb + (size_t)atom * rest_k * 512 + 16 * (tid & 31);
+      sf_src = t.sfb + ((size_t)atom * rest_k + t.k0) * 512 + 16 * (tid & 31);
     } else {
-      sf_src = t.sfa + (size_t)(t.m0 >> 7) * rest_k * 512 + 16 * (tid & 31);
+      sf_src = t.sfa + ((size_t)(t.m0 >> 7) * rest_k + t.k0) * 512 + 16 * (tid & 31);
     }
   }
 
   // Queue the next K step (steps are loaded in order) into the ring slot at shared address `slot`.
+  template <int BM>
   __device__ __forceinline__ void load(uint32_t slot) {
-    cp_async16(slot + RAW_B + dst, b_src, 16, 1);
-    cp_async16(slot + RAW_A + dst, a_src, a_bytes, a_on);
-    cp_async16(slot + RAW_SFB + dst, sf_src, 16, sf_on);
+    const int tid = threadIdx.x;
+    const uint32_t dst = slot + 16 * tid;
+    cp_async16(dst + RAW_B, b_src, 16, 1);
+    cp_async16(dst + RAW_A, a_src, a_bytes, tid < 2 * BM);
+    cp_async16(dst + RAW_SFB, sf_src, 16, tid < 16 * WARPGROUPS + 32);
     b_src += ROW_BYTES;
     a_src += ROW_BYTES;
     sf_src += 512;
@@ -258,52 +270,53 @@ template <int BM>
 struct ADecoder {
   static constexpr int T = THREADS / BM;
   static constexpr int WORDS = 8 / T;  // 4, 2 or 1
-  uint32_t raw, sf, dec_row, swz;
-  int sf_shift;
+  uint32_t raw, sf, dec_row, swz;      // sf: the row's scale byte of this thread's first scale column
 
   __device__ __forceinline__ void init(int m0) {
     const int tid = threadIdx.x;
     const int r = tid / T, q = tid % T;
     const int ra = (m0 & 127) + r;  // row within A's atom
     raw = RAW_A + r * ROW_BYTES + q * 4 * WORDS;
-    sf = RAW_SFA + (ra & 31) * 16 + ((ra >> 5) & 3) * 4;
-    sf_shift = 8 * ((q * WORDS) >> 1);
-    dec_row = r * 128;
+    sf = RAW_SFA + (ra & 31) * 16 + ((ra >> 5) & 3) * 4 + ((q * WORDS) >> 1);
+    dec_row = r * 128 + 4 * ((q * WORDS) >> 1);
     swz = (r & 7) << 4;
   }
 
   // Ring slot `slot` -> decoded buffer `dec` (shared addresses).
   __device__ __forceinline__ void run(uint32_t slot, uint32_t dec) const {
-    const int q = threadIdx.x % T;
-    uint32_t w[WORDS];
-    if constexpr (WORDS == 4) {
-      const uint4 x = lds128(slot + raw);
-      w[0] = x.x; w[1] = x.y; w[2] = x.z; w[3] = x.w;
-    } else if constexpr (WORDS == 2) {
-      const uint2 x = lds64(slot + raw);
-      w[0] = x.x; w[1] = x.y;
-    } else {
-      w[0] = lds32(slot + raw);
-    }
-    const uint32_t sw = lds32(slot + sf) >> sf_shift;
-    uint32_t v[WORDS][4];
-#pragma unroll
-    for (int i = 0; i < WORDS; ++i) decode_word(w[i], scale_pair(sw >> (8 * (i >> 1))), v[i]);
     const uint32_t row = dec + dec_row;
-    const int w0 = q * WORDS;  // first word of this thread: (t0, wi0)
+    if constexpr (WORDS == 4) {
+      // Words (t, wi) = (2h, 0), (2h, 1), (2h + 1, 0), (2h + 1, 1): chunk 4 wi + p takes pair p of (2h, wi) and of
+      // (2h + 1, wi), side by side. One wi at a time keeps 8 decoded registers live, not 16.
+      const uint4 x = lds128(slot + raw);
+      const uint32_t sc = lds16(slot + sf);
+      const uint32_t s0 = scale_pair(sc), s1 = scale_pair(sc >> 8);
 #pragma unroll
-    for (int p = 0; p < 4; ++p) {
-      if constexpr (WORDS == 4) {
-        // words (2h, 0), (2h, 1), (2h + 1, 0), (2h + 1, 1): chunks p and 4 + p, bytes 8h..8h+7 of each
+      for (int wi = 0; wi < 2; ++wi) {
+        uint32_t lo[4], hi[4];
+        decode_word(wi ? x.y : x.x, s0, lo);
+        decode_word(wi ? x.w : x.z, s1, hi);
 #pragma unroll
-        for (int wi = 0; wi < 2; ++wi)
-          sts64(row + (((4 * wi + p) << 4) ^ swz) + 4 * (w0 >> 1), v[wi][p], v[2 + wi][p]);
+        for (int p = 0; p < 4; ++p) sts64(row + (((4 * wi + p) << 4) ^ swz), lo[p], hi[p]);
+      }
+    } else {
+      // One scale column t: words (t, 0) and (t, 1), or the single word (t, q % 2).
+      const uint32_t s0 = scale_pair(lds8(slot + sf));
+      uint32_t w[WORDS];
+      if constexpr (WORDS == 2) {
+        const uint2 x = lds64(slot + raw);
+        w[0] = x.x;
+        w[1] = x.y;
       } else {
+        w[0] = lds32(slot + raw);
+      }
 #pragma unroll
-        for (int i = 0; i < WORDS; ++i) {
-          const int wi = (w0 + i) & 1;  // w0 is even when WORDS == 2
-          sts32(row + (((4 * wi + p) << 4) ^ swz) + 4 * ((w0 + i) >> 1), v[i][p]);
-        }
+      for (int i = 0; i < WORDS; ++i) {
+        const int wi = WORDS == 2 ? i : (threadIdx.x % T) & 1;
+        uint32_t v[4];
+        decode_word(w[i], s0, v);
+#pragma unroll
+        for (int p = 0; p < 4; ++p) sts32(row + (((4 * wi + p) << 4) ^ swz), v[p]);
       }
     }
   }
@@ -312,23 +325,19 @@ struct ADecoder {
 // B's decode: this thread's wgmma A fragments f[slice][reg] for tile rows r0 and r0 + 8, from 8 bytes of each
 // (scale column tq).
 struct BDecoder {
-  uint32_t raw[2], sf[2];
+  uint32_t raw, sf;  // row r0's; row r0 + 8 is 256 bytes further in the raw rows and 128 in the atom
 
   __device__ __forceinline__ void init(int r0, int tq) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int r = r0 + 8 * i;
-      raw[i] = RAW_B + r * ROW_BYTES + 8 * tq;
-      sf[i] = RAW_SFB + (r >> 7) * 512 + (r & 31) * 16 + ((r >> 5) & 3) * 4 + tq;
-    }
+    raw = RAW_B + r0 * ROW_BYTES + 8 * tq;
+    sf = RAW_SFB + (r0 >> 7) * 512 + (r0 & 31) * 16 + ((r0 >> 5) & 3) * 4 + tq;  // r0 & 31 < 24: no wrap at + 8
   }
 
   __device__ __forceinline__ void run(uint32_t slot, uint32_t (&f)[4][4]) const {
     uint32_t v[2][2][4];  // [row][word][pair]
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const uint2 q = lds64(slot + raw[i]);
-      const uint32_t s = scale_pair(lds8(slot + sf[i]));
+      const uint2 q = lds64(slot + raw + 256 * i);
+      const uint32_t s = scale_pair(lds8(slot + sf + 128 * i));
       decode_word(q.x, s, v[i][0]);
       decode_word(q.y, s, v[i][1]);
     }
@@ -362,9 +371,10 @@ struct Pipe {
   Loader ld;
   ADecoder<BM> da;
   BDecoder db;
-  uint32_t ring, dec;  // shared addresses of the raw ring and of decoded buffer 0
-  uint64_t desc;       // descriptor of decoded buffer 0
-  int steps, buf;      // buf: the decoded buffer of the step whose wgmma is issued next
+  uint32_t dec;   // shared address of decoded buffer 0; the raw ring follows the decoded buffers
+  int steps, buf;  // buf: the decoded buffer of the step whose wgmma is issued next
+
+  __device__ __forceinline__ uint32_t ring() const { return dec + DEC_BUFS * DEC_BYTES; }
 
   // Issue step s's wgmma (fragments `cur`, decoded buffer `buf`), then prepare step s + 1 into `nxt` and the next
   // buffer. Ordering, per step: this warpgroup's wgmma s - 1 is done (wgmma_wait<1>) before `nxt` is overwritten;
@@ -373,13 +383,13 @@ struct Pipe {
   // free for step s + STAGES.
   __device__ __forceinline__ void iteration(int s, float (&acc)[BM / 2], const uint32_t (&cur)[4][4],
                                             uint32_t (&nxt)[4][4]) {
-    mma_step<BM>(acc, cur, desc + (uint64_t)(buf * (DEC_BYTES >> 4)));
+    mma_step<BM>(acc, cur, sw128_desc(dec + buf * DEC_BYTES));
     if (s + 1 >= steps) return;
     wgmma_wait<1>();
     fence_regs(acc);
-    if (s + STAGES < steps) ld.load(ring + (s % STAGES) * STAGE_BYTES);
+    if (s + STAGES < steps) ld.template load<BM>(ring() + (s % STAGES) * STAGE_BYTES);
     cp_async_commit();
-    const uint32_t slot = ring + ((s + 1) % STAGES) * STAGE_BYTES;
+    const uint32_t slot = ring() + ((s + 1) % STAGES) * STAGE_BYTES;
     buf = buf == DEC_BUFS - 1 ? 0 : buf + 1;
 #ifndef WG_SKIP_DECODE
     da.run(slot, dec + buf * DEC_BYTES);
@@ -391,19 +401,69 @@ struct Pipe {
   }
 };
 
+// Split-K: each of a slot's two CTAs stores its fp32 partial (element i of thread tid at i * THREADS + tid), then
+// counts itself in; the second to arrive adds the other's partial to `acc`, resets the counter for the next launch,
+// and returns true (it stores C). The first returns false.
 template <int BM>
-__device__ __forceinline__ void run_tile(const Tile& t, uint8_t* smem) {
+__device__ __forceinline__ bool split_k_last(const Tile& t, float (&acc)[BM / 2]) {
+  __shared__ int arrived;
+  const int tid = threadIdx.x;
+  float* mine = t.ws + (size_t)t.part * BN * BM_MAX;
+  const float* other = t.ws + (size_t)(1 - t.part) * BN * BM_MAX;
+#pragma unroll
+  for (int i = 0; i < BM / 2; ++i) __stcg(mine + i * THREADS + tid, acc[i]);
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    arrived = atomicAdd(t.cnt, 1);
+    if (arrived == 1) *t.cnt = 0;
+  }
+  __syncthreads();
+  if (arrived != 1) return false;
+  __threadfence();
+#pragma unroll
+  for (int i = 0; i < BM / 2; ++i) acc[i] += __ldcg(other + i * THREADS + tid);
+  return true;
+}
+
+// The tile a CTA computes, read from the parameter block (again after the main loop, so none of it holds a
+// register across the loop).
+__device__ __forceinline__ Tile tile_of(const Params& p) {
+  const int4 w = p.tiles[2 * blockIdx.x], ks = p.tiles[2 * blockIdx.x + 1];
+  const int g = w.x;
+  Tile t;
+  t.a = reinterpret_cast<const uint8_t*>(p.addr[0 * MAX_GROUPS + g]);
+  t.b = reinterpret_cast<const uint8_t*>(p.addr[1 * MAX_GROUPS + g]);
+  t.c = reinterpret_cast<uint16_t*>(p.addr[2 * MAX_GROUPS + g]);
+  t.sfa = reinterpret_cast<const uint8_t*>(p.addr[3 * MAX_GROUPS + g]);
+  t.sfb = reinterpret_cast<const uint8_t*>(p.addr[4 * MAX_GROUPS + g]);
+  t.M = p.m[g];
+  t.N = p.n[g];
+  t.K = p.k[g];
+  t.m0 = w.y;
+  t.n0 = w.z;
+  t.k0 = ks.x;
+  t.steps = ks.y;
+  t.part = ks.w;
+  t.ws = ks.z >= 0 ? p.ws + (size_t)ks.z * 2 * BN * BM_MAX : nullptr;
+  t.cnt = p.cnt + max(ks.z, 0);
+  return t;
+}
+
+template <int BM>
+__device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
   const int tid = threadIdx.x;
   const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
   const int r0 = 64 * wg + 16 * warp + (lane >> 2), tq = lane & 3;
   Pipe<BM> pipe;
+  {
+    const Tile t = tile_of(p);
+    pipe.steps = t.steps;
+    pipe.ld.template init<BM>(t);
+    pipe.da.init(t.m0);
+  }
   pipe.dec = smem_u32(smem);
-  pipe.desc = sw128_desc(pipe.dec);
-  pipe.ring = pipe.dec + DEC_BUFS * DEC_BYTES;
-  pipe.steps = t.K / BK;
   pipe.buf = 0;
-  pipe.ld.template init<BM>(t);
-  pipe.da.init(t.m0);
   pipe.db.init(r0, tq);
 
   float acc[BM / 2];
@@ -413,13 +473,13 @@ __device__ __forceinline__ void run_tile(const Tile& t, uint8_t* smem) {
 
 #pragma unroll
   for (int s = 0; s < STAGES; ++s) {
-    if (s < pipe.steps) pipe.ld.load(pipe.ring + s * STAGE_BYTES);
+    if (s < pipe.steps) pipe.ld.template load<BM>(pipe.ring() + s * STAGE_BYTES);
     cp_async_commit();
   }
   cp_async_wait<STAGES - 2>();  // steps 0 and 1
   __syncthreads();
-  pipe.da.run(pipe.ring, pipe.dec);
-  pipe.db.run(pipe.ring, fa);
+  pipe.da.run(pipe.ring(), pipe.dec);
+  pipe.db.run(pipe.ring(), fa);
   fence_proxy_async();
   __syncthreads();
 
@@ -429,6 +489,9 @@ __device__ __forceinline__ void run_tile(const Tile& t, uint8_t* smem) {
   }
   wgmma_wait<0>();
   fence_regs(acc);
+
+  const Tile t = tile_of(p);
+  if (t.ws != nullptr && !split_k_last<BM>(t, acc)) return;
 
   // acc[i]: row n0 + r0 + 8 * ((i >> 1) & 1) of N, column m0 + 8 * (i >> 2) + 2 * tq + (i & 1) of M.
 #pragma unroll
@@ -448,22 +511,9 @@ __device__ __forceinline__ void run_tile(const Tile& t, uint8_t* smem) {
 extern "C" __global__ void __launch_bounds__(THREADS, WG_CTAS_PER_SM) fp4_group_gemm_sm90(const __grid_constant__ Params p) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  const int4 w = p.tiles[blockIdx.x];
-  const int g = w.x;
-  Tile t;
-  t.a = reinterpret_cast<const uint8_t*>(p.addr[0 * MAX_GROUPS + g]);
-  t.b = reinterpret_cast<const uint8_t*>(p.addr[1 * MAX_GROUPS + g]);
-  t.sfa = reinterpret_cast<const uint8_t*>(p.addr[3 * MAX_GROUPS + g]);
-  t.sfb = reinterpret_cast<const uint8_t*>(p.addr[4 * MAX_GROUPS + g]);
-  t.M = p.m[g];
-  t.N = p.n[g];
-  t.K = p.k[g];
-  t.m0 = w.y;
-  t.n0 = w.z;
-  t.c = reinterpret_cast<uint16_t*>(p.addr[2 * MAX_GROUPS + g]);
-  if (w.w == 128) {
-    run_tile<128>(t, smem);
+  if (p.tiles[2 * blockIdx.x].w == 128) {
+    run_tile<128>(p, smem);
   } else {
-    run_tile<64>(t, smem);
+    run_tile<64>(p, smem);
   }
 }

@@ -86,14 +86,19 @@ def _function(dev: torch.device) -> ctypes.c_void_p:
 
 
 class _Plan:
-    """Everything a call needs that depends only on (sizes, device): the tile table on the device, the parameter
-    block (sizes filled, addresses written per call), and the prebuilt launch arguments."""
+    """Everything a call needs that depends only on (sizes, device): the split choice, the tile table, split-K
+    workspace and counters on the device, the parameter block (sizes filled, addresses written per call), and the
+    prebuilt launch arguments."""
 
     def __init__(self, sizes, dev: torch.device):
-        tiles = host.plan_tiles(sizes)
+        self.split = host.choose_split(sizes, torch.cuda.get_device_properties(dev).multi_processor_count)
+        tiles = host.plan_tiles(sizes, self.split)
         self.n_tiles = len(tiles)
         self.tiles = torch.tensor(tiles, dtype=torch.int32, device=dev).reshape(-1)
-        self.params = host.make_params(sizes, self.tiles.data_ptr())
+        slots = max(t[6] for t in tiles) + 1
+        self.ws = torch.empty(max(slots, 1) * 2 * host.BN * host.BM_CLASSES[-1], dtype=torch.float32, device=dev)
+        self.cnt = torch.zeros(max(slots, 1), dtype=torch.int32, device=dev)
+        self.params = host.make_params(sizes, self.tiles.data_ptr(), self.ws.data_ptr(), self.cnt.data_ptr())
         self.addr = self.params.addr  # a view into params: slice writes land in the block
         self.groups = len(sizes)
         self.layout = None

@@ -120,20 +120,47 @@ def layout_key(abc, sf_r) -> tuple:
                  for (a, b, c), (sa, sb) in zip(abc, sf_r) for t in (a, b, c, sa, sb))
 
 
-def plan_tiles(sizes) -> list[tuple[int, int, int, int]]:
-    """CTA tiles (group, m0, n0, bm), most expensive first. Each group's M is covered by BM_CLASSES[-1] columns
-    while more remain, then by the smallest class that holds the rest; N by BN rows. Cost: K x (bm + 64), the
-    decode of B and A per step (bm + 64 against the 128 rows of B; measured order matters less than size)."""
-    tiles = []
+def plan_tiles(sizes, split: int = 1) -> list[tuple[int, ...]]:
+    """CTA tiles (group, m0, n0, bm, first K step, K steps, split slot, part), most expensive first. Each group's M
+    is covered by BM_CLASSES[-1] columns while more remain, then by the smallest class that holds the rest; N by
+    BN rows. With ``split == 2`` every tile of at least two K steps becomes two halves sharing a slot (slot -1: not
+    split). Cost: K steps x (bm + 64), the decode of B and A per step."""
+    tiles, slot = [], 0
     for g, (m, n, k, _) in enumerate(sizes):
+        steps = k // BK
         m0 = 0
         while m0 < m:
             rem = m - m0
             bm = next((c for c in BM_CLASSES if c >= rem), BM_CLASSES[-1])
-            tiles += [(k * (bm + 64), g, m0, n0, bm) for n0 in range(0, n, BN)]
+            for n0 in range(0, n, BN):
+                if split == 2 and steps >= 2:
+                    half = (steps + 1) // 2
+                    tiles.append((half * (bm + 64), g, m0, n0, bm, 0, half, slot, 0))
+                    tiles.append(((steps - half) * (bm + 64), g, m0, n0, bm, half, steps - half, slot, 1))
+                    slot += 1
+                else:
+                    tiles.append((steps * (bm + 64), g, m0, n0, bm, 0, steps, -1, 0))
             m0 += bm
     tiles.sort(key=lambda t: -t[0])
     return [t[1:] for t in tiles]
+
+
+#: Resident CTAs per SM (128 registers x 256 threads, 87 KB of shared memory each).
+CTAS_PER_SM = 2 if WARPGROUPS == 2 else 1
+#: Split K only when each half keeps at least this many K steps.
+MIN_SPLIT_STEPS = 8
+#: bench.py's override of choose_split (None: the rule).
+SPLIT_OVERRIDE: int | None = None
+
+
+def choose_split(sizes, num_sms: int) -> int:
+    """2 (two K halves per tile) when the unsplit tiles leave CTA slots of the GPU empty (fewer than CTAS_PER_SM x
+    num_sms) and every K has at least 2 x MIN_SPLIT_STEPS steps; else 1."""
+    if SPLIT_OVERRIDE is not None:
+        return SPLIT_OVERRIDE
+    if len(plan_tiles(sizes)) < CTAS_PER_SM * num_sms and all(k // BK >= 2 * MIN_SPLIT_STEPS for _, _, k, _ in sizes):
+        return 2
+    return 1
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -191,19 +218,19 @@ def build_cubin(out_dir: Path | None = None, verbose: bool = False) -> Path:
 # ----------------------------------------------------------------------------------------------------------
 
 class Params(ctypes.Structure):
-    """kernel.cu ``struct Params``: addresses (a, b, c, sfa, sfb: kind-major, MAX_GROUPS each), the tile table's
-    device address, and each group's M, N, K."""
+    """kernel.cu ``struct Params``: addresses (a, b, c, sfa, sfb: kind-major, MAX_GROUPS each), the tile table's,
+    split-K workspace's and counters' device addresses, and each group's M, N, K."""
 
-    _fields_ = [("addr", ctypes.c_uint64 * (5 * MAX_GROUPS)), ("tiles", ctypes.c_uint64),
-                ("m", ctypes.c_int32 * MAX_GROUPS), ("n", ctypes.c_int32 * MAX_GROUPS),
+    _fields_ = [("addr", ctypes.c_uint64 * (5 * MAX_GROUPS)), ("tiles", ctypes.c_uint64), ("ws", ctypes.c_uint64),
+                ("cnt", ctypes.c_uint64), ("m", ctypes.c_int32 * MAX_GROUPS), ("n", ctypes.c_int32 * MAX_GROUPS),
                 ("k", ctypes.c_int32 * MAX_GROUPS)]
 
 
-def make_params(sizes, tiles_address: int) -> Params:
-    """A parameter block for ``sizes`` with every address 0 (a call writes them) and the tile table at
-    ``tiles_address``."""
+def make_params(sizes, tiles: int, ws: int = 0, cnt: int = 0) -> Params:
+    """A parameter block for ``sizes`` with every group address 0 (a call writes them), the tile table at device
+    address ``tiles`` and the split-K workspace and counters at ``ws`` and ``cnt``."""
     p = Params()
-    p.tiles = tiles_address
+    p.tiles, p.ws, p.cnt = tiles, ws, cnt
     for g, (m, n, k, _) in enumerate(sizes):
         p.m[g], p.n[g], p.k[g] = m, n, k
     return p
