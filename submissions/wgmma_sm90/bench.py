@@ -61,7 +61,9 @@ def check(data_modes=("official", "full-range")) -> list[dict]:
     return rows
 
 
-def _time(fn, inputs, alone: bool, flush: torch.Tensor) -> float:
+def _time(fn, inputs, alone: bool, flush: torch.Tensor) -> tuple[float, float]:
+    """(GPU us per call between the events, host us per call of the loop)."""
+    import time  # noqa: PLC0415
     torch.cuda.synchronize()
     if alone:
         torch.cuda._sleep(40_000_000)
@@ -69,11 +71,13 @@ def _time(fn, inputs, alone: bool, flush: torch.Tensor) -> float:
         flush.zero_()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
+    t0 = time.perf_counter()
     for d in inputs:
         fn(d)
+    host = (time.perf_counter() - t0) * 1e6 / len(inputs)
     end.record()
     end.synchronize()
-    return start.elapsed_time(end) * 1000 / len(inputs)
+    return start.elapsed_time(end) * 1000 / len(inputs), host
 
 
 def time_benchmarks(samples: int) -> list[dict]:
@@ -87,11 +91,13 @@ def time_benchmarks(samples: int) -> list[dict]:
         sub.custom_kernel(inputs[0])  # build, load, plan
         row = {"case": _name(case)}
         for mode in ("alone", "official"):
-            ts = [_time(sub.custom_kernel, inputs, mode == "alone", flush) for _ in range(samples)]
+            runs = [_time(sub.custom_kernel, inputs, mode == "alone", flush) for _ in range(samples)]
+            ts = [r[0] for r in runs]
             us = statistics.mean(ts)
             tflops = flops(case) / us / 1e6
             row[mode] = {"mean_us": round(us, 2), "median_us": round(statistics.median(ts), 2),
-                         "tflops": round(tflops, 1), "pct_bf16": round(100 * tflops / BF16_DENSE_TFLOPS, 1)}
+                         "tflops": round(tflops, 1), "pct_bf16": round(100 * tflops / BF16_DENSE_TFLOPS, 1),
+                         "host_us": round(statistics.mean(r[1] for r in runs), 2)}
         print(json.dumps(row), flush=True)
         rows.append(row)
     geo = {mode: round(statistics.geometric_mean([r[mode]["mean_us"] for r in rows]), 2)
@@ -143,11 +149,15 @@ def main() -> None:
     ap.add_argument("--host", action="store_true", help="host us per call of each fast-path piece (best of batches)")
     ap.add_argument("--samples", type=int, default=20)
     ap.add_argument("--split", type=int, choices=(1, 2), help="force split-K (default: choose_split's rule)")
+    ap.add_argument("--classes", help="tile widths to cover M with, e.g. 64 or 64,128 (default: host.BM_CLASSES)")
     ap.add_argument("--profile-case", type=int, help="run benchmarks.yml case N three times (for ncu), nothing else")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     result = {}
     host.SPLIT_OVERRIDE = args.split
+    if args.classes:
+        host.BM_CLASSES = tuple(sorted(int(c) for c in args.classes.split(",")))
+        host.cover_m.cache_clear()
     if args.profile_case is not None:
         case = load_shapes("benchmarks").cases[args.profile_case]
         data = generate_input(case.m, case.n, case.k, case.g, seed=case.seed, device="cuda")

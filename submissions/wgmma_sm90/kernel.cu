@@ -30,8 +30,8 @@ constexpr int DEC_BYTES = BM_MAX * BK * 2;
 constexpr int RAW_B = 0;                                  // BN rows x 32 bytes
 constexpr int RAW_A = RAW_B + BN * ROW_BYTES;             // BM_MAX rows x 32 bytes
 constexpr int RAW_SFB = RAW_A + BM_MAX * ROW_BYTES;       // BN / 128 blocked 32x4x4 atoms: 128 rows x 4 scales each
-constexpr int RAW_SFA = RAW_SFB + 512 * (BN / 128);       // A's atom holding the tile's rows (m0 / 128)
-constexpr int STAGE_BYTES = RAW_SFA + 512;
+constexpr int RAW_SFA = RAW_SFB + 512 * (BN / 128);       // A's two atoms from m0 / 128 (a tile may straddle two)
+constexpr int STAGE_BYTES = RAW_SFA + 1024;
 constexpr int SMEM_BYTES = DEC_BUFS * DEC_BYTES + STAGES * STAGE_BYTES;
 
 }  // namespace
@@ -147,6 +147,22 @@ __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], const uint32_t (
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
 }
 
+__device__ __forceinline__ void wgmma_m64n96k16(float (&d)[48], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      " %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, "
+      "{%48, %49, %50, %51}, %52, 1, 1, 1, 0;"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+
 __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], const uint32_t (&a)[4], uint64_t desc) {
   asm volatile(
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
@@ -170,6 +186,8 @@ template <int BM>
 __device__ __forceinline__ void wgmma_step(float (&d)[BM / 2], const uint32_t (&a)[4], uint64_t desc) {
   if constexpr (BM == 128) {
     wgmma_m64n128k16(d, a, desc);
+  } else if constexpr (BM == 96) {
+    wgmma_m64n96k16(d, a, desc);
   } else {
     wgmma_m64n64k16(d, a, desc);
   }
@@ -220,7 +238,7 @@ __device__ __forceinline__ void sts32(uint32_t a, uint32_t x) {
 
 // This thread's share of every K step's copies, as running source pointers resolved once per tile: 16 bytes of a
 // B row (every thread), 16 bytes of an A row (threads < 2 * BM), 16 bytes of B's or A's blocked scale atoms
-// (threads < 16 * WARPGROUPS + 32). Destinations are 16 * tid past each region's start. Rows past N read the last
+// (threads < 16 * WARPGROUPS + 64). Destinations are 16 * tid past each region's start. Rows past N read the last
 // row, and atoms past the last read the last one: they feed only outputs that are never stored (row n of C^T
 // depends on B row n alone). Rows past M (common: M is padded to 64 or 128) are zero-filled without a read; reading
 // the last row for each measured 15 % slower on g8_n7168_k2048.
@@ -244,7 +262,8 @@ struct Loader {
       const int atom = min((t.n0 >> 7) + (tid >> 5), (t.N - 1) >> 7);
       sf_src = t.sfb + ((size_t)atom * rest_k + t.k0) * 512 + 16 * (tid & 31);
     } else {
-      sf_src = t.sfa + ((size_t)(t.m0 >> 7) * rest_k + t.k0) * 512 + 16 * (tid & 31);
+      const int atom = min((t.m0 >> 7) + ((tid - 16 * WARPGROUPS) >> 5), (t.M - 1) >> 7);
+      sf_src = t.sfa + ((size_t)atom * rest_k + t.k0) * 512 + 16 * (tid & 31);
     }
   }
 
@@ -255,35 +274,37 @@ struct Loader {
     const uint32_t dst = slot + 16 * tid;
     cp_async16(dst + RAW_B, b_src, 16, 1);
     cp_async16(dst + RAW_A, a_src, a_bytes, tid < 2 * BM);
-    cp_async16(dst + RAW_SFB, sf_src, 16, tid < 16 * WARPGROUPS + 32);
+    cp_async16(dst + RAW_SFB, sf_src, 16, tid < 16 * WARPGROUPS + 64);
     b_src += ROW_BYTES;
     a_src += ROW_BYTES;
     sf_src += 512;
   }
 };
 
-// A's decode: T = THREADS / BM threads per row, thread q owning WORDS = 8 / T consecutive 32-bit words of the
-// row's 32 bytes. Word w of the row is (t, wi) = (w / 2, w % 2): scale column t, nibbles n0..n7 decoded into pairs
+// A's decode: T threads per row (THREADS over BM rounded up to a power of two; threads past T * BM idle), thread q
+// owning WORDS = 8 / T consecutive 32-bit words of the row's 32 bytes. Word w of the row is (t, wi) = (w / 2, w % 2): scale column t, nibbles n0..n7 decoded into pairs
 // p = 0..3, and pair p of word (t, wi) is bytes 4t..4t+3 of 16-byte chunk 4 wi + p of the row (the K order the B
 // fragments use), stored through the 128-byte swizzle.
 template <int BM>
 struct ADecoder {
-  static constexpr int T = THREADS / BM;
+  static constexpr int T = THREADS / (BM > 64 ? 128 : 64);
   static constexpr int WORDS = 8 / T;  // 4, 2 or 1
+  static_assert(BM == 64 || BM == 96 || BM == 128, "A decode covers BM = 64, 96, 128");
   uint32_t raw, sf, dec_row, swz;      // sf: the row's scale byte of this thread's first scale column
 
   __device__ __forceinline__ void init(int m0) {
     const int tid = threadIdx.x;
     const int r = tid / T, q = tid % T;
-    const int ra = (m0 & 127) + r;  // row within A's atom
+    const int ra = (m0 & 127) + r;  // row within A's first atom
     raw = RAW_A + r * ROW_BYTES + q * 4 * WORDS;
-    sf = RAW_SFA + (ra & 31) * 16 + ((ra >> 5) & 3) * 4 + ((q * WORDS) >> 1);
+    sf = RAW_SFA + (ra >> 7) * 512 + (ra & 31) * 16 + ((ra >> 5) & 3) * 4 + ((q * WORDS) >> 1);
     dec_row = r * 128 + 4 * ((q * WORDS) >> 1);
     swz = (r & 7) << 4;
   }
 
   // Ring slot `slot` -> decoded buffer `dec` (shared addresses).
   __device__ __forceinline__ void run(uint32_t slot, uint32_t dec) const {
+    if (T * BM < THREADS && threadIdx.x >= T * BM) return;
     const uint32_t row = dec + dec_row;
     if constexpr (WORDS == 4) {
       // Words (t, wi) = (2h, 0), (2h, 1), (2h + 1, 0), (2h + 1, 1): chunk 4 wi + p takes pair p of (2h, wi) and of
@@ -511,8 +532,11 @@ __device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
 extern "C" __global__ void __launch_bounds__(THREADS, WG_CTAS_PER_SM) fp4_group_gemm_sm90(const __grid_constant__ Params p) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  if (p.tiles[2 * blockIdx.x].w == 128) {
+  const int bm = p.tiles[2 * blockIdx.x].w;
+  if (bm == 128) {
     run_tile<128>(p, smem);
+  } else if (bm == 96) {
+    run_tile<96>(p, smem);
   } else {
     run_tile<64>(p, smem);
   }

@@ -7,6 +7,7 @@ variant's folder goes first on ``sys.path``.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import shutil
@@ -42,11 +43,11 @@ BN, BK, STAGES, THREADS = 64 * WARPGROUPS, 64, _define("WG_STAGES", 4), 128 * WA
 #: Decoded A buffers (kernel.cu DEC_BUFS).
 DEC_BUFS = 3
 #: Columns of M per CTA that the kernel is compiled for (wgmma N sizes), ascending.
-BM_CLASSES = (64, 128)
+BM_CLASSES = (64, 96, 128)
 #: Dynamic shared memory per CTA in bytes (kernel.cu SMEM_BYTES + 1024 for aligning the base to 1024 bytes):
-#: DEC_BUFS decoded A buffers of BM_MAX x BK fp16, then STAGES raw stages (B rows, A rows, B scale atoms, A's scale
-#: atom).
-STAGE_BYTES = BN * BK // 2 + BM_CLASSES[-1] * BK // 2 + 512 * (BN // 128) + 512
+#: DEC_BUFS decoded A buffers of BM_MAX x BK fp16, then STAGES raw stages (B rows, A rows, B scale atoms, two of A's
+#: scale atoms).
+STAGE_BYTES = BN * BK // 2 + BM_CLASSES[-1] * BK // 2 + 512 * (BN // 128) + 1024
 SMEM_BYTES = DEC_BUFS * BM_CLASSES[-1] * BK * 2 + STAGES * STAGE_BYTES + 1024
 
 _BLOCKED_ATOM_ROWS, _BLOCKED_ATOM_BYTES = 128, 512
@@ -120,18 +121,30 @@ def layout_key(abc, sf_r) -> tuple:
                  for (a, b, c), (sa, sb) in zip(abc, sf_r) for t in (a, b, c, sa, sb))
 
 
+@functools.lru_cache(maxsize=None)
+def cover_m(m: int) -> tuple[int, ...]:
+    """Tile widths (BM_CLASSES) covering M columns at least cost, largest first. Cost per tile: bm + 64, the A and B
+    rows a K step decodes for it (BN = 128 of B), so padding costs its rows and each extra tile the B decode."""
+    if m <= 0:
+        return ()
+    best = None
+    for c in BM_CLASSES:
+        rest = cover_m(m - c)
+        cost = c + 64 + sum(r + 64 for r in rest)
+        if best is None or cost < best[0] or (cost == best[0] and len(rest) + 1 < len(best[1])):
+            best = (cost, (c, *rest))
+    return tuple(sorted(best[1], reverse=True))
+
+
 def plan_tiles(sizes, split: int = 1) -> list[tuple[int, ...]]:
     """CTA tiles (group, m0, n0, bm, first K step, K steps, split slot, part), most expensive first. Each group's M
-    is covered by BM_CLASSES[-1] columns while more remain, then by the smallest class that holds the rest; N by
-    BN rows. With ``split == 2`` every tile of at least two K steps becomes two halves sharing a slot (slot -1: not
-    split). Cost: K steps x (bm + 64), the decode of B and A per step."""
+    is covered by cover_m's widths, N by BN rows. With ``split == 2`` every tile of at least two K steps becomes two
+    halves sharing a slot (slot -1: not split). Cost: K steps x (bm + 64)."""
     tiles, slot = [], 0
     for g, (m, n, k, _) in enumerate(sizes):
         steps = k // BK
         m0 = 0
-        while m0 < m:
-            rem = m - m0
-            bm = next((c for c in BM_CLASSES if c >= rem), BM_CLASSES[-1])
+        for bm in cover_m(m):
             for n0 in range(0, n, BN):
                 if split == 2 and steps >= 2:
                     half = (steps + 1) // 2
@@ -147,18 +160,23 @@ def plan_tiles(sizes, split: int = 1) -> list[tuple[int, ...]]:
 
 #: Resident CTAs per SM (128 registers x 256 threads, 87 KB of shared memory each).
 CTAS_PER_SM = 2 if WARPGROUPS == 2 else 1
-#: Split K only when each half keeps at least this many K steps.
-MIN_SPLIT_STEPS = 8
+#: Split K only when each half keeps at least this many K steps (H200: halves of 16 steps lost, g8_n7168_k2048
+#: 97 -> 120 us; halves of 56 won, g8_n4096_k7168 182 -> 170 us).
+MIN_SPLIT_STEPS = 32
 #: bench.py's override of choose_split (None: the rule).
 SPLIT_OVERRIDE: int | None = None
 
 
 def choose_split(sizes, num_sms: int) -> int:
-    """2 (two K halves per tile) when the unsplit tiles leave CTA slots of the GPU empty (fewer than CTAS_PER_SM x
-    num_sms) and every K has at least 2 x MIN_SPLIT_STEPS steps; else 1."""
+    """2 (two K halves per tile) when the unsplit tiles fill the CTA slots (CTAS_PER_SM x num_sms) more than once
+    with a last wave at most half full, and every K has at least 2 x MIN_SPLIT_STEPS steps; else 1. Measured on
+    the H200 (kernels alone): the first benchmark (352 tiles, 1.33 waves) gains 7 %; grids under one wave lose
+    (g2_n3072_k4096 44.5 -> 46.0 us: a CTA alone on an SM runs faster than one of two)."""
     if SPLIT_OVERRIDE is not None:
         return SPLIT_OVERRIDE
-    if len(plan_tiles(sizes)) < CTAS_PER_SM * num_sms and all(k // BK >= 2 * MIN_SPLIT_STEPS for _, _, k, _ in sizes):
+    tiles, slots = len(plan_tiles(sizes)), CTAS_PER_SM * num_sms
+    if tiles > slots and 0 < tiles % slots <= slots // 2 and all(k // BK >= 2 * MIN_SPLIT_STEPS
+                                                                   for _, _, k, _ in sizes):
         return 2
     return 1
 
