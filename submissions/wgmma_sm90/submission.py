@@ -17,6 +17,8 @@ block, so a call queues one launch and no copy.
 from __future__ import annotations
 
 import ctypes
+import os
+import warnings
 
 import torch
 
@@ -40,6 +42,7 @@ class _Driver:
         # No argtypes: every argument is a ctypes object built once per plan (cheaper per call).
         self.launch = lib.cuLaunchKernel
         self.launch.restype = ctypes.c_int
+        self.launch_address = ctypes.cast(lib.cuLaunchKernel, ctypes.c_void_p).value
 
     def check(self, err: int, what: str) -> None:
         if err:
@@ -65,6 +68,24 @@ class _Driver:
 
 _DRIVER: _Driver | None = None
 _FUNCS: dict = {}  # device index -> loaded kernel
+
+#: The C++ per-call path (fast_call.cpp): "cpp" (default; falls back to "python" with a warning when it cannot be
+#: built) or "python".
+_HOST_PATH = os.environ.get("WGMMA_SM90_HOST", "cpp")
+_FAST_MODULE = None
+
+
+def _fast_module():
+    """fast_call.cpp built and imported once, or None (then the Python per-call path runs)."""
+    global _FAST_MODULE, _HOST_PATH
+    if _FAST_MODULE is None and _HOST_PATH == "cpp":
+        try:
+            _FAST_MODULE = host.load_fast_call()
+        except Exception as exc:  # noqa: BLE001  (any build failure: the Python path still works)
+            warnings.warn(f"wgmma_sm90: fast_call.cpp could not be built ({exc}); using the Python per-call path",
+                          stacklevel=2)
+            _HOST_PATH = "python"
+    return _FAST_MODULE
 
 
 def _function(dev: torch.device) -> ctypes.c_void_p:
@@ -108,6 +129,15 @@ class _Plan:
         self.device = dev
         self._dev = dev.index
         self._stream = torch._C._cuda_getCurrentRawStream
+        module = _fast_module()
+        self.fast = module.FastCall(ctypes.addressof(self.params), host.MAX_GROUPS, self._head[0].value, self.n_tiles,
+                                    host.THREADS, host.SMEM_BYTES, _DRIVER.launch_address) if module else None
+
+    def remember(self, abc, sf_r, layout) -> None:
+        """Record a validated call's layout for the per-call checks (Python's and the C++ path's)."""
+        self.layout = layout
+        if self.fast is not None:
+            self.fast.remember(abc, sf_r)
 
     def launch(self, ptrs: list) -> None:
         """One launch on torch's current stream with per-group addresses ``ptrs`` (a, b, c, sfa, sfb of each group
@@ -140,6 +170,15 @@ def custom_kernel(data: input_t) -> output_t:
     except TypeError:  # sizes given as lists
         key = tuple(map(tuple, sizes))
         plan = _PLANS.get(key)
+    if plan is not None and plan.fast is not None:
+        try:
+            err = plan.fast.call(abc, sf_r, plan._stream(plan._dev))
+        except (TypeError, RuntimeError):  # not lists of tensors: the Python path says what is wrong
+            err = 1
+        if err == 0:
+            return [c for (_, _, c) in abc]
+        if err >= 1000:
+            _DRIVER.check(err - 1000, "cuLaunchKernel")
     ptrs = [t.data_ptr() for (a, b, c), (sa, sb) in zip(abc, sf_r) for t in (a, b, c, sa, sb)]
     if plan is None:
         host.validate(data)
@@ -152,6 +191,6 @@ def custom_kernel(data: input_t) -> output_t:
         dev = abc[0][0].device
         if dev != plan.device:
             plan = _PLANS[key] = _Plan(key, dev)
-        plan.layout = layout
+        plan.remember(abc, sf_r, layout)
     plan.launch(ptrs)
     return [c for (_, _, c) in abc]

@@ -18,6 +18,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 KERNEL_SOURCE = HERE / "kernel.cu"
+FAST_CALL_SOURCE = HERE / "fast_call.cpp"
 KERNEL_NAME = "fp4_group_gemm_sm90"
 
 #: nvcc flags: wgmma needs the architecture-specific sm_90a target (the -gencode form; see the device notes).
@@ -229,6 +230,16 @@ def build_cubin(out_dir: Path | None = None, verbose: bool = False) -> Path:
         print(proc.stderr, end="")
     os.replace(tmp, out)
     return out
+
+
+def load_fast_call():
+    """Build (once per source digest, in torch's extension cache) and import fast_call.cpp, the C++ per-call path.
+    Needs a C++ compiler and torch's headers, no GPU. Raises what torch.utils.cpp_extension raises when it cannot."""
+    from torch.utils.cpp_extension import load_inline  # noqa: PLC0415  (slow import, only when building)
+
+    digest = hashlib.sha256(FAST_CALL_SOURCE.read_bytes()).hexdigest()[:12]
+    return load_inline(name=f"wgmma_sm90_fast_call_{digest}", cpp_sources=[FAST_CALL_SOURCE.read_text()],
+                       extra_cflags=["-O2"], verbose=False)
 
 
 # ----------------------------------------------------------------------------------------------------------
