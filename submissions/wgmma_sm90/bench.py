@@ -150,15 +150,12 @@ def main() -> None:
     ap.add_argument("--host", action="store_true", help="host us per call of each fast-path piece (best of batches)")
     ap.add_argument("--samples", type=int, default=20)
     ap.add_argument("--split", type=int, choices=(1, 2), help="force split-K (default: choose_split's rule)")
-    ap.add_argument("--kernel", choices=("fp4_group_gemm_sm90", "fp4_group_gemm_sm90_kh2"),
-                    help="force a kernel (default: choose_kernel's rule)")
     ap.add_argument("--classes", help="tile widths to cover M with, e.g. 64 or 64,128 (default: host.BM_CLASSES)")
     ap.add_argument("--profile-case", type=int, help="run benchmarks.yml case N three times (for ncu), nothing else")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     result = {}
     host.SPLIT_OVERRIDE = args.split
-    host.KERNEL_OVERRIDE = args.kernel
     if args.classes:
         host.BM_CLASSES = tuple(sorted(int(c) for c in args.classes.split(",")))
         host.cover_m.cache_clear()

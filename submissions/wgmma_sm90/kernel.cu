@@ -8,7 +8,12 @@
 namespace {
 
 constexpr int MAX_GROUPS = 16;
-constexpr int BN = 128;           // rows of N per CTA: two warpgroups of 64 (per K half, see KH)
+#ifndef WG_WARPGROUPS
+#define WG_WARPGROUPS 2
+#endif
+constexpr int WARPGROUPS = WG_WARPGROUPS;  // each owns 64 rows of N
+constexpr int BN = 64 * WARPGROUPS;        // rows of N per CTA
+constexpr int THREADS = 128 * WARPGROUPS;
 constexpr int BK = 64;            // K per step: 32 bytes of e2m1 per row, 4 scale columns (one per thread quad lane)
 constexpr int ROW_BYTES = BK / 2;
 #ifndef WG_STAGES
@@ -24,9 +29,10 @@ constexpr int DEC_BUFS = 3;
 constexpr int DEC_BYTES = BM_MAX * BK * 2;
 constexpr int RAW_B = 0;                                  // BN rows x 32 bytes
 constexpr int RAW_A = RAW_B + BN * ROW_BYTES;             // BM_MAX rows x 32 bytes
-constexpr int RAW_SFB = RAW_A + BM_MAX * ROW_BYTES;       // B's blocked 32x4x4 atom: 128 rows x 4 scales
-constexpr int RAW_SFA = RAW_SFB + 512;                    // A's two atoms from m0 / 128 (a tile may straddle two)
+constexpr int RAW_SFB = RAW_A + BM_MAX * ROW_BYTES;       // BN / 128 blocked 32x4x4 atoms: 128 rows x 4 scales each
+constexpr int RAW_SFA = RAW_SFB + 512 * (BN / 128);       // A's two atoms from m0 / 128 (a tile may straddle two)
 constexpr int STAGE_BYTES = RAW_SFA + 1024;
+constexpr int SMEM_BYTES = DEC_BUFS * DEC_BYTES + STAGES * STAGE_BYTES;
 
 }  // namespace
 
@@ -43,6 +49,8 @@ struct Params {
   int n[MAX_GROUPS];
   int k[MAX_GROUPS];
 };
+
+extern "C" __host__ __device__ int fp4_group_gemm_sm90_smem_bytes() { return SMEM_BYTES + 1024; }
 
 namespace {
 
@@ -61,11 +69,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-// bar.sync on barrier `id` (1..15; 0 is __syncthreads) for `count` threads.
-__device__ __forceinline__ void named_barrier(int id, int count) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
 
 __device__ __forceinline__ void fence_proxy_async() {
 #ifndef WG_NO_FENCE
@@ -234,8 +237,8 @@ __device__ __forceinline__ void sts32(uint32_t a, uint32_t x) {
 }
 
 // This thread's share of every K step's copies, as running source pointers resolved once per tile: 16 bytes of a
-// B row (threads < 2 * BN), 16 bytes of an A row (threads < 2 * BM), 16 bytes of B's or A's blocked scale atoms
-// (threads < 96). Destinations are 16 * tid past each region's start. Rows past N read the last
+// B row (every thread), 16 bytes of an A row (threads < 2 * BM), 16 bytes of B's or A's blocked scale atoms
+// (threads < 16 * WARPGROUPS + 64). Destinations are 16 * tid past each region's start. Rows past N read the last
 // row, and atoms past the last read the last one: they feed only outputs that are never stored (row n of C^T
 // depends on B row n alone). Rows past M (common: M is padded to 64 or 128) are zero-filled without a read; reading
 // the last row for each measured 15 % slower on g8_n7168_k2048.
@@ -255,10 +258,11 @@ struct Loader {
     b_src = t.b + (size_t)min(t.n0 + r, t.N - 1) * row_bytes + kb + 16 * h;
     a_bytes = t.m0 + r < t.M ? 16 : 0;
     a_src = t.a + (size_t)min(t.m0 + r, t.M - 1) * row_bytes + kb + 16 * h;
-    if (tid < 32) {
-      sf_src = t.sfb + ((size_t)(t.n0 >> 7) * rest_k + t.k0) * 512 + 16 * tid;
+    if (tid < 16 * WARPGROUPS) {
+      const int atom = min((t.n0 >> 7) + (tid >> 5), (t.N - 1) >> 7);
+      sf_src = t.sfb + ((size_t)atom * rest_k + t.k0) * 512 + 16 * (tid & 31);
     } else {
-      const int atom = min((t.m0 >> 7) + ((tid - 32) >> 5), (t.M - 1) >> 7);
+      const int atom = min((t.m0 >> 7) + ((tid - 16 * WARPGROUPS) >> 5), (t.M - 1) >> 7);
       sf_src = t.sfa + ((size_t)atom * rest_k + t.k0) * 512 + 16 * (tid & 31);
     }
   }
@@ -268,9 +272,9 @@ struct Loader {
   __device__ __forceinline__ void load(uint32_t slot) {
     const int tid = threadIdx.x;
     const uint32_t dst = slot + 16 * tid;
-    cp_async16(dst + RAW_B, b_src, 16, tid < 2 * BN);
+    cp_async16(dst + RAW_B, b_src, 16, 1);
     cp_async16(dst + RAW_A, a_src, a_bytes, tid < 2 * BM);
-    cp_async16(dst + RAW_SFB, sf_src, 16, tid < 96);
+    cp_async16(dst + RAW_SFB, sf_src, 16, tid < 16 * WARPGROUPS + 64);
     b_src += ROW_BYTES;
     a_src += ROW_BYTES;
     sf_src += 512;
@@ -281,7 +285,7 @@ struct Loader {
 // owning WORDS = 8 / T consecutive 32-bit words of the row's 32 bytes. Word w of the row is (t, wi) = (w / 2, w % 2): scale column t, nibbles n0..n7 decoded into pairs
 // p = 0..3, and pair p of word (t, wi) is bytes 4t..4t+3 of 16-byte chunk 4 wi + p of the row (the K order the B
 // fragments use), stored through the 128-byte swizzle.
-template <int BM, int THREADS>
+template <int BM>
 struct ADecoder {
   static constexpr int T = THREADS / (BM > 64 ? 128 : 64);
   static constexpr int WORDS = 8 / T;  // 4, 2 or 1
@@ -340,33 +344,26 @@ struct ADecoder {
 };
 
 // B's decode: this thread's wgmma A fragments f[slice][reg] for tile rows r0 and r0 + 8, from 8 bytes of each
-// (scale column tq): word wi of those 8 bytes feeds k16 slices 2 wi and 2 wi + 1. With KH = 2 this warpgroup owns
-// only the slices of word `kh` (the other pair of warpgroups owns the rest), so it decodes one word per row.
-template <int KH>
+// (scale column tq).
 struct BDecoder {
-  static constexpr int SLICES = 4 / KH;
   uint32_t raw, sf;  // row r0's; row r0 + 8 is 256 bytes further in the raw rows and 128 in the atom
 
-  __device__ __forceinline__ void init(int r0, int tq, int kh) {
-    raw = RAW_B + r0 * ROW_BYTES + 8 * tq + 4 * kh;
-    sf = RAW_SFB + (r0 & 31) * 16 + ((r0 >> 5) & 3) * 4 + tq;  // r0 < 128 and r0 & 31 < 24: no wrap at + 8
+  __device__ __forceinline__ void init(int r0, int tq) {
+    raw = RAW_B + r0 * ROW_BYTES + 8 * tq;
+    sf = RAW_SFB + (r0 >> 7) * 512 + (r0 & 31) * 16 + ((r0 >> 5) & 3) * 4 + tq;  // r0 & 31 < 24: no wrap at + 8
   }
 
-  __device__ __forceinline__ void run(uint32_t slot, uint32_t (&f)[SLICES][4]) const {
-    uint32_t v[2][4 / KH][4];  // [row][word][pair]
+  __device__ __forceinline__ void run(uint32_t slot, uint32_t (&f)[4][4]) const {
+    uint32_t v[2][2][4];  // [row][word][pair]
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
+      const uint2 q = lds64(slot + raw + 256 * i);
       const uint32_t s = scale_pair(lds8(slot + sf + 128 * i));
-      if constexpr (KH == 1) {
-        const uint2 q = lds64(slot + raw + 256 * i);
-        decode_word(q.x, s, v[i][0]);
-        decode_word(q.y, s, v[i][1]);
-      } else {
-        decode_word(lds32(slot + raw + 256 * i), s, v[i][0]);
-      }
+      decode_word(q.x, s, v[i][0]);
+      decode_word(q.y, s, v[i][1]);
     }
 #pragma unroll
-    for (int j = 0; j < SLICES; ++j) {
+    for (int j = 0; j < 4; ++j) {
       const int wi = j >> 1, p = 2 * (j & 1);
       f[j][0] = v[0][wi][p];
       f[j][1] = v[1][wi][p];
@@ -376,31 +373,27 @@ struct BDecoder {
   }
 };
 
-// Issue this warpgroup's k16 wgmmas of one step (slice j starts 32 bytes further along the swizzled rows: +2 in
-// the descriptor's address field; with KH = 2 warpgroups of K half kh take slices 2 kh and 2 kh + 1) and commit
-// them as one group.
-template <int BM, int SLICES>
-__device__ __forceinline__ void mma_step(float (&acc)[BM / 2], const uint32_t (&f)[SLICES][4], uint64_t desc) {
+// Issue the four k16 wgmmas of one step (k16 slice j starts 32 bytes further along the swizzled rows: +2 in the
+// descriptor's address field) and commit them as one group.
+template <int BM>
+__device__ __forceinline__ void mma_step(float (&acc)[BM / 2], const uint32_t (&f)[4][4], uint64_t desc) {
   wgmma_fence();
   fence_regs(acc);
 #ifndef WG_SKIP_MMA
 #pragma unroll
-  for (int j = 0; j < SLICES; ++j) wgmma_step<BM>(acc, f[j], desc + 2 * j);
+  for (int j = 0; j < 4; ++j) wgmma_step<BM>(acc, f[j], desc + 2 * j);
 #endif
   wgmma_commit();
   fence_regs(acc);
 }
 
-template <int BM, int KH>
+template <int BM>
 struct Pipe {
-  static constexpr int THREADS = 256 * KH;
-  static constexpr int SLICES = 4 / KH;
   Loader ld;
-  ADecoder<BM, THREADS> da;
-  BDecoder<KH> db;
+  ADecoder<BM> da;
+  BDecoder db;
   uint32_t dec;   // shared address of decoded buffer 0; the raw ring follows the decoded buffers
-  uint32_t kofs;  // this warpgroup's first slice, as a descriptor address offset (2 per slice)
-  int steps, buf; // buf: the decoded buffer of the step whose wgmma is issued next
+  int steps, buf;  // buf: the decoded buffer of the step whose wgmma is issued next
 
   __device__ __forceinline__ uint32_t ring() const { return dec + DEC_BUFS * DEC_BYTES; }
 
@@ -409,9 +402,9 @@ struct Pipe {
   // buffer buf + 1 was last read by wgmma s - 2, which every warpgroup waited for before the previous barrier; step
   // s + 1's raw bytes were waited for before that barrier too, and ring slot s (read while preparing step s) is
   // free for step s + STAGES.
-  __device__ __forceinline__ void iteration(int s, float (&acc)[BM / 2], const uint32_t (&cur)[SLICES][4],
-                                            uint32_t (&nxt)[SLICES][4]) {
-    mma_step<BM, SLICES>(acc, cur, sw128_desc(dec + buf * DEC_BYTES) + kofs);
+  __device__ __forceinline__ void iteration(int s, float (&acc)[BM / 2], const uint32_t (&cur)[4][4],
+                                            uint32_t (&nxt)[4][4]) {
+    mma_step<BM>(acc, cur, sw128_desc(dec + buf * DEC_BYTES));
     if (s + 1 >= steps) return;
     wgmma_wait<1>();
     fence_regs(acc);
@@ -429,28 +422,28 @@ struct Pipe {
   }
 };
 
-// Split-K: each of a slot's two CTAs stores its fp32 partial (element i of thread tid < 256 at i * 256 + tid), then
+// Split-K: each of a slot's two CTAs stores its fp32 partial (element i of thread tid at i * THREADS + tid), then
 // counts itself in; the second to arrive adds the other's partial to `acc`, resets the counter for the next launch,
-// and returns true (it stores C). The first returns false. Called by the 256 threads that hold the sums.
+// and returns true (it stores C). The first returns false.
 template <int BM>
-__device__ __forceinline__ bool split_k_last(const Tile& t, float (&acc)[BM / 2], int bar_id) {
+__device__ __forceinline__ bool split_k_last(const Tile& t, float (&acc)[BM / 2]) {
   __shared__ int arrived;
   const int tid = threadIdx.x;
   float* mine = t.ws + (size_t)t.part * BN * BM_MAX;
   const float* other = t.ws + (size_t)(1 - t.part) * BN * BM_MAX;
 #pragma unroll
-  for (int i = 0; i < BM / 2; ++i) __stcg(mine + i * 256 + tid, acc[i]);
+  for (int i = 0; i < BM / 2; ++i) __stcg(mine + i * THREADS + tid, acc[i]);
   __threadfence();
-  named_barrier(bar_id, 256);
+  __syncthreads();
   if (tid == 0) {
     arrived = atomicAdd(t.cnt, 1);
     if (arrived == 1) *t.cnt = 0;
   }
-  named_barrier(bar_id, 256);
+  __syncthreads();
   if (arrived != 1) return false;
   __threadfence();
 #pragma unroll
-  for (int i = 0; i < BM / 2; ++i) acc[i] += __ldcg(other + i * 256 + tid);
+  for (int i = 0; i < BM / 2; ++i) acc[i] += __ldcg(other + i * THREADS + tid);
   return true;
 }
 
@@ -478,17 +471,12 @@ __device__ __forceinline__ Tile tile_of(const Params& p) {
   return t;
 }
 
-// KH = 1: two warpgroups, each 64 rows of N over the whole K step. KH = 2: four warpgroups; warpgroups w and w + 2
-// share rows 64 (w & 1).., taking k16 slices {0, 1} and {2, 3} of every step, and the second pair's sums are added
-// to the first's through shared memory at the end (twice the warps per CTA for grids that leave SMs with one).
-template <int BM, int KH>
+template <int BM>
 __device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
-  using P = Pipe<BM, KH>;
   const int tid = threadIdx.x;
   const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
-  const int kh = KH == 1 ? 0 : wg >> 1;
-  const int r0 = 64 * (wg & 1) + 16 * warp + (lane >> 2), tq = lane & 3;
-  P pipe;
+  const int r0 = 64 * wg + 16 * warp + (lane >> 2), tq = lane & 3;
+  Pipe<BM> pipe;
   {
     const Tile t = tile_of(p);
     pipe.steps = t.steps;
@@ -496,14 +484,13 @@ __device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
     pipe.da.init(t.m0);
   }
   pipe.dec = smem_u32(smem);
-  pipe.kofs = 2 * P::SLICES * kh;
   pipe.buf = 0;
-  pipe.db.init(r0, tq, kh);
+  pipe.db.init(r0, tq);
 
   float acc[BM / 2];
 #pragma unroll
   for (int i = 0; i < BM / 2; ++i) acc[i] = 0.f;
-  uint32_t fa[P::SLICES][4], fb[P::SLICES][4];
+  uint32_t fa[4][4], fb[4][4];
 
 #pragma unroll
   for (int s = 0; s < STAGES; ++s) {
@@ -524,23 +511,8 @@ __device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
   wgmma_wait<0>();
   fence_regs(acc);
 
-  if constexpr (KH == 2) {
-    // The second K half's sums (64 x BM per warpgroup, element i of thread tid at i * 256 + tid - 256) to the
-    // first's, through the decoded buffers and ring, which no wgmma or copy uses any more.
-    float* red = reinterpret_cast<float*>(smem);
-    __syncthreads();
-    if (kh == 1) {
-#pragma unroll
-      for (int i = 0; i < BM / 2; ++i) red[i * 256 + tid - 256] = acc[i];
-    }
-    __syncthreads();
-    if (kh == 1) return;
-#pragma unroll
-    for (int i = 0; i < BM / 2; ++i) acc[i] += red[i * 256 + tid];
-  }
-
   const Tile t = tile_of(p);
-  if (t.ws != nullptr && !split_k_last<BM>(t, acc, 1)) return;
+  if (t.ws != nullptr && !split_k_last<BM>(t, acc)) return;
 
   // acc[i]: row n0 + r0 + 8 * ((i >> 1) & 1) of N, column m0 + 8 * (i >> 2) + 2 * tq + (i & 1) of M.
 #pragma unroll
@@ -551,28 +523,21 @@ __device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
   }
 }
 
-template <int KH>
-__device__ __forceinline__ void dispatch(const Params& p) {
+}  // namespace
+
+#ifndef WG_CTAS_PER_SM
+#define WG_CTAS_PER_SM (WARPGROUPS == 2 ? 2 : 1)
+#endif
+
+extern "C" __global__ void __launch_bounds__(THREADS, WG_CTAS_PER_SM) fp4_group_gemm_sm90(const __grid_constant__ Params p) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const int bm = p.tiles[2 * blockIdx.x].w;
   if (bm == 128) {
-    run_tile<128, KH>(p, smem);
+    run_tile<128>(p, smem);
   } else if (bm == 96) {
-    run_tile<96, KH>(p, smem);
+    run_tile<96>(p, smem);
   } else {
-    run_tile<64, KH>(p, smem);
+    run_tile<64>(p, smem);
   }
-}
-
-}  // namespace
-
-// Two CTAs of 8 warps per SM (128 registers each): grids of at least two tiles per SM.
-extern "C" __global__ void __launch_bounds__(256, 2) fp4_group_gemm_sm90(const __grid_constant__ Params p) {
-  dispatch<1>(p);
-}
-
-// One CTA of 16 warps per SM, K steps split between warpgroup pairs: grids that leave SMs with one tile.
-extern "C" __global__ void __launch_bounds__(512, 1) fp4_group_gemm_sm90_kh2(const __grid_constant__ Params p) {
-  dispatch<2>(p);
 }

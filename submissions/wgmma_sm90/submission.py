@@ -50,27 +50,24 @@ class _Driver:
             self.lib.cuGetErrorName(err, ctypes.byref(name))
             raise RuntimeError(f"wgmma_sm90: {what} failed: {(name.value or b'?').decode()} (CUresult {err})")
 
-    def load_functions(self, image: bytes) -> dict:
-        """Load a cubin into the current context (torch's, made current by the caller) and return its kernels
-        (host.KERNELS) by name, each with its dynamic shared-memory limit raised to host.SMEM_BYTES."""
+    def load_function(self, image: bytes) -> ctypes.c_void_p:
+        """Load a cubin into the current context (torch's, made current by the caller) and return the kernel,
+        with its dynamic shared-memory limit raised to host.SMEM_BYTES."""
         ctx = ctypes.c_void_p()
         self.check(self.lib.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
         if not ctx.value:
             raise RuntimeError("wgmma_sm90: no current CUDA context (torch has not initialised this device)")
-        module = ctypes.c_void_p()
+        module, func = ctypes.c_void_p(), ctypes.c_void_p()
         self.check(self.lib.cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
-        funcs = {}
-        for name in host.KERNELS:
-            func = ctypes.c_void_p()
-            self.check(self.lib.cuModuleGetFunction(ctypes.byref(func), module, name.encode()), "cuModuleGetFunction")
-            self.check(self.lib.cuFuncSetAttribute(func, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                   host.SMEM_BYTES), "cuFuncSetAttribute")
-            funcs[name] = func
-        return funcs
+        self.check(self.lib.cuModuleGetFunction(ctypes.byref(func), module, host.KERNEL_NAME.encode()),
+                   "cuModuleGetFunction")
+        self.check(self.lib.cuFuncSetAttribute(func, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                               host.SMEM_BYTES), "cuFuncSetAttribute")
+        return func
 
 
 _DRIVER: _Driver | None = None
-_FUNCS: dict = {}  # device index -> {kernel name: loaded kernel}
+_FUNCS: dict = {}  # device index -> loaded kernel
 
 #: The C++ per-call path (fast_call.cpp): "cpp" (default; falls back to "python" with a warning when it cannot be
 #: built) or "python".
@@ -91,9 +88,8 @@ def _fast_module():
     return _FAST_MODULE
 
 
-def _functions(dev: torch.device) -> dict:
-    """The kernels loaded on ``dev`` by name (built and loaded on first use). Raises ValueError off compute
-    capability 9.0."""
+def _function(dev: torch.device) -> ctypes.c_void_p:
+    """The kernel loaded on ``dev`` (built and loaded on first use). Raises ValueError off compute capability 9.0."""
     global _DRIVER
     func = _FUNCS.get(dev.index)
     if func is None:
@@ -106,22 +102,19 @@ def _functions(dev: torch.device) -> dict:
             _DRIVER = _Driver()
         with torch.cuda.device(dev):
             torch.cuda.current_stream(dev).synchronize()  # makes torch's context current on this thread
-            func = _FUNCS[dev.index] = _DRIVER.load_functions(image)
+            func = _FUNCS[dev.index] = _DRIVER.load_function(image)
     return func
 
 
 class _Plan:
-    """Everything a call needs that depends only on (sizes, device): the split and kernel choice, the tile table, split-K
+    """Everything a call needs that depends only on (sizes, device): the split choice, the tile table, split-K
     workspace and counters on the device, the parameter block (sizes filled, addresses written per call), and the
     prebuilt launch arguments."""
 
     def __init__(self, sizes, dev: torch.device):
-        num_sms = torch.cuda.get_device_properties(dev).multi_processor_count
-        self.split = host.choose_split(sizes, num_sms)
+        self.split = host.choose_split(sizes, torch.cuda.get_device_properties(dev).multi_processor_count)
         tiles = host.plan_tiles(sizes, self.split)
         self.n_tiles = len(tiles)
-        self.kernel = host.choose_kernel(self.n_tiles, num_sms)
-        threads = host.KERNELS[self.kernel][0]
         self.tiles = torch.tensor(tiles, dtype=torch.int32, device=dev).reshape(-1)
         slots = max(t[6] for t in tiles) + 1
         self.ws = torch.empty(max(slots, 1) * 2 * host.BN * host.BM_CLASSES[-1], dtype=torch.float32, device=dev)
@@ -132,14 +125,13 @@ class _Plan:
         self.layout = None
         self._kparams = (ctypes.c_void_p * 1)(ctypes.addressof(self.params))
         u = ctypes.c_uint
-        self._head = (_functions(dev)[self.kernel], u(self.n_tiles), u(1), u(1), u(threads), u(1), u(1),
-                      u(host.SMEM_BYTES))
+        self._head = (_function(dev), u(self.n_tiles), u(1), u(1), u(host.THREADS), u(1), u(1), u(host.SMEM_BYTES))
         self.device = dev
         self._dev = dev.index
         self._stream = torch._C._cuda_getCurrentRawStream
         module = _fast_module()
         self.fast = module.FastCall(ctypes.addressof(self.params), host.MAX_GROUPS, self._head[0].value, self.n_tiles,
-                                    threads, host.SMEM_BYTES, _DRIVER.launch_address) if module else None
+                                    host.THREADS, host.SMEM_BYTES, _DRIVER.launch_address) if module else None
 
     def remember(self, abc, sf_r, layout) -> None:
         """Record a validated call's layout for the per-call checks (Python's and the C++ path's)."""

@@ -19,11 +19,12 @@ import torch
 HERE = Path(__file__).resolve().parent
 KERNEL_SOURCE = HERE / "kernel.cu"
 FAST_CALL_SOURCE = HERE / "fast_call.cpp"
+KERNEL_NAME = "fp4_group_gemm_sm90"
 
 #: nvcc flags: wgmma needs the architecture-specific sm_90a target (the -gencode form; see the device notes).
 NVCC_FLAGS = ("-cubin", "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-lineinfo")
 #: Extra nvcc arguments for experiments (bench.py): "-DWG_SKIP_MMA" and the like compute nothing useful;
-#: "-DWG_STAGES=N" changes the ring depth (STAGES follows it).
+#: "-DWG_WARPGROUPS=N" and "-DWG_STAGES=N" change the tile (the constants below follow them).
 EXTRA_FLAGS = tuple(os.environ.get("WGMMA_SM90_NVCC_EXTRA", "").split())
 
 
@@ -36,11 +37,10 @@ def _define(name: str, default: int) -> int:
 
 #: Groups whose addresses and sizes travel in the kernel's parameter block (kernel.cu MAX_GROUPS).
 MAX_GROUPS = 16
-#: Rows of N per CTA, K per step, raw ring depth (kernel.cu BN, BK, STAGES).
-BN, BK, STAGES = 128, 64, _define("WG_STAGES", 4)
-#: The two kernels: name -> (threads per CTA, resident CTAs per SM). "kh2" splits each K step between two pairs
-#: of warpgroups: twice the warps for a CTA that has an SM to itself.
-KERNELS = {"fp4_group_gemm_sm90": (256, 2), "fp4_group_gemm_sm90_kh2": (512, 1)}
+#: Warpgroups per CTA, each owning 64 rows of N (kernel.cu WARPGROUPS).
+WARPGROUPS = _define("WG_WARPGROUPS", 2)
+#: Rows of N per CTA, K per step, raw ring depth, threads per CTA (kernel.cu BN, BK, STAGES, THREADS).
+BN, BK, STAGES, THREADS = 64 * WARPGROUPS, 64, _define("WG_STAGES", 4), 128 * WARPGROUPS
 #: Decoded A buffers (kernel.cu DEC_BUFS).
 DEC_BUFS = 3
 #: Columns of M per CTA that the kernel is compiled for (wgmma N sizes), ascending.
@@ -48,7 +48,7 @@ BM_CLASSES = (64, 96, 128)
 #: Dynamic shared memory per CTA in bytes (kernel.cu SMEM_BYTES + 1024 for aligning the base to 1024 bytes):
 #: DEC_BUFS decoded A buffers of BM_MAX x BK fp16, then STAGES raw stages (B rows, A rows, B scale atoms, two of A's
 #: scale atoms).
-STAGE_BYTES = BN * BK // 2 + BM_CLASSES[-1] * BK // 2 + 512 + 1024
+STAGE_BYTES = BN * BK // 2 + BM_CLASSES[-1] * BK // 2 + 512 * (BN // 128) + 1024
 SMEM_BYTES = DEC_BUFS * BM_CLASSES[-1] * BK * 2 + STAGES * STAGE_BYTES + 1024
 
 _BLOCKED_ATOM_ROWS, _BLOCKED_ATOM_BYTES = 128, 512
@@ -159,24 +159,13 @@ def plan_tiles(sizes, split: int = 1) -> list[tuple[int, ...]]:
     return [t[1:] for t in tiles]
 
 
-#: Resident CTAs per SM of the default kernel (128 registers x 256 threads, 89 KB of shared memory each).
-CTAS_PER_SM = KERNELS["fp4_group_gemm_sm90"][1]
+#: Resident CTAs per SM (128 registers x 256 threads, 87 KB of shared memory each).
+CTAS_PER_SM = 2 if WARPGROUPS == 2 else 1
 #: Split K only when each half keeps at least this many K steps (H200: halves of 16 steps lost, g8_n7168_k2048
 #: 97 -> 120 us; halves of 56 won, g8_n4096_k7168 182 -> 170 us).
 MIN_SPLIT_STEPS = 32
 #: bench.py's override of choose_split (None: the rule).
 SPLIT_OVERRIDE: int | None = None
-
-
-#: bench.py's override of choose_kernel (None: the rule).
-KERNEL_OVERRIDE: str | None = None
-
-
-def choose_kernel(n_tiles: int, num_sms: int) -> str:
-    """The kh2 kernel when every SM gets at most one tile (16 warps then work on it, not 8), else the default."""
-    if KERNEL_OVERRIDE is not None:
-        return KERNEL_OVERRIDE
-    return "fp4_group_gemm_sm90_kh2" if n_tiles <= num_sms else "fp4_group_gemm_sm90"
 
 
 def choose_split(sizes, num_sms: int) -> int:
@@ -228,7 +217,7 @@ def build_cubin(out_dir: Path | None = None, verbose: bool = False) -> Path:
     """Compile kernel.cu to an sm_90a cubin (cached by source_digest); returns its path. Raises RuntimeError with
     nvcc's output when the compile fails. ``verbose`` adds ptxas's register and spill report to stderr."""
     out_dir = Path(out_dir) if out_dir else cache_dir()
-    out = out_dir / f"wgmma_sm90_{source_digest()}.cubin"
+    out = out_dir / f"{KERNEL_NAME}_{source_digest()}.cubin"
     if out.is_file() and not verbose:
         return out
     out_dir.mkdir(parents=True, exist_ok=True)
