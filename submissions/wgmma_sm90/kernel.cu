@@ -8,12 +8,8 @@
 namespace {
 
 constexpr int MAX_GROUPS = 16;
-#ifndef WG_WARPGROUPS
-#define WG_WARPGROUPS 2
-#endif
-constexpr int WARPGROUPS = WG_WARPGROUPS;  // each owns 64 rows of N
-constexpr int BN = 64 * WARPGROUPS;        // rows of N per CTA
-constexpr int THREADS = 128 * WARPGROUPS;
+constexpr int BN = 128;           // rows of N per CTA: two warpgroups of 64
+constexpr int THREADS = 256;
 constexpr int BK = 64;            // K per step: 32 bytes of e2m1 per row, 4 scale columns (one per thread quad lane)
 constexpr int ROW_BYTES = BK / 2;
 #ifndef WG_STAGES
@@ -29,10 +25,11 @@ constexpr int DEC_BUFS = 3;
 constexpr int DEC_BYTES = BM_MAX * BK * 2;
 constexpr int RAW_B = 0;                                  // BN rows x 32 bytes
 constexpr int RAW_A = RAW_B + BN * ROW_BYTES;             // BM_MAX rows x 32 bytes
-constexpr int RAW_SFB = RAW_A + BM_MAX * ROW_BYTES;       // BN / 128 blocked 32x4x4 atoms: 128 rows x 4 scales each
-constexpr int RAW_SFA = RAW_SFB + 512 * (BN / 128);       // A's two atoms from m0 / 128 (a tile may straddle two)
+constexpr int RAW_SFB = RAW_A + BM_MAX * ROW_BYTES;       // B's blocked 32x4x4 atom: 128 rows x 4 scales
+constexpr int RAW_SFA = RAW_SFB + 512;                    // A's two atoms from m0 / 128 (a tile may straddle two)
 constexpr int STAGE_BYTES = RAW_SFA + 1024;
 constexpr int SMEM_BYTES = DEC_BUFS * DEC_BYTES + STAGES * STAGE_BYTES;
+static_assert(SMEM_BYTES + 1024 <= 113 * 1024, "two CTAs per SM (228 KB, 1 KB reserved per CTA)");
 
 }  // namespace
 
@@ -49,8 +46,6 @@ struct Params {
   int n[MAX_GROUPS];
   int k[MAX_GROUPS];
 };
-
-extern "C" __host__ __device__ int fp4_group_gemm_sm90_smem_bytes() { return SMEM_BYTES + 1024; }
 
 namespace {
 
@@ -70,11 +65,7 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-__device__ __forceinline__ void fence_proxy_async() {
-#ifndef WG_NO_FENCE
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 
@@ -108,19 +99,12 @@ __device__ __forceinline__ uint32_t scale_pair(uint32_t code) {
 // goes to bit 15 of its half and its three magnitude bits to bits 11..9: that fp16 pattern is the e2m1 value times
 // 2^-14 (code 1, the e2m1 subnormal 0.5, is the fp16 subnormal 2^-15). With s2 = scale * 2^7 every product is
 // value * scale * 2^-7, exact in fp16; the epilogue multiplies the fp32 sum by 2^14.
-#ifdef WG_NO_SCALE
-#define hmul2(a, b) (a)
-#endif
 __device__ __forceinline__ void decode_word(uint32_t x, uint32_t s2, uint32_t (&out)[4]) {
   out[3] = hmul2((x & 0x80008000u) | ((x >> 3) & 0x0E000E00u), s2);
   out[2] = hmul2(((x << 4) & 0x80008000u) | ((x << 1) & 0x0E000E00u), s2);
   out[1] = hmul2(((x << 8) & 0x80008000u) | ((x << 5) & 0x0E000E00u), s2);
   out[0] = hmul2(((x << 12) & 0x80008000u) | ((x << 9) & 0x0E000E00u), s2);
 }
-
-#ifdef WG_NO_SCALE
-#undef hmul2
-#endif
 
 // Descriptor of a K-major operand with 128-byte swizzle: rows of 128 bytes, 8-row groups 1024 bytes apart.
 __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
@@ -238,7 +222,7 @@ __device__ __forceinline__ void sts32(uint32_t a, uint32_t x) {
 
 // This thread's share of every K step's copies, as running source pointers resolved once per tile: 16 bytes of a
 // B row (every thread), 16 bytes of an A row (threads < 2 * BM), 16 bytes of B's or A's blocked scale atoms
-// (threads < 16 * WARPGROUPS + 64). Destinations are 16 * tid past each region's start. Rows past N read the last
+// (threads < 96). Destinations are 16 * tid past each region's start. Rows past N read the last
 // row, and atoms past the last read the last one: they feed only outputs that are never stored (row n of C^T
 // depends on B row n alone). Rows past M (common: M is padded to 64 or 128) are zero-filled without a read; reading
 // the last row for each measured 15 % slower on g8_n7168_k2048.
@@ -258,11 +242,10 @@ struct Loader {
     b_src = t.b + (size_t)min(t.n0 + r, t.N - 1) * row_bytes + kb + 16 * h;
     a_bytes = t.m0 + r < t.M ? 16 : 0;
     a_src = t.a + (size_t)min(t.m0 + r, t.M - 1) * row_bytes + kb + 16 * h;
-    if (tid < 16 * WARPGROUPS) {
-      const int atom = min((t.n0 >> 7) + (tid >> 5), (t.N - 1) >> 7);
-      sf_src = t.sfb + ((size_t)atom * rest_k + t.k0) * 512 + 16 * (tid & 31);
+    if (tid < 32) {
+      sf_src = t.sfb + ((size_t)(t.n0 >> 7) * rest_k + t.k0) * 512 + 16 * tid;
     } else {
-      const int atom = min((t.m0 >> 7) + ((tid - 16 * WARPGROUPS) >> 5), (t.M - 1) >> 7);
+      const int atom = min((t.m0 >> 7) + ((tid - 32) >> 5), (t.M - 1) >> 7);
       sf_src = t.sfa + ((size_t)atom * rest_k + t.k0) * 512 + 16 * (tid & 31);
     }
   }
@@ -274,7 +257,7 @@ struct Loader {
     const uint32_t dst = slot + 16 * tid;
     cp_async16(dst + RAW_B, b_src, 16, 1);
     cp_async16(dst + RAW_A, a_src, a_bytes, tid < 2 * BM);
-    cp_async16(dst + RAW_SFB, sf_src, 16, tid < 16 * WARPGROUPS + 64);
+    cp_async16(dst + RAW_SFB, sf_src, 16, tid < 96);
     b_src += ROW_BYTES;
     a_src += ROW_BYTES;
     sf_src += 512;
@@ -350,7 +333,7 @@ struct BDecoder {
 
   __device__ __forceinline__ void init(int r0, int tq) {
     raw = RAW_B + r0 * ROW_BYTES + 8 * tq;
-    sf = RAW_SFB + (r0 >> 7) * 512 + (r0 & 31) * 16 + ((r0 >> 5) & 3) * 4 + tq;  // r0 & 31 < 24: no wrap at + 8
+    sf = RAW_SFB + (r0 & 31) * 16 + ((r0 >> 5) & 3) * 4 + tq;  // r0 < 128, r0 & 31 < 24: no wrap at + 8
   }
 
   __device__ __forceinline__ void run(uint32_t slot, uint32_t (&f)[4][4]) const {
@@ -525,11 +508,8 @@ __device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
 
 }  // namespace
 
-#ifndef WG_CTAS_PER_SM
-#define WG_CTAS_PER_SM (WARPGROUPS == 2 ? 2 : 1)
-#endif
-
-extern "C" __global__ void __launch_bounds__(THREADS, WG_CTAS_PER_SM) fp4_group_gemm_sm90(const __grid_constant__ Params p) {
+// Two CTAs per SM: 128 registers a thread.
+extern "C" __global__ void __launch_bounds__(THREADS, 2) fp4_group_gemm_sm90(const __grid_constant__ Params p) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const int bm = p.tiles[2 * blockIdx.x].w;

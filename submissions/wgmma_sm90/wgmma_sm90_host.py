@@ -23,8 +23,8 @@ KERNEL_NAME = "fp4_group_gemm_sm90"
 
 #: nvcc flags: wgmma needs the architecture-specific sm_90a target (the -gencode form; see the device notes).
 NVCC_FLAGS = ("-cubin", "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-lineinfo")
-#: Extra nvcc arguments for experiments (bench.py): "-DWG_SKIP_MMA" and the like compute nothing useful;
-#: "-DWG_WARPGROUPS=N" and "-DWG_STAGES=N" change the tile (the constants below follow them).
+#: Extra nvcc arguments for experiments (bench.py): "-DWG_SKIP_MMA" or "-DWG_SKIP_DECODE" leave a stage out (the
+#: output is wrong; the time says what the rest costs); "-DWG_STAGES=N" changes the ring depth (STAGES follows).
 EXTRA_FLAGS = tuple(os.environ.get("WGMMA_SM90_NVCC_EXTRA", "").split())
 
 
@@ -37,10 +37,9 @@ def _define(name: str, default: int) -> int:
 
 #: Groups whose addresses and sizes travel in the kernel's parameter block (kernel.cu MAX_GROUPS).
 MAX_GROUPS = 16
-#: Warpgroups per CTA, each owning 64 rows of N (kernel.cu WARPGROUPS).
-WARPGROUPS = _define("WG_WARPGROUPS", 2)
-#: Rows of N per CTA, K per step, raw ring depth, threads per CTA (kernel.cu BN, BK, STAGES, THREADS).
-BN, BK, STAGES, THREADS = 64 * WARPGROUPS, 64, _define("WG_STAGES", 4), 128 * WARPGROUPS
+#: Rows of N per CTA (two warpgroups of 64), K per step, raw ring depth, threads per CTA (kernel.cu BN, BK,
+#: STAGES, THREADS).
+BN, BK, STAGES, THREADS = 128, 64, _define("WG_STAGES", 4), 256
 #: Decoded A buffers (kernel.cu DEC_BUFS).
 DEC_BUFS = 3
 #: Columns of M per CTA that the kernel is compiled for (wgmma N sizes), ascending.
@@ -48,7 +47,7 @@ BM_CLASSES = (64, 96, 128)
 #: Dynamic shared memory per CTA in bytes (kernel.cu SMEM_BYTES + 1024 for aligning the base to 1024 bytes):
 #: DEC_BUFS decoded A buffers of BM_MAX x BK fp16, then STAGES raw stages (B rows, A rows, B scale atoms, two of A's
 #: scale atoms).
-STAGE_BYTES = BN * BK // 2 + BM_CLASSES[-1] * BK // 2 + 512 * (BN // 128) + 1024
+STAGE_BYTES = BN * BK // 2 + BM_CLASSES[-1] * BK // 2 + 512 + 1024
 SMEM_BYTES = DEC_BUFS * BM_CLASSES[-1] * BK * 2 + STAGES * STAGE_BYTES + 1024
 
 _BLOCKED_ATOM_ROWS, _BLOCKED_ATOM_BYTES = 128, 512
@@ -159,8 +158,8 @@ def plan_tiles(sizes, split: int = 1) -> list[tuple[int, ...]]:
     return [t[1:] for t in tiles]
 
 
-#: Resident CTAs per SM (128 registers x 256 threads, 87 KB of shared memory each).
-CTAS_PER_SM = 2 if WARPGROUPS == 2 else 1
+#: Resident CTAs per SM (128 registers x 256 threads, 89 KB of shared memory each).
+CTAS_PER_SM = 2
 #: Split K only when each half keeps at least this many K steps (H200: halves of 16 steps lost, g8_n7168_k2048
 #: 97 -> 120 us; halves of 56 won, g8_n4096_k7168 182 -> 170 us).
 MIN_SPLIT_STEPS = 32
