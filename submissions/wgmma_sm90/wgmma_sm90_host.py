@@ -212,13 +212,30 @@ def cache_dir() -> Path:
     return Path(base) / "wgmma_sm90"
 
 
+def nvcc_command(out: Path, verbose: bool = False) -> list[str]:
+    """The nvcc command that compiles kernel.cu to the cubin ``out`` (``verbose``: ptxas's register and spill
+    report on stderr)."""
+    return [find_nvcc(), *NVCC_FLAGS, *EXTRA_FLAGS, *(["-Xptxas", "-v"] if verbose else []), "-o", str(out),
+            str(KERNEL_SOURCE)]
+
+
 def build_cubin(out_dir: Path | None = None, verbose: bool = False) -> Path:
     """Compile kernel.cu to an sm_90a cubin (cached by source_digest); returns its path. Raises RuntimeError with
-    nvcc's output when the compile fails. ``verbose`` adds ptxas's register and spill report to stderr."""
+    nvcc's output when the compile fails. ``verbose`` recompiles and prints ptxas's report."""
     out_dir = Path(out_dir) if out_dir else cache_dir()
     out = out_dir / f"{KERNEL_NAME}_{source_digest()}.cubin"
     if out.is_file() and not verbose:
         return out
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    cmd = nvcc_command(tmp, verbose)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"wgmma_sm90: nvcc failed ({' '.join(cmd)}):\n{proc.stdout}{proc.stderr}")
+    if verbose:
+        print(proc.stderr, end="")
+    os.replace(tmp, out)
+    return out
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(f".{os.getpid()}.tmp")
     cmd = [find_nvcc(), *NVCC_FLAGS, *EXTRA_FLAGS, *(["-Xptxas", "-v"] if verbose else []), "-o", str(tmp), str(KERNEL_SOURCE)]

@@ -1,0 +1,333 @@
+"""submissions/wgmma_sm90: host logic on real values, the C++ per-call path (built here, launching through a
+recording stand-in for cuLaunchKernel), the sm_90a compile (nvcc 13; fails, never skips, without it), and on a
+Hopper GPU every official test and benchmark shape against the exact reference."""
+from __future__ import annotations
+
+import ctypes
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.registry import read_variant
+from task.check import check_outputs
+from task.inputs import generate_input
+from task.reference import ref_kernel
+from task.spec import load_shapes
+
+from ._load import load_submission, variant_dir
+
+VARIANT = "wgmma_sm90"
+sub = load_submission(VARIANT)
+host = sub.host
+KERNEL_CU = variant_dir(VARIANT) / "kernel.cu"
+TEST_CASES = load_shapes("tests").cases
+BENCHMARK_CASES = load_shapes("benchmarks").cases
+
+
+def _constexpr(name: str) -> int:
+    match = re.search(rf"constexpr int {name} = (\d+);", KERNEL_CU.read_text())
+    assert match, f"{name} not found in kernel.cu"
+    return int(match.group(1))
+
+
+# --- the entry file and the constants shared with kernel.cu ----------------------------------------------------
+
+def test_entry_file_declares_leaderboard_gpu_and_exact_sm90a():
+    lines = (variant_dir(VARIANT) / "submission.py").read_text().splitlines()
+    assert lines[:3] == ["#!POPCORN leaderboard nvfp4_group_gemm", "#!POPCORN gpu H200",
+                         "#!FP4BENCH requires sm_90a"]
+    variant = read_variant(variant_dir(VARIANT) / "submission.py")
+    assert (variant.requires.major, variant.requires.minor, variant.requires.exact) == (9, 0, True)
+
+
+def test_host_constants_mirror_kernel_cu():
+    assert _constexpr("MAX_GROUPS") == host.MAX_GROUPS == 16
+    assert (_constexpr("BN"), _constexpr("BK"), _constexpr("THREADS")) == (host.BN, host.BK, host.THREADS)
+    assert _constexpr("BM_MAX") == host.BM_CLASSES[-1]
+    assert _constexpr("DEC_BUFS") == host.DEC_BUFS
+    assert re.search(r"#define WG_STAGES (\d+)", KERNEL_CU.read_text()).group(1) == str(host.STAGES)
+    # raw stage: B rows, A rows (32 bytes each), B's scale atom, two of A's atoms
+    assert host.STAGE_BYTES == 128 * 32 + 128 * 32 + 512 + 1024 == 9728
+    assert host.SMEM_BYTES == 3 * 128 * 128 + 4 * 9728 + 1024 == 89088
+
+
+def test_params_block_matches_the_kernel_struct_layout():
+    p = host.Params
+    assert ctypes.sizeof(p) == 856
+    assert [getattr(p, f).offset for f in ("addr", "tiles", "ws", "cnt", "m", "n", "k")] == \
+        [0, 640, 648, 656, 664, 728, 792]
+    block = host.make_params([(96, 256, 512, 1), (40, 128, 256, 1)], tiles=0x1000, ws=0x2000, cnt=0x3000)
+    assert (block.tiles, block.ws, block.cnt) == (0x1000, 0x2000, 0x3000)
+    assert (list(block.m[:3]), list(block.n[:3]), list(block.k[:3])) == ([96, 40, 0], [256, 128, 0], [512, 256, 0])
+    assert list(block.addr) == [0] * 80
+
+
+# --- tile plan ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("m, widths", [(40, (64,)), (64, (64,)), (72, (96,)), (80, (96,)), (96, (96,)),
+                                       (128, (128,)), (148, (96, 64)), (160, (96, 64)), (176, (128, 64)),
+                                       (196, (128, 96)), (248, (128, 128)), (320, (128, 128, 64)),
+                                       (384, (128, 128, 128))])
+def test_cover_m_picks_the_cheapest_widths(m, widths):
+    assert host.cover_m(m) == widths
+
+
+def test_cover_m_pads_less_than_one_small_tile():
+    for m in range(4, 1025, 4):
+        widths = host.cover_m(m)
+        assert set(widths) <= set(host.BM_CLASSES) and 0 <= sum(widths) - m < 64, (m, widths)
+
+
+@pytest.mark.parametrize("split", [1, 2])
+@pytest.mark.parametrize("case", TEST_CASES + BENCHMARK_CASES, ids=lambda c: c.name or c.text())
+def test_plan_covers_every_output_and_k_step_once_most_expensive_first(case, split):
+    tiles = host.plan_tiles(case.problem_sizes, split)
+    costs = [steps * (bm + 64) for (_, _, _, bm, _, steps, _, _) in tiles]
+    assert costs == sorted(costs, reverse=True)
+    cover: dict = {}
+    slots: dict = {}
+    for g, m0, n0, bm, k0, steps, slot, part in tiles:
+        cover.setdefault((g, n0), {}).setdefault((m0, bm), []).append((k0, steps))
+        if slot >= 0:
+            slots.setdefault(slot, []).append((g, m0, n0, bm, part))
+    for g, (m, n, k, _) in enumerate(case.problem_sizes):
+        for n0 in range(0, n, host.BN):
+            by_m = cover[(g, n0)]
+            starts = sorted(by_m)
+            assert starts[0][0] == 0 and all(a[0] + a[1] == b[0] for a, b in zip(starts, starts[1:]))
+            assert starts[-1][0] < m <= starts[-1][0] + starts[-1][1]
+            for ranges in by_m.values():
+                ranges.sort()
+                assert ranges[0][0] == 0 and sum(s for _, s in ranges) == k // host.BK
+                assert all(a[0] + a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+                assert len(ranges) == (2 if split == 2 and k // host.BK >= 2 else 1)
+    for members in slots.values():
+        assert sorted(p for *_, p in members) == [0, 1] and len({tuple(x[:4]) for x in members}) == 1
+
+
+def test_split_only_for_the_first_benchmark_and_never_for_tests():
+    assert [host.choose_split(c.problem_sizes, 132) for c in BENCHMARK_CASES] == [2, 1, 1, 1]
+    assert {host.choose_split(c.problem_sizes, 132) for c in TEST_CASES} == {1}
+    assert [len(host.plan_tiles(c.problem_sizes, host.choose_split(c.problem_sizes, 132))) for c in
+            BENCHMARK_CASES] == [704, 728, 120, 128]
+
+
+# --- input checks ---------------------------------------------------------------------------------------------
+
+def _data(m=(96, 40), n=(256, 128), k=(512, 256)):
+    return generate_input(list(m), list(n), list(k), len(m), seed=5, device="cpu")
+
+
+@pytest.mark.parametrize("sizes, message", [
+    ([(128, 128, 96, 1)], r"group 0 K: expected a positive multiple of 64, got 96"),
+    ([(128, 128, 256, 2)], r"group 0 L: expected 1, got 2"),
+    ([(0, 128, 256, 1)], r"group 0 M, N: expected >= 1, got \(0, 128\)"),
+    ([(64, 64, 64, 1)] * 17, r"group count: expected 1\.\.16, got 17"),
+])
+def test_check_sizes_names_expected_and_got(sizes, message):
+    with pytest.raises(ValueError, match=message):
+        host.check_sizes(sizes)
+
+
+def test_validate_refuses_cpu_tensors_and_names_the_device():
+    with pytest.raises(ValueError, match=r"wgmma_sm90: device: expected cuda, got cpu"):
+        host.validate(_data())
+
+
+def _mutated(kind: str):
+    abc, sf, sf_r, sizes = _data()
+    (a, b, c), (sfa, sfb) = abc[1], sf_r[1]
+    if kind == "a dtype":
+        a = a.view(torch.uint8).to(torch.int16)
+    elif kind == "c strides":
+        c = torch.empty(c.shape[1], c.shape[0], 1, dtype=c.dtype).transpose(0, 1)
+    elif kind == "b shape":
+        b = b[:-1]
+    elif kind == "sfa layout":
+        sfa = sfa.contiguous().view(sfa.shape)
+    abc, sf_r = list(abc), list(sf_r)
+    abc[1], sf_r[1] = (a, b, c), (sfa, sfb)
+    return abc, sf, sf_r, sizes
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("a dtype", r"group 1 a dtype: expected torch.float4_e2m1fn_x2, got torch.int16"),
+    ("c strides", r"group 1 c strides \(row-major\): expected \(128, 1\), got \(1, 40\)"),
+    ("b shape", r"group 1 b shape: expected \(128, 128, 1\), got \(127, 128, 1\)"),
+    ("sfa layout", r"group 1 sfa strides"),
+])
+def test_validate_names_what_is_wrong_before_the_device(kind, message, monkeypatch):
+    # Pretend the tensors are on a GPU so the layout checks run on this machine.
+    monkeypatch.setattr(torch.Tensor, "device", property(lambda self: torch.device("cuda", 0)))
+    with pytest.raises(ValueError, match=message):
+        host.validate(_mutated(kind))
+    host.validate(_data())  # the unmutated input passes every check
+
+
+def test_custom_kernel_refuses_cpu_inputs_before_building_anything():
+    with pytest.raises(ValueError, match=r"device: expected cuda, got cpu"):
+        sub.custom_kernel(_data())
+    assert sub._FUNCS == {} and sub._PLANS == {}
+
+
+# --- the C++ per-call path (built with torch's extension tools; no GPU) --------------------------------------
+
+_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *([ctypes.c_uint] * 7), ctypes.c_void_p,
+                           ctypes.c_void_p, ctypes.c_void_p)
+
+
+class _Recorder:
+    """A stand-in for cuLaunchKernel that records its arguments and returns ``result``."""
+
+    def __init__(self, result: int = 0):
+        self.calls, self.result = [], result
+        self.fn = _LAUNCH(self._launch)
+        self.address = ctypes.cast(self.fn, ctypes.c_void_p).value
+
+    def _launch(self, *args):
+        self.calls.append(args)
+        return self.result
+
+
+@pytest.fixture(scope="module")
+def fast_module():
+    return host.load_fast_call()
+
+
+def _fast(module, params, recorder, grid=77):
+    return module.FastCall(ctypes.addressof(params), host.MAX_GROUPS, 0xF00, grid, host.THREADS, host.SMEM_BYTES,
+                           recorder.address)
+
+
+def test_fast_call_launches_with_the_addresses_of_each_call(fast_module):
+    abc, _, sf_r, sizes = _data()
+    params, rec = host.make_params(sizes, 0), _Recorder()
+    fast = _fast(fast_module, params, rec)
+    assert fast.call(abc, sf_r, 5) == 1 and rec.calls == []  # nothing remembered yet: validate first
+    fast.remember(abc, sf_r)
+    assert fast.call(abc, sf_r, 5) == 0
+    func, *dims, stream, kparams, extra = rec.calls[-1]
+    assert (func, dims, stream, extra) == (0xF00, [77, 1, 1, 256, 1, 1, 89088], 5, None)
+    assert ctypes.cast(kparams, ctypes.POINTER(ctypes.c_void_p))[0] == ctypes.addressof(params)
+    for g, ((a, b, c), (sfa, sfb)) in enumerate(zip(abc, sf_r)):
+        assert [params.addr[kind * 16 + g] for kind in range(5)] == [t.data_ptr() for t in (a, b, c, sfa, sfb)]
+    other = _data()  # new tensors, same layout: launched with their addresses
+    assert fast.call(other[0], other[2], 5) == 0 and params.addr[16 + 1] == other[0][1][1].data_ptr()
+
+
+@pytest.mark.parametrize("kind", ["a dtype", "c strides", "b shape", "sfa layout"])
+def test_fast_call_hands_any_other_layout_back_without_launching(fast_module, kind):
+    abc, _, sf_r, sizes = _data()
+    rec = _Recorder()
+    fast = _fast(fast_module, host.make_params(sizes, 0), rec)
+    fast.remember(abc, sf_r)
+    bad = _mutated(kind)
+    assert fast.call(bad[0], bad[2], 5) == 1 and rec.calls == []
+
+
+def test_fast_call_refuses_misaligned_addresses_and_reports_launch_errors(fast_module):
+    abc, _, sf_r, sizes = _data()
+    fast_ok = _fast(fast_module, host.make_params(sizes, 0), _Recorder())
+    fast_ok.remember(abc, sf_r)
+    a = abc[0][0]
+    shifted = torch.empty(a.numel() + 16, dtype=torch.uint8)[1:].as_strided(tuple(a.shape), a.stride()).view(a.dtype)
+    assert shifted.data_ptr() % 16 != 0 and shifted.stride() == a.stride()
+    moved = [(shifted, abc[0][1], abc[0][2]), abc[1]]
+    assert fast_ok.call(moved, sf_r, 5) == 1
+    failing = _fast(fast_module, host.make_params(sizes, 0), _Recorder(result=700))
+    failing.remember(abc, sf_r)
+    assert failing.call(abc, sf_r, 5) == 1700
+
+
+# --- compiling for sm_90a (no GPU needed) ---------------------------------------------------------------------
+
+def _cuobjdump() -> str:
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    import triton  # noqa: PLC0415  (a dev dependency; it ships cuobjdump)
+
+    return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump")
+
+
+def test_kernel_compiles_for_sm90a_without_spills_and_uses_wgmma(tmp_path):
+    cubin = tmp_path / "k.cubin"
+    proc = subprocess.run(host.nvcc_command(cubin, verbose=True), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
+    regs = int(re.search(r"Used (\d+) registers", proc.stderr).group(1))
+    assert regs <= 128  # two CTAs of 256 threads per SM
+    sass = subprocess.run([_cuobjdump(), "--dump-sass", str(cubin)], capture_output=True, text=True).stdout
+    assert {m for m in re.findall(r"HGMMA\.(64x\d+x16)\.F32", sass)} == {"64x64x16", "64x96x16", "64x128x16"}
+    assert "Function : fp4_group_gemm_sm90" in sass
+
+
+# --- on a Hopper GPU ------------------------------------------------------------------------------------------
+
+def _check(data) -> str | None:
+    got = [c.clone() for c in sub.custom_kernel(data)]
+    torch.cuda.synchronize()
+    return check_outputs(got, ref_kernel(data))
+
+
+@pytest.fixture
+def fresh_plans(monkeypatch):
+    """Plans built inside the test (and dropped after), for tests that change how plans are made."""
+    monkeypatch.setattr(sub, "_PLANS", {})
+    yield
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("data", ["official", "full-range"])
+@pytest.mark.parametrize("case", TEST_CASES + BENCHMARK_CASES, ids=lambda c: c.name or c.text())
+def test_gpu_matches_reference(case, data):
+    inputs = generate_input(case.m, case.n, case.k, case.g, seed=case.seed, data=data, device="cuda")
+    assert _check(inputs) is None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", TEST_CASES[:4] + BENCHMARK_CASES, ids=lambda c: c.name or c.text())
+def test_gpu_split_k_matches_reference(case, fresh_plans, monkeypatch):
+    monkeypatch.setattr(host, "SPLIT_OVERRIDE", 2)
+    inputs = generate_input(case.m, case.n, case.k, case.g, seed=case.seed + 1, device="cuda")
+    assert _check(inputs) is None
+    assert next(iter(sub._PLANS.values())).split == 2
+
+
+@pytest.mark.gpu
+def test_gpu_python_per_call_path_matches_reference(fresh_plans, monkeypatch):
+    monkeypatch.setattr(sub, "_HOST_PATH", "python")
+    monkeypatch.setattr(sub, "_FAST_MODULE", None)
+    for case in (TEST_CASES[3], BENCHMARK_CASES[3]):
+        for seed in (case.seed, case.seed + 42):  # the second call of each takes the Python fast path
+            assert _check(generate_input(case.m, case.n, case.k, case.g, seed=seed, device="cuda")) is None
+    assert all(plan.fast is None for plan in sub._PLANS.values())
+
+
+@pytest.mark.gpu
+def test_gpu_back_to_back_calls_on_new_inputs_use_their_own_addresses():
+    case = BENCHMARK_CASES[2]
+    inputs = [generate_input(case.m, case.n, case.k, case.g, seed=case.seed + 42 * i, device="cuda")
+              for i in range(3)]
+    outs = [[c.clone() for c in sub.custom_kernel(d)] for d in inputs]
+    torch.cuda.synchronize()
+    assert sub._PLANS[tuple(case.problem_sizes)].fast is not None
+    for d, o in zip(inputs, outs):
+        assert check_outputs(o, ref_kernel(d)) is None
+
+
+@pytest.mark.gpu
+def test_gpu_changed_layout_is_validated_again_and_named():
+    case = TEST_CASES[0]
+    data = generate_input(case.m, case.n, case.k, case.g, seed=case.seed, device="cuda")
+    assert _check(data) is None
+    abc, sf, sf_r, sizes = data
+    a, b, c = abc[1]
+    bad_c = torch.empty(c.shape[1], c.shape[0], 1, dtype=c.dtype, device=c.device).transpose(0, 1)
+    with pytest.raises(ValueError, match=r"group 1 c strides \(row-major\)"):
+        sub.custom_kernel(([abc[0], (a, b, bad_c)], sf, sf_r, sizes))
+    assert _check(data) is None  # the good layout still runs
