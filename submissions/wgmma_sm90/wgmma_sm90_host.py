@@ -236,16 +236,6 @@ def build_cubin(out_dir: Path | None = None, verbose: bool = False) -> Path:
         print(proc.stderr, end="")
     os.replace(tmp, out)
     return out
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(f".{os.getpid()}.tmp")
-    cmd = [find_nvcc(), *NVCC_FLAGS, *EXTRA_FLAGS, *(["-Xptxas", "-v"] if verbose else []), "-o", str(tmp), str(KERNEL_SOURCE)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"wgmma_sm90: nvcc failed ({' '.join(cmd)}):\n{proc.stdout}{proc.stderr}")
-    if verbose:
-        print(proc.stderr, end="")
-    os.replace(tmp, out)
-    return out
 
 
 def load_fast_call():
