@@ -72,7 +72,9 @@ __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.a
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 
 template <int N>
-__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
 
 // Keeps the compiler from moving accumulator reads or writes across the asynchronous wgmma.
 template <int R>
@@ -222,10 +224,10 @@ __device__ __forceinline__ void sts32(uint32_t a, uint32_t x) {
 
 // This thread's share of every K step's copies, as running source pointers resolved once per tile: 16 bytes of a
 // B row (every thread), 16 bytes of an A row (threads < 2 * BM), 16 bytes of B's or A's blocked scale atoms
-// (threads < 96). Destinations are 16 * tid past each region's start. Rows past N read the last
-// row, and atoms past the last read the last one: they feed only outputs that are never stored (row n of C^T
-// depends on B row n alone). Rows past M (common: M is padded to 64 or 128) are zero-filled without a read; reading
-// the last row for each measured 15 % slower on g8_n7168_k2048.
+// (threads < 96). Destinations are 16 * tid past each region's start. Rows past N read the last row, and atoms
+// past the last read the last one: they feed only outputs that are never stored (row n of C^T depends on B row n
+// alone). Rows past M (common: M is padded to a tile width) are zero-filled without a read; reading the last row
+// for each measured 15 % slower on g8_n7168_k2048.
 struct Loader {
   const uint8_t* b_src;
   const uint8_t* a_src;
@@ -265,9 +267,9 @@ struct Loader {
 };
 
 // A's decode: T threads per row (THREADS over BM rounded up to a power of two; threads past T * BM idle), thread q
-// owning WORDS = 8 / T consecutive 32-bit words of the row's 32 bytes. Word w of the row is (t, wi) = (w / 2, w % 2): scale column t, nibbles n0..n7 decoded into pairs
-// p = 0..3, and pair p of word (t, wi) is bytes 4t..4t+3 of 16-byte chunk 4 wi + p of the row (the K order the B
-// fragments use), stored through the 128-byte swizzle.
+// owning WORDS = 8 / T consecutive 32-bit words of the row's 32 bytes. Word w of the row is (t, wi) = (w / 2,
+// w % 2): scale column t, nibbles n0..n7 decoded into pairs p = 0..3, and pair p of word (t, wi) is bytes 4t..4t+3
+// of 16-byte chunk 4 wi + p of the row (the K order the B fragments use), stored through the 128-byte swizzle.
 template <int BM>
 struct ADecoder {
   static constexpr int T = THREADS / (BM > 64 ? 128 : 64);

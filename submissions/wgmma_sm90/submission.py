@@ -5,14 +5,15 @@
 wgmma (fp16 operands, fp32 accumulation), fp16 out, one launch for all groups.
 
 "Swap AB": a CTA computes a tile of C_g^T, 128 rows of N (the wgmma's 64-row M side, two warpgroups, operand A
-in registers, decoded straight into the wgmma fragment layout) by 64 or 128 columns of the group's M (the wgmma's
-N side, decoded into a 128-byte-swizzled shared buffer). A shared ring of raw bytes (cp.async, 4 stages) feeds
-the decode; the next K step's decode overlaps the asynchronous wgmma of this one. README.md beside this file
-says more; wgmma_sm90_host.py holds what needs no GPU.
+in registers, decoded straight into the wgmma fragment layout) by 64, 96 or 128 columns of the group's M (the
+wgmma's N side, decoded into a 128-byte-swizzled shared buffer). A shared ring of raw bytes (cp.async, 4 stages)
+feeds the decode; the next K step's decode overlaps the asynchronous wgmma of this one. README.md beside this
+file says more; wgmma_sm90_host.py holds what needs no GPU.
 
 kernel.cu is built with nvcc for sm_90a on the first call (cached under ~/.cache/fp4bench or $FP4BENCH_CACHE),
-loaded and launched through the CUDA driver API (ctypes), with the group addresses in the kernel's parameter
-block, so a call queues one launch and no copy.
+loaded through the CUDA driver API (ctypes), and launched with the group addresses in the kernel's parameter
+block, so a call queues one launch and no copy. After the first validated call of a shape set, a call is one
+C++ function (fast_call.cpp: layout check, addresses, cuLaunchKernel).
 """
 from __future__ import annotations
 
