@@ -42,13 +42,17 @@ MAX_GROUPS = 16
 BN, BK, STAGES, THREADS = 128, 64, _define("WG_STAGES", 4), 256
 #: Decoded A buffers (kernel.cu DEC_BUFS).
 DEC_BUFS = 3
-#: Columns of M per CTA that the kernel is compiled for (wgmma N sizes), ascending.
+#: Columns of M per CTA that the kernel is compiled for (wgmma N sizes), ascending (bench.py may narrow them).
 BM_CLASSES = (64, 96, 128)
+#: The widest (kernel.cu BM_MAX): rows of a decoded A buffer, and with BN the stride of a split-K slot's partials.
+BM_MAX = 128
 #: Dynamic shared memory per CTA in bytes (kernel.cu SMEM_BYTES + 1024 for aligning the base to 1024 bytes):
 #: DEC_BUFS decoded A buffers of BM_MAX x BK fp16, then STAGES raw stages (B rows, A rows, B scale atoms, two of A's
 #: scale atoms).
-STAGE_BYTES = BN * BK // 2 + BM_CLASSES[-1] * BK // 2 + 512 + 1024
-SMEM_BYTES = DEC_BUFS * BM_CLASSES[-1] * BK * 2 + STAGES * STAGE_BYTES + 1024
+STAGE_BYTES = BN * BK // 2 + BM_MAX * BK // 2 + 512 + 1024
+SMEM_BYTES = DEC_BUFS * BM_MAX * BK * 2 + STAGES * STAGE_BYTES + 1024
+#: fp32 values per split-K slot: both halves' partials (kernel.cu split_k_last).
+SPLIT_SLOT_FLOATS = 2 * BN * BM_MAX
 
 _BLOCKED_ATOM_ROWS, _BLOCKED_ATOM_BYTES = 128, 512
 

@@ -47,7 +47,9 @@ def test_entry_file_declares_leaderboard_gpu_and_exact_sm90a():
 def test_host_constants_mirror_kernel_cu():
     assert _constexpr("MAX_GROUPS") == host.MAX_GROUPS == 16
     assert (_constexpr("BN"), _constexpr("BK"), _constexpr("THREADS")) == (host.BN, host.BK, host.THREADS)
-    assert _constexpr("BM_MAX") == host.BM_CLASSES[-1]
+    assert _constexpr("BM_MAX") == host.BM_MAX == host.BM_CLASSES[-1]
+    assert "t.ws = ks.z >= 0 ? p.ws + (size_t)ks.z * 2 * BN * BM_MAX" in KERNEL_CU.read_text()
+    assert host.SPLIT_SLOT_FLOATS == 2 * 128 * 128
     assert _constexpr("DEC_BUFS") == host.DEC_BUFS
     assert re.search(r"#define WG_STAGES (\d+)", KERNEL_CU.read_text()).group(1) == str(host.STAGES)
     # raw stage: B rows, A rows (32 bytes each), B's scale atom, two of A's atoms
