@@ -180,12 +180,12 @@ def custom_kernel(data: input_t) -> output_t:
             return [c for (_, _, c) in abc]
         if err >= 1000:
             _DRIVER.check(err - 1000, "cuLaunchKernel")
-    ptrs = [t.data_ptr() for (a, b, c), (sa, sb) in zip(abc, sf_r) for t in (a, b, c, sa, sb)]
     if plan is None:
         host.validate(data)
         if len(_PLANS) >= _MAX_PLANS:
             _PLANS.clear()
         plan = _PLANS[key] = _Plan(key, abc[0][0].device)
+    ptrs = [t.data_ptr() for (a, b, c), (sa, sb) in zip(abc, sf_r) for t in (a, b, c, sa, sb)]
     layout = host.layout_key(abc, sf_r)
     if layout != plan.layout or any(p & 15 for p in ptrs):
         host.validate(data)
