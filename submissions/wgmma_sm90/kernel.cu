@@ -89,35 +89,48 @@ __device__ __forceinline__ uint32_t hmul2(uint32_t a, uint32_t b) {
   return d;
 }
 
-// One e4m3fn scale (low byte of `code`) as an f16x2 pair (s * 2^7, s * 2^7); exact (|s| <= 448, 448 * 128 < 65504).
+// One e4m3fn scale (low byte of `code`) as an f16x2 pair (s, s); exact (e4m3fn values are fp16 values).
 __device__ __forceinline__ uint32_t scale_pair(uint32_t code) {
   const uint16_t two = static_cast<uint16_t>((code & 0xFF) * 0x101);
   uint32_t h;
   asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(two));
-  return hmul2(h, 0x58005800u);  // x 128
+  return h;
 }
 
-// A 32-bit word of e2m1 nibbles n0..n7 (n0 in bits 3..0) -> out[p] = f16x2 (n_p, n_{p+4}) * s2. Each nibble's sign
-// goes to bit 15 of its half and its three magnitude bits to bits 11..9: that fp16 pattern is the e2m1 value times
-// 2^-14 (code 1, the e2m1 subnormal 0.5, is the fp16 subnormal 2^-15). With s2 = scale * 2^7 every product is
-// value * scale * 2^-7, exact in fp16; the epilogue multiplies the fp32 sum by 2^14.
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, 0, %2;\n" : "=r"(d) : "r"(a), "r"(sel));
+  return d;
+}
+
+// Each byte of w: its high nibble (sign, 3 magnitude bits) -> sign at bit 7, magnitude at bits 3..1: the high
+// byte of an fp16 pattern worth the e2m1 value times 2^-14 (code 1, the e2m1 subnormal 0.5, is the fp16
+// subnormal 2^-15).
+__device__ __forceinline__ uint32_t high_bytes(uint32_t w) { return (w & 0x80808080u) | ((w >> 3) & 0x0E0E0E0Eu); }
+
+// A 32-bit word of e2m1 nibbles n0..n7 (n0 in bits 3..0) -> four f16x2 registers, (n0, n4), (n2, n6), (n1, n5),
+// (n3, n7), each times s2: one prmt places two pattern bytes as the high bytes of a pair. With s2 = the scale, every
+// product is value * scale * 2^-14, exact in fp16 (at most 6 significant bits, a multiple of 2^-24); the epilogue
+// multiplies the fp32 sum by 2^28. A and B decode the same bytes with the same function, so the nibble order is
+// one K permutation shared by both operands.
 __device__ __forceinline__ void decode_word(uint32_t x, uint32_t s2, uint32_t (&out)[4]) {
-  out[3] = hmul2((x & 0x80008000u) | ((x >> 3) & 0x0E000E00u), s2);
-  out[2] = hmul2(((x << 4) & 0x80008000u) | ((x << 1) & 0x0E000E00u), s2);
-  out[1] = hmul2(((x << 8) & 0x80008000u) | ((x << 5) & 0x0E000E00u), s2);
-  out[0] = hmul2(((x << 12) & 0x80008000u) | ((x << 9) & 0x0E000E00u), s2);
-}
-
-// Descriptor of a K-major operand with 128-byte swizzle: rows of 128 bytes, 8-row groups 1024 bytes apart.
-__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (1ull << 16) | (static_cast<uint64_t>(1024 >> 4) << 32) |
-         (1ull << 62);
+  const uint32_t even = high_bytes(x << 4), odd = high_bytes(x);
+  out[0] = hmul2(prmt(even, 0x2404), s2);
+  out[1] = hmul2(prmt(even, 0x3414), s2);
+  out[2] = hmul2(prmt(odd, 0x2404), s2);
+  out[3] = hmul2(prmt(odd, 0x3414), s2);
 }
 
 __device__ __forceinline__ uint16_t f32_to_f16(float x) {
   uint16_t h;
   asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(h) : "f"(x));
   return h;
+}
+
+// Descriptor of a K-major operand with 128-byte swizzle: rows of 128 bytes, 8-row groups 1024 bytes apart.
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (1ull << 16) | (static_cast<uint64_t>(1024 >> 4) << 32) |
+         (1ull << 62);
 }
 
 __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], const uint32_t (&a)[4], uint64_t desc) {
@@ -504,7 +517,7 @@ __device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
   for (int i = 0; i < BM / 2; ++i) {
     const int n = t.n0 + r0 + 8 * ((i >> 1) & 1);
     const int m = t.m0 + 8 * (i >> 2) + 2 * tq + (i & 1);
-    if (m < t.M && n < t.N) t.c[(size_t)m * t.N + n] = f32_to_f16(acc[i] * 16384.f);
+    if (m < t.M && n < t.N) t.c[(size_t)m * t.N + n] = f32_to_f16(acc[i] * 268435456.f);
   }
 }
 

@@ -333,3 +333,22 @@ def test_gpu_changed_layout_is_validated_again_and_named():
     with pytest.raises(ValueError, match=r"group 1 c strides \(row-major\)"):
         sub.custom_kernel(([abc[0], (a, b, bad_c)], sf, sf_r, sizes))
     assert _check(data) is None  # the good layout still runs
+
+
+@pytest.mark.gpu
+def test_gpu_smallest_operands_are_not_flushed():
+    # Every e2m1 value 0.5 (code 1) and every scale the smallest e4m3fn subnormal, 2^-9: each decoded operand is
+    # 0.5 * 2^-9 * 2^-14 = 2^-24, the smallest fp16 subnormal, and each output is K * (2^-10)^2 = 2^-12 exactly.
+    k = 256
+    data = generate_input([64, 128], [128, 256], [k, k], 2, seed=3, device="cuda")
+    abc, sfs, sf_r, _ = data
+    for (a, b, _), plain, reordered in zip(abc, sfs, sf_r):
+        for t in (a, b):
+            t.view(torch.uint8).fill_(0x11)
+        for t in (*plain, *reordered):
+            t.view(torch.uint8).fill_(0x01)
+    got = [c.clone() for c in sub.custom_kernel(data)]
+    torch.cuda.synchronize()
+    for g, r in zip(got, ref_kernel(data)):
+        assert torch.equal(g.cpu(), r.cpu())
+        assert torch.all(g == 2.0**-12)
