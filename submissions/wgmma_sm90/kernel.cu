@@ -121,12 +121,6 @@ __device__ __forceinline__ void decode_word(uint32_t x, uint32_t s2, uint32_t (&
   out[3] = hmul2(prmt(odd, 0x3414), s2);
 }
 
-__device__ __forceinline__ uint16_t f32_to_f16(float x) {
-  uint16_t h;
-  asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(h) : "f"(x));
-  return h;
-}
-
 // Descriptor of a K-major operand with 128-byte swizzle: rows of 128 bytes, 8-row groups 1024 bytes apart.
 __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
   return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (1ull << 16) | (static_cast<uint64_t>(1024 >> 4) << 32) |
@@ -469,6 +463,72 @@ __device__ __forceinline__ Tile tile_of(const Params& p) {
   return t;
 }
 
+__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
+  uint32_t d;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                                  uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3));
+}
+
+__device__ __forceinline__ void stg128(void* p, uint4 v) {
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+// The epilogue: C tile rows (BM rows of M, 128 fp16 of N each) staged in shared memory (the decoded buffers, free
+// once every wgmma is done) by stmatrix.trans from the accumulator fragments, then written out as 16-byte stores,
+// a warp covering two whole 256-byte rows. acc[i] holds row n0 + r0 + 8 * ((i >> 1) & 1) of N and column
+// m0 + 8 * (i >> 2) + 2 * tq + (i & 1) of M, the m16n8 accumulator layout, so (acc[4j + 2h], acc[4j + 2h + 1]) is
+// this thread's pair of 8x8 block (j, h). Stage rows are 272 bytes apart so the 8 rows of a block hit distinct
+// banks. When N is not a multiple of 8 a row is not 16-byte aligned in C: then every element is stored alone.
+constexpr int STAGE_ROW = 2 * BN + 16;
+static_assert(BM_MAX * STAGE_ROW <= DEC_BUFS * DEC_BYTES, "the C tile fits in the decoded buffers");
+
+template <int BM>
+__device__ __forceinline__ void store_tile(const Tile& t, const float (&acc)[BM / 2], uint32_t stage, int wg,
+                                           int warp) {
+  const int tid = threadIdx.x, lane = tid & 31;
+  const float out_scale = 268435456.f;  // 2^28: undoes the two operands' 2^-14
+  __syncthreads();                      // every warpgroup's wgmmas are done: the decoded buffers are free
+  {
+    const int j_off = lane >> 4, h = (lane >> 3) & 1, row = lane & 7;  // this lane's address: block (j0 + j_off, h)
+    const uint32_t base = stage + (8 * j_off + row) * STAGE_ROW + (64 * wg + 16 * warp + 8 * h) * 2;
+#pragma unroll
+    for (int j0 = 0; j0 < BM / 8; j0 += 2) {
+      uint32_t r[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int i = 4 * (j0 + (q >> 1)) + 2 * (q & 1);
+        r[q] = pack_f16x2(acc[i] * out_scale, acc[i + 1] * out_scale);
+      }
+      stmatrix_x4_trans(base + 8 * j0 * STAGE_ROW, r[0], r[1], r[2], r[3]);
+    }
+  }
+  __syncthreads();
+  const bool vec = (t.N & 7) == 0;
+#pragma unroll
+  for (int c = tid; c < BM * 16; c += THREADS) {
+    const int row = c >> 4, n = t.n0 + 8 * (c & 15), m = t.m0 + row;
+    if (m >= t.M || n >= t.N) continue;
+    const uint4 v = lds128(stage + row * STAGE_ROW + 16 * (c & 15));
+    uint16_t* dst = t.c + (size_t)m * t.N + n;
+    if (vec) {
+      stg128(dst, v);
+    } else {
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        if (n + e < t.N) dst[e] = static_cast<uint16_t>(w[e >> 1] >> (16 * (e & 1)));
+      }
+    }
+  }
+}
+
 template <int BM>
 __device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
   const int tid = threadIdx.x;
@@ -512,13 +572,7 @@ __device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
   const Tile t = tile_of(p);
   if (t.ws != nullptr && !split_k_last<BM>(t, acc)) return;
 
-  // acc[i]: row n0 + r0 + 8 * ((i >> 1) & 1) of N, column m0 + 8 * (i >> 2) + 2 * tq + (i & 1) of M.
-#pragma unroll
-  for (int i = 0; i < BM / 2; ++i) {
-    const int n = t.n0 + r0 + 8 * ((i >> 1) & 1);
-    const int m = t.m0 + 8 * (i >> 2) + 2 * tq + (i & 1);
-    if (m < t.M && n < t.N) t.c[(size_t)m * t.N + n] = f32_to_f16(acc[i] * 268435456.f);
-  }
+  store_tile<BM>(t, acc, pipe.dec, wg, warp);
 }
 
 }  // namespace
