@@ -4,6 +4,7 @@
                                                                # data modes, against task.reference
     python3 submissions/wgmma_sm90/bench.py --time --out DIR   # benchmark shapes: kernels alone and official-style
     python3 submissions/wgmma_sm90/bench.py --inspect          # no GPU: nvcc + ptxas report (registers, spills)
+    WGMMA_SM90_NVCC_EXTRA=-DWG_TRACE python3 .../bench.py --trace   # per-CTA phase times of one call
 
 Timing, per benchmark shape, over 15 inputs drawn as the official loop draws them (seed + 42 i):
 - ``alone``: the 15 calls queued behind a GPU sleep, so host time stays out of the window (the kernels' time);
@@ -13,6 +14,7 @@ Figures: mean us per call over ``--samples`` samples, TFLOP/s, percent of the bf
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import statistics
 import sys
@@ -142,12 +144,60 @@ def host_parts(reps: int = 300) -> list[dict]:
     return rows
 
 
+def trace() -> list[dict]:
+    """Per benchmark shape, what the CTAs of one call did (a -DWG_TRACE build: set WGMMA_SM90_NVCC_EXTRA): the
+    15th of 15 back-to-back calls after an L2 flush, and one call alone after a flush. Per call: CTAs, most CTAs on
+    one SM, the kernel's span (first entry to last store), the spread of entry times, and mean us of each CTA's
+    prologue (entry to main loop), main loop (and per K step) and epilogue."""
+    import ctypes  # noqa: PLC0415
+    if "-DWG_TRACE" not in host.EXTRA_FLAGS:
+        raise SystemExit("bench.py --trace needs WGMMA_SM90_NVCC_EXTRA=-DWG_TRACE")
+    sub = _sub()
+    flush = torch.empty(torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.uint8, device="cuda")
+    rows = []
+    for case in load_shapes("benchmarks").cases:
+        inputs = [generate_input(case.m, case.n, case.k, case.g, seed=case.seed + 42 * i, device="cuda")
+                  for i in range(15)]
+        sub.custom_kernel(inputs[0])
+        plan = sub._PLANS[tuple(case.problem_sizes)]
+        steps = plan.tiles.reshape(-1, 8)[:, 5].tolist()
+        drv = sub._DRIVER
+        ptr, size = ctypes.c_uint64(), ctypes.c_size_t()
+        drv.check(drv.lib.cuModuleGetGlobal_v2(ctypes.byref(ptr), ctypes.byref(size), drv.module, b"wg_trace"),
+                  "cuModuleGetGlobal")
+        row = {"case": _name(case)}
+        for mode in ("loop15", "single"):
+            torch.cuda.synchronize()
+            flush.zero_()
+            for d in (inputs if mode == "loop15" else inputs[:1]):
+                sub.custom_kernel(d)
+            torch.cuda.synchronize()
+            buf = (ctypes.c_uint64 * (size.value // 8))()
+            drv.check(drv.lib.cuMemcpyDtoH_v2(buf, ptr, size), "cuMemcpyDtoH")
+            n = plan.n_tiles
+            t = [buf[5 * i:5 * i + 5] for i in range(n)]
+            end = [r[3] or r[2] for r in t]
+            us = lambda xs: round(statistics.mean(xs) / 1000, 2)  # noqa: E731
+            row[mode] = {
+                "ctas": n, "max_ctas_per_sm": max(collections.Counter(r[4] for r in t).values()),
+                "span_us": round((max(end) - min(r[0] for r in t)) / 1000, 2),
+                "entry_spread_us": round((max(r[0] for r in t) - min(r[0] for r in t)) / 1000, 2),
+                "prologue_us": us([r[1] - r[0] for r in t]), "loop_us": us([r[2] - r[1] for r in t]),
+                "step_ns": round(statistics.mean((r[2] - r[1]) / s for r, s in zip(t, steps)), 1),
+                "epilogue_us": us([r[3] - r[2] for r in t if r[3]]),
+            }
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--time", action="store_true")
     ap.add_argument("--inspect", action="store_true")
     ap.add_argument("--host", action="store_true", help="host us per call of each fast-path piece (best of batches)")
+    ap.add_argument("--trace", action="store_true", help="per-CTA phase times (a -DWG_TRACE build)")
     ap.add_argument("--samples", type=int, default=20)
     ap.add_argument("--split", type=int, choices=(1, 2), help="force split-K (default: choose_split's rule)")
     ap.add_argument("--classes", help="tile widths to cover M with, e.g. 64 or 64,128 (default: host.BM_CLASSES)")
@@ -174,6 +224,8 @@ def main() -> None:
         result["time"] = time_benchmarks(args.samples)
     if args.host:
         result["host"] = host_parts()
+    if args.trace:
+        result["trace"] = trace()
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "wgmma_sm90_bench.json").write_text(json.dumps(result, indent=1))

@@ -47,6 +47,25 @@ struct Params {
   int k[MAX_GROUPS];
 };
 
+// Diagnostics (bench.py --trace, a -DWG_TRACE build): thread 0 of each CTA records %globaltimer (ns) at the
+// kernel's entry (0), the main loop's start (1) and end (2), after its stores (3), and its SM (4).
+#ifdef WG_TRACE
+__device__ unsigned long long wg_trace[4096 * 5];
+__device__ __forceinline__ void wg_mark(int i) {
+  if (threadIdx.x != 0 || blockIdx.x >= 4096) return;
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+  wg_trace[blockIdx.x * 5 + i] = t;
+  if (i == 0) {
+    unsigned sm;
+    asm("mov.u32 %0, %%smid;" : "=r"(sm));
+    wg_trace[blockIdx.x * 5 + 4] = sm;
+  }
+}
+#else
+__device__ __forceinline__ void wg_mark(int) {}
+#endif
+
 namespace {
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -531,6 +550,7 @@ __device__ __forceinline__ void store_tile(const Tile& t, const float (&acc)[BM 
 
 template <int BM>
 __device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
+  wg_mark(0);
   const int tid = threadIdx.x;
   const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
   const int r0 = 64 * wg + 16 * warp + (lane >> 2), tq = lane & 3;
@@ -562,17 +582,20 @@ __device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
   fence_proxy_async();
   __syncthreads();
 
+  wg_mark(1);
   for (int s = 0; s < pipe.steps; s += 2) {
     pipe.iteration(s, acc, fa, fb);
     if (s + 1 < pipe.steps) pipe.iteration(s + 1, acc, fb, fa);
   }
   wgmma_wait<0>();
   fence_regs(acc);
+  wg_mark(2);
 
   const Tile t = tile_of(p);
   if (t.ws != nullptr && !split_k_last<BM>(t, acc)) return;
 
   store_tile<BM>(t, acc, pipe.dec, wg, warp);
+  wg_mark(3);
 }
 
 }  // namespace

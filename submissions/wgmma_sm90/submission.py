@@ -60,6 +60,7 @@ class _Driver:
             raise RuntimeError("wgmma_sm90: no current CUDA context (torch has not initialised this device)")
         module, func = ctypes.c_void_p(), ctypes.c_void_p()
         self.check(self.lib.cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
+        self.module = module  # bench.py --trace reads the diagnostics build's trace buffer from it
         self.check(self.lib.cuModuleGetFunction(ctypes.byref(func), module, host.KERNEL_NAME.encode()),
                    "cuModuleGetFunction")
         self.check(self.lib.cuFuncSetAttribute(func, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
