@@ -311,7 +311,10 @@ def test_gpu_python_per_call_path_matches_reference(fresh_plans, monkeypatch):
 
 
 @pytest.mark.gpu
-def test_gpu_back_to_back_calls_on_new_inputs_use_their_own_addresses():
+@pytest.mark.parametrize("split", [1, 2])
+def test_gpu_back_to_back_calls_on_new_inputs_use_their_own_addresses(split, fresh_plans, monkeypatch):
+    # With split-K, calls share the plan's workspace and counters (each counter is reset by its last CTA).
+    monkeypatch.setattr(host, "SPLIT_OVERRIDE", split)
     case = BENCHMARK_CASES[2]
     inputs = [generate_input(case.m, case.n, case.k, case.g, seed=case.seed + 42 * i, device="cuda")
               for i in range(3)]
