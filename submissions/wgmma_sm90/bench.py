@@ -148,7 +148,8 @@ def trace() -> list[dict]:
     """Per benchmark shape, what the CTAs of one call did (a -DWG_TRACE build: set WGMMA_SM90_NVCC_EXTRA): the
     15th of 15 back-to-back calls after an L2 flush, and one call alone after a flush. Per call: CTAs, most CTAs on
     one SM, the kernel's span (first entry to last store), the spread of entry times, and mean us of each CTA's
-    prologue (entry to main loop), main loop (and per K step) and epilogue."""
+    prologue (entry to main loop), main loop (and per K step) and epilogue (thread 0's: a paired CTA's first
+    pipeline)."""
     import ctypes  # noqa: PLC0415
     if "-DWG_TRACE" not in host.EXTRA_FLAGS:
         raise SystemExit("bench.py --trace needs WGMMA_SM90_NVCC_EXTRA=-DWG_TRACE")
@@ -160,12 +161,12 @@ def trace() -> list[dict]:
                   for i in range(15)]
         sub.custom_kernel(inputs[0])
         plan = sub._PLANS[tuple(case.problem_sizes)]
-        steps = plan.tiles.reshape(-1, 8)[:, 5].tolist()
+        steps = [(s + 1) // 2 if plan.paired else s for s in plan.tiles.reshape(-1, 8)[:, 5].tolist()]
         drv = sub._DRIVER
         ptr, size = ctypes.c_uint64(), ctypes.c_size_t()
         drv.check(drv.lib.cuModuleGetGlobal_v2(ctypes.byref(ptr), ctypes.byref(size), drv.module, b"wg_trace"),
                   "cuModuleGetGlobal")
-        row = {"case": _name(case)}
+        row = {"case": _name(case), "split": plan.split, "paired": plan.paired}
         for mode in ("loop15", "single"):
             torch.cuda.synchronize()
             flush.zero_()
@@ -200,12 +201,14 @@ def main() -> None:
     ap.add_argument("--trace", action="store_true", help="per-CTA phase times (a -DWG_TRACE build)")
     ap.add_argument("--samples", type=int, default=20)
     ap.add_argument("--split", type=int, choices=(1, 2), help="force split-K (default: choose_split's rule)")
+    ap.add_argument("--paired", type=int, choices=(0, 1), help="force paired CTAs on or off (default: the rule)")
     ap.add_argument("--classes", help="tile widths to cover M with, e.g. 64 or 64,128 (default: host.BM_CLASSES)")
     ap.add_argument("--profile-case", type=int, help="run benchmarks.yml case N three times (for ncu), nothing else")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     result = {}
     host.SPLIT_OVERRIDE = args.split
+    host.PAIRED_OVERRIDE = None if args.paired is None else bool(args.paired)
     if args.classes:
         host.BM_CLASSES = tuple(sorted(int(c) for c in args.classes.split(",")))
         host.cover_m.cache_clear()

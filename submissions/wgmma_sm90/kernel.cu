@@ -9,7 +9,7 @@ namespace {
 
 constexpr int MAX_GROUPS = 16;
 constexpr int BN = 128;           // rows of N per CTA: two warpgroups of 64
-constexpr int THREADS = 256;
+constexpr int THREADS = 256;      // one pipeline; a paired CTA (single-wave grids) runs two, 512 threads
 constexpr int BK = 64;            // K per step: 32 bytes of e2m1 per row, 4 scale columns (one per thread quad lane)
 constexpr int ROW_BYTES = BK / 2;
 #ifndef WG_STAGES
@@ -30,6 +30,8 @@ constexpr int RAW_SFA = RAW_SFB + 512;                    // A's two atoms from 
 constexpr int STAGE_BYTES = RAW_SFA + 1024;
 constexpr int SMEM_BYTES = DEC_BUFS * DEC_BYTES + STAGES * STAGE_BYTES;
 static_assert(SMEM_BYTES + 1024 <= 113 * 1024, "two CTAs per SM (228 KB, 1 KB reserved per CTA)");
+static_assert(SMEM_BYTES % 1024 == 0, "a paired CTA's second pipeline starts 1024-byte aligned");
+static_assert(THREADS * BM_MAX / 2 * 4 <= SMEM_BYTES, "a pipeline's fp32 sums fit in its shared memory");
 
 }  // namespace
 
@@ -216,6 +218,27 @@ struct Tile {
   int M, N, K, m0, n0, k0, steps, part;
 };
 
+// PAIRED (a template parameter below): the CTA has 2 x THREADS threads and runs two pipelines (see run_tile).
+
+// This thread's index in its pipeline.
+template <bool PAIRED>
+__device__ __forceinline__ int pipe_tid() {
+  return PAIRED ? threadIdx.x % THREADS : threadIdx.x;
+}
+
+// A barrier over this thread's pipeline only (in a paired CTA, named barrier 1 or 2 of THREADS threads: the two
+// pipelines run unsynchronised).
+template <bool PAIRED>
+__device__ __forceinline__ void pipe_sync() {
+  if (!PAIRED) {
+    __syncthreads();
+  } else if (threadIdx.x < THREADS) {
+    asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
+  } else {
+    asm volatile("bar.sync 2, %0;\n" ::"n"(THREADS) : "memory");
+  }
+}
+
 __device__ __forceinline__ uint4 lds128(uint32_t a) {
   uint4 v;
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
@@ -254,6 +277,7 @@ __device__ __forceinline__ void sts32(uint32_t a, uint32_t x) {
 // past the last read the last one: they feed only outputs that are never stored (row n of C^T depends on B row n
 // alone). Rows past M (common: M is padded to a tile width) are zero-filled without a read; reading the last row
 // for each measured 15 % slower on g8_n7168_k2048.
+template <bool PAIRED>
 struct Loader {
   const uint8_t* b_src;
   const uint8_t* a_src;
@@ -262,7 +286,7 @@ struct Loader {
 
   template <int BM>
   __device__ __forceinline__ void init(const Tile& t) {
-    const int tid = threadIdx.x;
+    const int tid = pipe_tid<PAIRED>();
     const int row_bytes = t.K / 2;
     const int rest_k = t.K / 64;
     const int r = tid >> 1, h = tid & 1;
@@ -281,7 +305,7 @@ struct Loader {
   // Queue the next K step (steps are loaded in order) into the ring slot at shared address `slot`.
   template <int BM>
   __device__ __forceinline__ void load(uint32_t slot) {
-    const int tid = threadIdx.x;
+    const int tid = pipe_tid<PAIRED>();
     const uint32_t dst = slot + 16 * tid;
     cp_async16(dst + RAW_B, b_src, 16, 1);
     cp_async16(dst + RAW_A, a_src, a_bytes, tid < 2 * BM);
@@ -296,7 +320,7 @@ struct Loader {
 // owning WORDS = 8 / T consecutive 32-bit words of the row's 32 bytes. Word w of the row is (t, wi) = (w / 2,
 // w % 2): scale column t, nibbles n0..n7 decoded into pairs p = 0..3, and pair p of word (t, wi) is bytes 4t..4t+3
 // of 16-byte chunk 4 wi + p of the row (the K order the B fragments use), stored through the 128-byte swizzle.
-template <int BM>
+template <int BM, bool PAIRED>
 struct ADecoder {
   static constexpr int T = THREADS / (BM > 64 ? 128 : 64);
   static constexpr int WORDS = 8 / T;  // 4, 2 or 1
@@ -304,7 +328,7 @@ struct ADecoder {
   uint32_t raw, sf, dec_row, swz;      // sf: the row's scale byte of this thread's first scale column
 
   __device__ __forceinline__ void init(int m0) {
-    const int tid = threadIdx.x;
+    const int tid = pipe_tid<PAIRED>();
     const int r = tid / T, q = tid % T;
     const int ra = (m0 & 127) + r;  // row within A's first atom
     raw = RAW_A + r * ROW_BYTES + q * 4 * WORDS;
@@ -315,7 +339,7 @@ struct ADecoder {
 
   // Ring slot `slot` -> decoded buffer `dec` (shared addresses).
   __device__ __forceinline__ void run(uint32_t slot, uint32_t dec) const {
-    if (T * BM < THREADS && threadIdx.x >= T * BM) return;
+    if (T * BM < THREADS && pipe_tid<PAIRED>() >= T * BM) return;
     const uint32_t row = dec + dec_row;
     if constexpr (WORDS == 4) {
       // Words (t, wi) = (2h, 0), (2h, 1), (2h + 1, 0), (2h + 1, 1): chunk 4 wi + p takes pair p of (2h, wi) and of
@@ -344,7 +368,7 @@ struct ADecoder {
       }
 #pragma unroll
       for (int i = 0; i < WORDS; ++i) {
-        const int wi = WORDS == 2 ? i : (threadIdx.x % T) & 1;
+        const int wi = WORDS == 2 ? i : (pipe_tid<PAIRED>() % T) & 1;
         uint32_t v[4];
         decode_word(w[i], s0, v);
 #pragma unroll
@@ -398,10 +422,10 @@ __device__ __forceinline__ void mma_step(float (&acc)[BM / 2], const uint32_t (&
   fence_regs(acc);
 }
 
-template <int BM>
+template <int BM, bool PAIRED>
 struct Pipe {
-  Loader ld;
-  ADecoder<BM> da;
+  Loader<PAIRED> ld;
+  ADecoder<BM, PAIRED> da;
   BDecoder db;
   uint32_t dec;   // shared address of decoded buffer 0; the raw ring follows the decoded buffers
   int steps, buf;  // buf: the decoded buffer of the step whose wgmma is issued next
@@ -429,7 +453,7 @@ struct Pipe {
 #endif
     cp_async_wait<STAGES - 2>();  // this thread's copies for step s + 2 have landed
     fence_proxy_async();          // generic-proxy stores to the buffer, read next by wgmma (async proxy)
-    __syncthreads();
+    pipe_sync<PAIRED>();
   }
 };
 
@@ -508,12 +532,12 @@ __device__ __forceinline__ void stg128(void* p, uint4 v) {
 constexpr int STAGE_ROW = 2 * BN + 16;
 static_assert(BM_MAX * STAGE_ROW <= DEC_BUFS * DEC_BYTES, "the C tile fits in the decoded buffers");
 
-template <int BM>
+template <int BM, bool PAIRED>
 __device__ __forceinline__ void store_tile(const Tile& t, const float (&acc)[BM / 2], uint32_t stage, int wg,
                                            int warp) {
-  const int tid = threadIdx.x, lane = tid & 31;
+  const int tid = pipe_tid<PAIRED>(), lane = tid & 31;
   const float out_scale = 268435456.f;  // 2^28: undoes the two operands' 2^-14
-  __syncthreads();                      // every warpgroup's wgmmas are done: the decoded buffers are free
+  pipe_sync<PAIRED>();                  // every warpgroup's wgmmas are done: the decoded buffers are free
   {
     const int j_off = lane >> 4, h = (lane >> 3) & 1, row = lane & 7;  // this lane's address: block (j0 + j_off, h)
     const uint32_t base = stage + (8 * j_off + row) * STAGE_ROW + (64 * wg + 16 * warp + 8 * h) * 2;
@@ -528,7 +552,7 @@ __device__ __forceinline__ void store_tile(const Tile& t, const float (&acc)[BM 
       stmatrix_x4_trans(base + 8 * j0 * STAGE_ROW, r[0], r[1], r[2], r[3]);
     }
   }
-  __syncthreads();
+  pipe_sync<PAIRED>();
   const bool vec = (t.N & 7) == 0;
 #pragma unroll
   for (int c = tid; c < BM * 16; c += THREADS) {
@@ -548,20 +572,32 @@ __device__ __forceinline__ void store_tile(const Tile& t, const float (&acc)[BM 
   }
 }
 
-template <int BM>
+// A paired CTA (2 x THREADS threads, launched for grids of at most one CTA per SM) runs two pipelines on one tile,
+// each with its own shared memory and barrier: pipeline 0 takes the first half of the K steps, pipeline 1 the rest,
+// and pipeline 1's sums join pipeline 0's through shared memory at the end. Two pipelines on an SM keep its tensor
+// cores busier than one (H200: 500 ns per K step for one, 700-740 ns each for two), and unlike split-K across CTAs
+// the partial sums never leave the SM.
+template <int BM, bool PAIRED>
 __device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
   wg_mark(0);
-  const int tid = threadIdx.x;
+  // The pipeline (warp-uniform; read through a shuffle so the compiler keeps addresses built from it uniform).
+  const int half = PAIRED ? __shfl_sync(~0u, static_cast<int>(threadIdx.x) / THREADS, 0) : 0;
+  const int tid = pipe_tid<PAIRED>();
   const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
   const int r0 = 64 * wg + 16 * warp + (lane >> 2), tq = lane & 3;
-  Pipe<BM> pipe;
+  Pipe<BM, PAIRED> pipe;
   {
-    const Tile t = tile_of(p);
+    Tile t = tile_of(p);
+    if (PAIRED) {
+      const int first = (t.steps + 1) / 2;
+      t.k0 += half * first;
+      t.steps = half ? t.steps - first : first;
+    }
     pipe.steps = t.steps;
     pipe.ld.template init<BM>(t);
     pipe.da.init(t.m0);
   }
-  pipe.dec = smem_u32(smem);
+  pipe.dec = smem_u32(smem + half * SMEM_BYTES);
   pipe.buf = 0;
   pipe.db.init(r0, tq);
 
@@ -576,11 +612,11 @@ __device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
     cp_async_commit();
   }
   cp_async_wait<STAGES - 2>();  // steps 0 and 1
-  __syncthreads();
+  pipe_sync<PAIRED>();
   pipe.da.run(pipe.ring(), pipe.dec);
   pipe.db.run(pipe.ring(), fa);
   fence_proxy_async();
-  __syncthreads();
+  pipe_sync<PAIRED>();
 
   wg_mark(1);
   for (int s = 0; s < pipe.steps; s += 2) {
@@ -591,25 +627,46 @@ __device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
   fence_regs(acc);
   wg_mark(2);
 
+  if (PAIRED) {
+    float* sums = reinterpret_cast<float*>(smem + SMEM_BYTES);  // pipeline 1's region, free once both loops end
+    __syncthreads();
+    if (half) {
+#pragma unroll
+      for (int i = 0; i < BM / 2; ++i) sums[i * THREADS + tid] = acc[i];
+    }
+    __syncthreads();
+    if (half) return;
+#pragma unroll
+    for (int i = 0; i < BM / 2; ++i) acc[i] += sums[i * THREADS + tid];
+  }
+
   const Tile t = tile_of(p);
   if (t.ws != nullptr && !split_k_last<BM>(t, acc)) return;
 
-  store_tile<BM>(t, acc, pipe.dec, wg, warp);
+  store_tile<BM, PAIRED>(t, acc, pipe.dec, wg, warp);
   wg_mark(3);
 }
 
 }  // namespace
 
-// Two CTAs per SM: 128 registers a thread.
-extern "C" __global__ void __launch_bounds__(THREADS, 2) fp4_group_gemm_sm90(const __grid_constant__ Params p) {
+// Two CTAs of THREADS per SM, or one paired CTA: 128 registers a thread either way.
+extern "C" __global__ void __launch_bounds__(2 * THREADS, 1) fp4_group_gemm_sm90(const __grid_constant__ Params p) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const int bm = p.tiles[2 * blockIdx.x].w;
-  if (bm == 128) {
-    run_tile<128>(p, smem);
+  if (blockDim.x > THREADS) {
+    if (bm == 128) {
+      run_tile<128, true>(p, smem);
+    } else if (bm == 96) {
+      run_tile<96, true>(p, smem);
+    } else {
+      run_tile<64, true>(p, smem);
+    }
+  } else if (bm == 128) {
+    run_tile<128, false>(p, smem);
   } else if (bm == 96) {
-    run_tile<96>(p, smem);
+    run_tile<96, false>(p, smem);
   } else {
-    run_tile<64>(p, smem);
+    run_tile<64, false>(p, smem);
   }
 }

@@ -53,7 +53,7 @@ class _Driver:
 
     def load_function(self, image: bytes) -> ctypes.c_void_p:
         """Load a cubin into the current context (torch's, made current by the caller) and return the kernel,
-        with its dynamic shared-memory limit raised to host.SMEM_BYTES."""
+        with its dynamic shared-memory limit raised to host.PAIRED_SMEM_BYTES (a paired CTA's)."""
         ctx = ctypes.c_void_p()
         self.check(self.lib.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
         if not ctx.value:
@@ -64,7 +64,7 @@ class _Driver:
         self.check(self.lib.cuModuleGetFunction(ctypes.byref(func), module, host.KERNEL_NAME.encode()),
                    "cuModuleGetFunction")
         self.check(self.lib.cuFuncSetAttribute(func, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                               host.SMEM_BYTES), "cuFuncSetAttribute")
+                                               host.PAIRED_SMEM_BYTES), "cuFuncSetAttribute")
         return func
 
 
@@ -109,12 +109,16 @@ def _function(dev: torch.device) -> ctypes.c_void_p:
 
 
 class _Plan:
-    """Everything a call needs that depends only on (sizes, device): the split choice, the tile table, split-K
-    workspace and counters on the device, the parameter block (sizes filled, addresses written per call), and the
-    prebuilt launch arguments."""
+    """Everything a call needs that depends only on (sizes, device): the split and paired choices, the tile table,
+    split-K workspace and counters on the device, the parameter block (sizes filled, addresses written per call),
+    and the prebuilt launch arguments."""
 
     def __init__(self, sizes, dev: torch.device):
-        self.split = host.choose_split(sizes, torch.cuda.get_device_properties(dev).multi_processor_count)
+        sms = torch.cuda.get_device_properties(dev).multi_processor_count
+        self.split = host.choose_split(sizes, sms)
+        self.paired = self.split == 1 and host.choose_paired(sizes, sms)
+        threads = 2 * host.THREADS if self.paired else host.THREADS
+        smem = host.PAIRED_SMEM_BYTES if self.paired else host.SMEM_BYTES
         tiles = host.plan_tiles(sizes, self.split)
         self.n_tiles = len(tiles)
         self.tiles = torch.tensor(tiles, dtype=torch.int32, device=dev).reshape(-1)
@@ -127,13 +131,13 @@ class _Plan:
         self.layout = None
         self._kparams = (ctypes.c_void_p * 1)(ctypes.addressof(self.params))
         u = ctypes.c_uint
-        self._head = (_function(dev), u(self.n_tiles), u(1), u(1), u(host.THREADS), u(1), u(1), u(host.SMEM_BYTES))
+        self._head = (_function(dev), u(self.n_tiles), u(1), u(1), u(threads), u(1), u(1), u(smem))
         self.device = dev
         self._dev = dev.index
         self._stream = torch._C._cuda_getCurrentRawStream
         module = _fast_module()
         self.fast = module.FastCall(ctypes.addressof(self.params), host.MAX_GROUPS, self._head[0].value, self.n_tiles,
-                                    host.THREADS, host.SMEM_BYTES, _DRIVER.launch_address) if module else None
+                                    threads, smem, _DRIVER.launch_address) if module else None
 
     def remember(self, abc, sf_r, layout) -> None:
         """Record a validated call's layout for the per-call checks (Python's and the C++ path's)."""

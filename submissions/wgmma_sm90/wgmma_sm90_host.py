@@ -51,6 +51,8 @@ BM_MAX = 128
 #: scale atoms).
 STAGE_BYTES = BN * BK // 2 + BM_MAX * BK // 2 + 512 + 1024
 SMEM_BYTES = DEC_BUFS * BM_MAX * BK * 2 + STAGES * STAGE_BYTES + 1024
+#: A paired CTA (choose_paired): two pipelines' shared memory, one alignment pad; 2 x THREADS threads.
+PAIRED_SMEM_BYTES = 2 * (SMEM_BYTES - 1024) + 1024
 #: fp32 values per split-K slot: both halves' partials (kernel.cu split_k_last).
 SPLIT_SLOT_FLOATS = 2 * BN * BM_MAX
 
@@ -169,6 +171,20 @@ CTAS_PER_SM = 2
 MIN_SPLIT_STEPS = 32
 #: bench.py's override of choose_split (None: the rule).
 SPLIT_OVERRIDE: int | None = None
+
+
+#: bench.py's override of choose_paired (None: the rule).
+PAIRED_OVERRIDE: bool | None = None
+
+
+def choose_paired(sizes, num_sms: int) -> bool:
+    """True (one CTA of 2 x THREADS threads per tile, two pipelines on the two halves of K, kernel.cu run_tile)
+    when the unsplit tiles number at most ``num_sms``, so an SM would otherwise run a single pipeline, and every K
+    has at least two steps. Measured on the H200 (trace): one pipeline alone on an SM takes 500 ns per K step, two
+    on an SM 700-760 ns each."""
+    if PAIRED_OVERRIDE is not None:
+        return PAIRED_OVERRIDE
+    return len(plan_tiles(sizes)) <= num_sms and all(k // BK >= 2 for _, _, k, _ in sizes)
 
 
 def choose_split(sizes, num_sms: int) -> int:

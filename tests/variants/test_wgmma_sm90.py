@@ -55,6 +55,8 @@ def test_host_constants_mirror_kernel_cu():
     # raw stage: B rows, A rows (32 bytes each), B's scale atom, two of A's atoms
     assert host.STAGE_BYTES == 128 * 32 + 128 * 32 + 512 + 1024 == 9728
     assert host.SMEM_BYTES == 3 * 128 * 128 + 4 * 9728 + 1024 == 89088
+    assert host.PAIRED_SMEM_BYTES == 2 * 88064 + 1024 <= 227 * 1024  # Hopper's most per CTA
+    assert "__launch_bounds__(2 * THREADS, 1)" in KERNEL_CU.read_text()
 
 
 def test_params_block_matches_the_kernel_struct_layout():
@@ -116,6 +118,13 @@ def test_split_only_for_the_first_benchmark_and_never_for_tests():
     assert {host.choose_split(c.problem_sizes, 132) for c in TEST_CASES} == {1}
     assert [len(host.plan_tiles(c.problem_sizes, host.choose_split(c.problem_sizes, 132))) for c in
             BENCHMARK_CASES] == [704, 728, 120, 128]
+
+
+def test_paired_ctas_for_grids_of_one_cta_per_sm_with_two_k_steps():
+    assert [host.choose_paired(c.problem_sizes, 132) for c in BENCHMARK_CASES] == [False, False, True, True]
+    assert {host.choose_paired(c.problem_sizes, 132) for c in TEST_CASES} == {True}
+    assert host.choose_paired([(128, 128, 64, 1)], 132) is False  # one K step: nothing to share
+    assert host.choose_paired([(128, 128 * 133, 128, 1)], 132) is False  # 133 tiles
 
 
 # --- input checks ---------------------------------------------------------------------------------------------
@@ -311,6 +320,15 @@ def test_gpu_python_per_call_path_matches_reference(fresh_plans, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("case, paired", [(TEST_CASES[3], False), (TEST_CASES[8], False),
+                                          (BENCHMARK_CASES[1], True)], ids=["test4", "test9", "bench2"])
+def test_gpu_paired_choice_forced_matches_reference(case, paired, fresh_plans, monkeypatch):
+    monkeypatch.setattr(host, "PAIRED_OVERRIDE", paired)
+    assert _check(generate_input(case.m, case.n, case.k, case.g, seed=case.seed + 2, device="cuda")) is None
+    assert next(iter(sub._PLANS.values())).paired is paired
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("split", [1, 2])
 def test_gpu_back_to_back_calls_on_new_inputs_use_their_own_addresses(split, fresh_plans, monkeypatch):
     # With split-K, calls share the plan's workspace and counters (each counter is reset by its last CTA).
@@ -341,7 +359,8 @@ def test_gpu_changed_layout_is_validated_again_and_named():
 @pytest.mark.gpu
 def test_gpu_edge_sizes_match_reference():
     # N = 132 is not a multiple of 8: C rows are not 16-byte aligned, so the epilogue stores element by element;
-    # M = 44 and 200 leave partial tiles, N = 260 a partial 128-row tile.
+    # M = 44 and 200 leave partial tiles, N = 260 a partial 128-row tile; K = 320 (5 steps) splits 3 + 2 between
+    # a paired CTA's pipelines.
     m, n, k = [44, 200], [132, 260], [128, 320]
     for data in ("official", "full-range"):
         assert _check(generate_input(m, n, k, 2, seed=7, data=data, device="cuda")) is None
