@@ -190,8 +190,9 @@ def choose_paired(sizes, num_sms: int) -> bool:
 def choose_split(sizes, num_sms: int) -> int:
     """2 (two K halves per tile) when the unsplit tiles fill the CTA slots (CTAS_PER_SM x num_sms) more than once
     with a last wave at most half full, and every K has at least 2 x MIN_SPLIT_STEPS steps; else 1. Measured on
-    the H200 (kernels alone): the first benchmark (352 tiles, 1.33 waves) gains 7 %; grids under one wave lose
-    (g2_n3072_k4096 44.5 -> 46.0 us: a CTA alone on an SM runs faster than one of two)."""
+    the H200 (kernels alone): the first benchmark (352 tiles, 1.33 waves) gains 7 %. Grids of at most one CTA
+    per SM get paired CTAs instead (choose_paired): split-K there merged its partials through L2 and read
+    38.8 / 21.0 us on the last two benchmarks, paired 36.7 / 18.3."""
     if SPLIT_OVERRIDE is not None:
         return SPLIT_OVERRIDE
     tiles, slots = len(plan_tiles(sizes)), CTAS_PER_SM * num_sms
