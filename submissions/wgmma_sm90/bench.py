@@ -82,15 +82,28 @@ def _time(fn, inputs, alone: bool, flush: torch.Tensor) -> tuple[float, float]:
     return start.elapsed_time(end) * 1000 / len(inputs), host
 
 
-def time_benchmarks(samples: int) -> list[dict]:
-    """Mean us per call, alone and official-style, for each benchmarks.yml case."""
+def _l2_buffer() -> torch.Tensor:
+    """A buffer the size of the GPU's L2: zeroing it clears the L2."""
+    return torch.empty(torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.uint8, device="cuda")
+
+
+def _benchmark_inputs():
+    """Each benchmarks.yml case with the 15 inputs the official loop draws (seed + 42 i), after one untimed call
+    on the first (build, load, plan)."""
     sub = _sub()
-    flush = torch.empty(torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.uint8, device="cuda")
-    rows = []
     for case in load_shapes("benchmarks").cases:
         inputs = [generate_input(case.m, case.n, case.k, case.g, seed=case.seed + 42 * i, device="cuda")
                   for i in range(15)]
-        sub.custom_kernel(inputs[0])  # build, load, plan
+        sub.custom_kernel(inputs[0])
+        yield case, inputs
+
+
+def time_benchmarks(samples: int) -> list[dict]:
+    """Mean us per call, alone and official-style, for each benchmarks.yml case."""
+    sub = _sub()
+    flush = _l2_buffer()
+    rows = []
+    for case, inputs in _benchmark_inputs():
         row = {"case": _name(case)}
         for mode in ("alone", "official"):
             runs = [_time(sub.custom_kernel, inputs, mode == "alone", flush) for _ in range(samples)]
@@ -154,12 +167,9 @@ def trace() -> list[dict]:
     if "-DWG_TRACE" not in host.EXTRA_FLAGS:
         raise SystemExit("bench.py --trace needs WGMMA_SM90_NVCC_EXTRA=-DWG_TRACE")
     sub = _sub()
-    flush = torch.empty(torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.uint8, device="cuda")
+    flush = _l2_buffer()
     rows = []
-    for case in load_shapes("benchmarks").cases:
-        inputs = [generate_input(case.m, case.n, case.k, case.g, seed=case.seed + 42 * i, device="cuda")
-                  for i in range(15)]
-        sub.custom_kernel(inputs[0])
+    for case, inputs in _benchmark_inputs():
         plan = sub._PLANS[tuple(case.problem_sizes)]
         steps = [(s + 1) // 2 if plan.paired else s for s in plan.tiles.reshape(-1, 8)[:, 5].tolist()]
         drv = sub._DRIVER
