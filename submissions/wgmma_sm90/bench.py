@@ -195,7 +195,8 @@ def trace() -> list[dict]:
                 "entry_spread_us": round((max(r[0] for r in t) - min(r[0] for r in t)) / 1000, 2),
                 "prologue_us": us([r[1] - r[0] for r in t]), "loop_us": us([r[2] - r[1] for r in t]),
                 "step_ns": round(statistics.mean((r[2] - r[1]) / s for r, s in zip(t, steps)), 1),
-                "epilogue_us": us([r[3] - r[2] for r in t if r[3]]),
+                # Split-K CTAs that leave the storing to another keep an older launch's store mark.
+                "epilogue_us": us([r[3] - r[2] for r in t if r[3] > r[2]]),
             }
         print(json.dumps(row), flush=True)
         rows.append(row)
