@@ -158,7 +158,7 @@ def compare(a: Variant, b: Variant, shapes: ShapeSet, opts: RunOptions = RunOpti
                        opts.settings.calls_per_sample)
     finally:
         for s in sides:
-            s.session.close()
+            s.session.release()
     rec_a, rec_b = (close_record(r, s.results, s.observer, s.session, s.runner) for s, r in zip(sides, records))
     per_shape = tuple(_shape(i, ra, rb, *sides) for i, (ra, rb) in enumerate(zip(rec_a.cases, rec_b.cases)))
     compared = [s for s in per_shape if s.comparison is not None]

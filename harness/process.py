@@ -1,16 +1,18 @@
 """The parent's handle on one worker process: start, request, receive with a time limit, kill."""
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from harness.buffers import send_fds
 from harness.channel import ChannelClosed, ChannelTimeout, Reader
+from harness.protocol import Exit, encode
 from harness.registry import ROOT
 
 #: Removed from the worker's environment: the secret seed and the official result pipe.
@@ -46,14 +48,18 @@ class WorkerProcess:
     def __init__(self, env: dict | None = None):
         self._key = secrets.token_bytes(32)
         read_fd, write_fd = os.pipe()
+        self._fd_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         child_env = {k: v for k, v in (env or os.environ).items() if k not in _HIDDEN_ENV}
         child_env["FP4BENCH_RESULT_FD"] = str(write_fd)
+        child_env["FP4BENCH_FD_SOCKET"] = str(child_sock.fileno())
         child_env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [child_env.get("PYTHONPATH")] if p])
         self._stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "harness.worker"], stdin=subprocess.PIPE, stdout=self._stderr,
-            stderr=self._stderr, cwd=ROOT, env=child_env, pass_fds=(write_fd,), start_new_session=True)
+            stderr=self._stderr, cwd=ROOT, env=child_env, pass_fds=(write_fd, child_sock.fileno()),
+            start_new_session=True)
         os.close(write_fd)
+        child_sock.close()
         self._reader = Reader(read_fd, self._key)
         self._read_fd = read_fd
         self._send_line(self._key.hex())
@@ -70,14 +76,15 @@ class WorkerProcess:
         except (BrokenPipeError, OSError):
             pass  # the reply read reports how the worker ended
 
-    def send(self, req: dict) -> None:
-        """Send one request line; its reply comes from ``receive``."""
-        self._send_line(json.dumps(req))
-
-    def request(self, req: dict, timeout_s: float) -> tuple[dict, bytes]:
-        """Send one request and wait for its reply. Raises WorkerTimeout (worker killed) or WorkerDied."""
-        self.send(req)
-        return self.receive(timeout_s)
+    def send(self, msg, fds: list[int] = ()) -> None:
+        """Send one request (a harness.protocol message) and, first, the descriptors it refers to; its reply
+        comes from ``receive``."""
+        if fds:
+            try:
+                send_fds(self._fd_sock, list(fds))
+            except OSError:
+                pass  # the reply read reports how the worker ended
+        self._send_line(encode(msg))
 
     def receive(self, timeout_s: float) -> tuple[dict, bytes]:
         """The next reply. Raises WorkerTimeout (worker killed) or WorkerDied."""
@@ -114,13 +121,13 @@ class WorkerProcess:
     def close(self) -> None:
         """Ask the worker to exit, then make sure it has."""
         if self.proc.poll() is None:
-            self._send_line(json.dumps({"op": "exit"}))
+            self._send_line(encode(Exit()))
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
         self.kill()
-        for closer in (lambda: os.close(self._read_fd), self._stderr.close, self.proc.stdin.close):
+        for closer in (lambda: os.close(self._read_fd), self._stderr.close, self.proc.stdin.close, self._fd_sock.close):
             try:
                 closer()
             except OSError:

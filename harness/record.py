@@ -48,6 +48,15 @@ class CaseResult:
     calls_checked: int = 0        # how many outputs were checked against the reference
     wall_s: float = 0.0           # wall time spent on this case, generation and checks included
     profile: str = ""             # profile mode: the torch profiler's kernel table
+    kernel_ns: float | None = None       # GPU kernels' device time per call (CUPTI pass after the samples)
+    overhead_ms_per_sample: float | None = None  # timed phase's wall time outside the windows, per sample
+
+    @property
+    def host_share(self) -> float | None:
+        """(event time - kernel time) / event time: the part of a call's time that no kernel ran."""
+        if self.kernel_ns is None or not self.stats or self.stats.mean_ns <= 0:
+            return None
+        return (self.stats.mean_ns - self.kernel_ns) / self.stats.mean_ns
 
     @property
     def passed(self) -> bool:
@@ -93,6 +102,8 @@ class RunRecord:
     complete: bool
     git_commit: str = ""
     geomean_ns: float | None = None   # leaderboard/benchmark: geometric mean of per-case mean_ns, all passed
+    wall_s: float = 0.0               # the whole run's wall time
+    window: str = ""                  # where the timed window's marks were held: native | python
 
     @property
     def passed(self) -> bool:
@@ -124,8 +135,8 @@ def run_from_dict(d: dict) -> RunRecord:
     cases = tuple(
         CaseResult(case_from_dict(c["case"]), Status(c["status"]), c["message"], tuple(c["samples_ns"]),
                    Stats(**c["stats"]) if c["stats"] else None, c["calls_checked"], c["wall_s"],
-                   c.get("profile", ""))
+                   c.get("profile", ""), c.get("kernel_ns"), c.get("overhead_ms_per_sample"))
         for c in d["cases"])
     return RunRecord(d["run_id"], d["started_at"], d["mode"], d["data"], d["shape_set"], d["secret_seed"],
                      SubmissionInfo(**d["submission"]), Environment(**d["environment"]), cases, d["complete"],
-                     d.get("git_commit", ""), d.get("geomean_ns"))
+                     d.get("git_commit", ""), d.get("geomean_ns"), d.get("wall_s", 0.0), d.get("window", ""))

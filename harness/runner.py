@@ -16,15 +16,16 @@ import torch
 
 from harness import seeds as seedlib
 from harness.environment import device_facts, environment
+from harness import protocol as P
 from harness.process import WorkerDied, WorkerProcess, WorkerTimeout
 from harness.record import CaseResult, RunRecord, Status, SubmissionInfo
 from harness.registry import ROOT, Variant
 from harness.settings import Settings
+from harness.samples import ReferenceError, Sample, SharedSet
 from harness.stats import geomean, summarize
-from task.check import OutputMeta, ReferenceError, check_outputs, validate_container
+from task.arena import Layout
 from task.cost import peaks_for, sol_ns
-from task.inputs import default_device, generate_many
-from task.reference import ref_kernel
+from task.inputs import default_device
 from task.spec import Case, ShapeSet
 
 MODES = ("test", "benchmark", "leaderboard", "profile")
@@ -59,13 +60,18 @@ class CaseFailed(Exception):
 
 
 class Session:
-    """A worker with the submission loaded; started on demand, restarted after any fault."""
+    """A worker with the submission loaded, and the sample buffers it maps; the worker is started on demand and
+    restarted after any fault (the buffers stay: a new worker maps them again)."""
 
-    def __init__(self, variant: Variant, settings: Settings):
+    def __init__(self, variant: Variant, settings: Settings, device: torch.device | None = None):
         self.variant, self.settings = variant, settings
+        self.device = device or default_device()
         self.proc: WorkerProcess | None = None
         self.first_call = True
         self.stray_bytes = 0
+        self.window = ""
+        self.shared = SharedSet(self.device)
+        self._mapped = -1
 
     def load(self) -> None:
         """Start a worker and import the submission. Raises CaseFailed(ERROR) if the import fails."""
@@ -73,85 +79,103 @@ class Session:
             return
         self.proc = WorkerProcess()
         self.first_call = True
-        reply, _ = self._ask({"op": "load", "path": str(self.variant.path)}, self.settings.import_s)
-        if not reply["ok"]:
+        self._mapped = -1
+        self.proc.send(P.Load(str(self.variant.path)))
+        reply = self._receive(self.settings.import_s, (P.Loaded, P.Failed))
+        if isinstance(reply, P.Failed):
             self.close()
-            where = "import failed" if reply["kind"] == "import" else "no entry point"
-            raise CaseFailed(Status.ERROR, f"{where}: {reply['type']}: {reply['message']}\n{reply['traceback']}".strip())
+            where = "import failed" if reply.kind == "import" else "no entry point"
+            raise CaseFailed(Status.ERROR, f"{where}: {reply.type}: {reply.message}\n{reply.traceback}".strip())
+        self.window = reply.window
 
-    def _ask(self, req: dict | None, timeout_s: float) -> tuple[dict, bytes]:
+    def _receive(self, timeout_s: float, expect: tuple):
         try:
-            if req is not None:
-                self.proc.send(req)
-            return self.proc.receive(timeout_s)
+            header, _payload = self.proc.receive(timeout_s)
+            return P.from_dict(header, expect)
         except WorkerTimeout as exc:
             self.close()
             raise CaseFailed(Status.TIMEOUT, str(exc)) from None
         except WorkerDied as exc:
             self.close()
             raise CaseFailed(Status.CRASH, str(exc)) from None
+        except P.ProtocolError as exc:
+            self.close()
+            raise CaseFailed(Status.ERROR, f"harness error: the worker answered out of protocol: {exc}") from None
 
-    def run(self, req: dict, prepare=lambda: None):
-        """One run request; returns (reply, payload, what ``prepare()`` returned).
+    def reserve(self, layouts) -> None:
+        """Size the shared buffers for the largest of ``layouts`` up front, so no case has to grow them."""
+        if layouts and not self.shared.fits(*layouts):
+            self.shared.grow(*layouts)
 
-        The worker draws its inputs, says it is ready and waits; meanwhile the parent runs ``prepare`` (the
-        expected outputs) and finishes its own GPU work, then says go, so nothing of ours overlaps the timed
-        window. The first request after a (re)start gets the first-call time limit (compiles happen there).
-        """
+    def buffers_for(self, layout) -> SharedSet:
+        """The shared buffers, grown for ``layout`` if needed, mapped by the current worker (started if needed);
+        buffers the worker mapped before a grow are freed once it has mapped the new ones."""
         self.load()
+        if not self.shared.fits(layout):
+            self.shared.grow(layout)
+        if self._mapped != self.shared.generation:
+            msg, fds = self.shared.map_request()
+            self.proc.send(msg, fds)
+            reply = self._receive(self.settings.import_s, (P.Mapped, P.Failed))
+            if isinstance(reply, P.Failed):
+                self.close()
+                raise CaseFailed(Status.ERROR, f"harness error: the worker could not map the sample buffers: "
+                                               f"{reply.type}: {reply.message}")
+            self._mapped = self.shared.generation
+            self.shared.free_retired()
+        return self.shared
+
+    def run(self, req: P.Run) -> P.RunReply:
+        """One run request on inputs already in the buffers. The first request after a (re)start gets the
+        first-call time limit (compiles happen there). Raises CaseFailed for the submission's faults."""
         timeout = self.settings.first_call_s if self.first_call else self.settings.call_s
         self.first_call = False
-        self.proc.send(dict(req, op="run"))
-        prepared = prepare()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        reply, payload = self._ask(None, timeout)
-        if reply.get("ready"):
-            reply, payload = self._ask({"op": "go"}, timeout)
-        if not reply["ok"]:
-            kind = "CUDA error" if reply["kind"] == "cuda" else "raised"
-            if reply["kind"] == "cuda":
+        self.proc.send(req)
+        reply = self._receive(timeout, (P.RunReply, P.Failed))
+        if isinstance(reply, P.Failed):
+            kind = "CUDA error" if reply.kind == "cuda" else "raised"
+            if reply.kind == "cuda":
                 self.close()
-            raise CaseFailed(Status.ERROR, f"{kind}: {reply['type']}: {reply['message']}\n{reply['traceback']}".strip())
-        return reply, payload, prepared
+            raise CaseFailed(Status.ERROR, f"{kind}: {reply.type}: {reply.message}\n{reply.traceback}".strip())
+        return reply
 
     def close(self) -> None:
         if self.proc is not None:
             self.stray_bytes += self.proc.stray_bytes
             self.proc.close()
             self.proc = None
+            self._mapped = -1
+        self.shared.free_retired()
+
+    def release(self) -> None:
+        """Close the worker and free the shared buffers."""
+        self.close()
+        self.shared.close()
 
 
-def expected_outputs(case: Case, seeds: list[int], data: str, device: torch.device) -> list[list[torch.Tensor]]:
-    """The reference outputs for the inputs drawn from ``seeds``; inputs are dropped, only outputs kept."""
-    return [ref_kernel(x) for x in generate_many(case.m, case.n, case.k, case.g, seeds, data, device)]
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.1f} ms"
 
 
-def judge(case: Case, reply: dict, payload: bytes, expected: list[list[torch.Tensor]], device: torch.device) -> None:
-    """Check every call's outputs (container, type, dtype, shape, device, values). Raises CaseFailed(FAIL)."""
-    if reply.get("complaint"):  # work outside the window explains any wrong value, so it is named first
-        raise CaseFailed(Status.FAIL, reply["complaint"])
-    offsets = iter(reply["offsets"])
-    calls = len(reply["containers"])
-    for i, (container, metas) in enumerate(zip(reply["containers"], reply["metas"])):
-        prefix = f"call {i + 1} of {calls}: " if calls > 1 else ""
-        problem = validate_container(container, [OutputMeta(**{**m, "shape": tuple(m["shape"])}) for m in metas],
-                                     case.problem_sizes, str(device))
-        got = []
-        for meta, (m, n, _k, _l) in zip(metas, case.problem_sizes):
-            where = next(offsets)
-            if where is not None and problem is None:
-                start, length = where
-                got.append(torch.frombuffer(payload, dtype=torch.float16, count=length // 2, offset=start)
-                           .view(m, n, 1).to(device))
-        if problem:
-            raise CaseFailed(Status.FAIL, prefix + problem)
-        try:
-            mismatch = check_outputs(got, expected[i])
-        except ReferenceError as exc:
-            raise CaseFailed(Status.ERROR, f"harness error: {exc}") from None
-        if mismatch:
-            raise CaseFailed(Status.FAIL, prefix + mismatch)
+def outside_window(reply: P.RunReply) -> str | None:
+    """The verdict on what the worker saw around the window, or None: threads that used CPU outside it, hooks
+    and modes that run submission code inside ours, work left on other streams, outputs changed after it."""
+    if reply.threads:
+        shown = [f"thread '{t.name}' (tid {t.tid}) used {_ms(t.cpu_ns)}" if t.tid
+                 else f"threads that have since exited used {_ms(t.cpu_ns)}" for t in reply.threads[:3]]
+        more = f" and {len(reply.threads) - 3} more thread(s) did too" if len(reply.threads) > 3 else ""
+        return (f"work outside the timed window: {'; '.join(shown)}{more} of CPU between samples or around the "
+                f"window; a submission's threads must be idle outside its custom_kernel calls")
+    if reply.hooks or reply.modes:
+        return ("the submission left code that runs outside its calls: " + ", ".join(reply.hooks + reply.modes)
+                + "; fp4bench removed it, and the case fails because it could act outside the timed window")
+    if reply.late_streams:
+        return (f"{reply.late_streams} other CUDA stream(s) still had work queued when the timed window closed; "
+                f"the call must be complete when its end event fires (join side streams to the current one)")
+    if reply.changed:
+        return (f"call {reply.changed[0]}: outputs changed after the timed window closed (work on another stream "
+                f"or finished after the end event); the call must be complete when its end event fires")
+    return None
 
 
 class CaseRunner:
@@ -162,41 +186,62 @@ class CaseRunner:
         facts = device_facts()
         self.peaks = peaks_for(facts.name) if facts.cuda else None
         self.notes: list[str] = []
+        self._samples: dict[tuple, Sample] = {}
 
-    def _call(self, case: Case, seeds: list[int], check: bool = True, profile: bool = False) -> dict:
-        prepare = (lambda: expected_outputs(case, seeds, self.opts.data, self.device)) if check else (lambda: None)
-        reply, payload, expected = self.session.run(
-            {"case": _case_dict(case), "seeds": seeds, "data": self.opts.data, "profile": profile}, prepare)
-        if reply.get("tampered"):
+    def _sample(self, case: Case, calls: int) -> Sample:
+        key = (case.m, case.n, case.k, calls)
+        if key not in self._samples:
+            if len(self._samples) >= 2:  # keep the device memory of two shapes at most
+                self._samples.pop(next(iter(self._samples)))
+            self._samples[key] = Sample(case, calls, self.opts.data, self.device, self.session.shared)
+        return self._samples[key]
+
+    def _call(self, case: Case, seeds: list[int], kind: str, official_order: bool = False,
+              watch: bool = True) -> P.RunReply:
+        sample = self._sample(case, len(seeds))
+        self.session.buffers_for(sample.layout)
+        try:
+            sample.prepare(seeds, official_order)
+        except ReferenceError as exc:
+            raise CaseFailed(Status.ERROR, f"harness error: {exc}") from None
+        reply = self.session.run(P.Run(case.m, case.n, case.k, len(seeds), kind, watch=watch))
+        if reply.tampered:
             raise CaseFailed(Status.FAIL, "the submission modified fp4bench's measurement code or objects: "
-                                          + ", ".join(reply["tampered"]))
-        if check:
-            judge(case, reply, payload, expected, self.device)
-        for name in reply.get("guard", []):
+                                          + ", ".join(reply.tampered))
+        complaint = outside_window(reply)
+        if complaint:
+            raise CaseFailed(Status.FAIL, complaint)
+        try:
+            mismatch = sample.judge(reply)
+        except ReferenceError as exc:
+            raise CaseFailed(Status.ERROR, f"harness error: {exc}") from None
+        if mismatch:
+            raise CaseFailed(Status.FAIL, mismatch)
+        for name in reply.guard:
             note = f"the submission replaced {name}; fp4bench measures with its own captured copy"
             if note not in self.notes:
                 self.notes.append(note)
         return reply
 
     def correctness(self, case: Case, seed: int) -> None:
-        self._call(case, [seed])
+        self._call(case, [seed], "check", official_order=True, watch=False)  # compiles run here, on threads too
 
     def warmup(self, case: Case, seed: int) -> None:
         calls = self.opts.settings.calls_per_sample
         for w in range(self.opts.settings.warmup_samples):
-            self._call(case, seedlib.sample_seeds(seed, w, calls, warmup=True), check=False)
+            self._call(case, seedlib.sample_seeds(seed, w, calls, warmup=True), "check")
 
     def sample(self, index: int, case: Case, seed: int, i: int) -> float:
         """Timed sample ``i`` (0-based) of case number ``index`` (case seed ``seed``): ``calls_per_sample`` calls on
-        fresh inputs drawn from ``seeds.sample_seeds(seed, i, calls_per_sample)``, every output checked against
+        fresh inputs drawn for ``seeds.sample_seeds(seed, i, calls_per_sample)``, every output checked against
         the reference. Reports ``on_sample(index, i + 1)`` to the observer.
 
         Returns the per-call time in ns (the sample's duration / its calls). Raises CaseFailed: FAIL for a wrong
-        output, tampering, or a time below this GPU's physical floor (task.cost, CUDA only); ERROR, CRASH or
-        TIMEOUT for the submission's faults."""
+        output, work outside the window, tampering, or a time below this GPU's physical floor (task.cost, CUDA
+        only); ERROR, CRASH or TIMEOUT for the submission's faults."""
         seeds = seedlib.sample_seeds(seed, i, self.opts.settings.calls_per_sample)
-        reply = self._call(case, seeds)
-        per_call = reply["elapsed_ns"] / reply["calls"]
+        reply = self._call(case, seeds, "time")
+        per_call = reply.elapsed_ns / reply.calls
         floor = sol_ns(case, self.peaks, floor=True) if self.peaks else None
         if floor is not None and per_call < floor:
             raise CaseFailed(Status.FAIL, f"impossible time: {per_call:.0f} ns per call is below this GPU's "
@@ -205,24 +250,29 @@ class CaseRunner:
         self.observer.on_sample(index, i + 1)
         return per_call
 
-    def timed(self, index: int, case: Case, seed: int, samples: list[float]) -> None:
+    def timed(self, index: int, case: Case, seed: int, samples: list[float]) -> float:
         """Timed samples (``sample``) until the stopping rule says stop, each appended to ``samples`` (per-call
-        ns) as it is measured, so a later sample's failure keeps the earlier ones. Raises CaseFailed as
-        ``sample`` does."""
+        ns) as it is measured, so a later sample's failure keeps the earlier ones. Returns the wall time of the
+        loop in s. Raises CaseFailed as ``sample`` does."""
         rule = self.opts.settings.stopping_rule(self.opts.mode)
         t0 = time.monotonic_ns()
         while True:
             samples.append(self.sample(index, case, seed, len(samples)))
             if rule.is_finished(samples, time.monotonic_ns() - t0):
-                return
+                return (time.monotonic_ns() - t0) / 1e9
+
+    def kernel_time(self, case: Case, seed: int, after: int) -> float | None:
+        """Kernels' device time per call (ns, CUPTI through torch.profiler) on fresh inputs (the seeds of timed
+        sample ``after``, never timed), every output checked; None without CUDA."""
+        if self.device.type != "cuda":
+            return None
+        reply = self._call(case, seedlib.sample_seeds(seed, after, self.opts.settings.calls_per_sample), "kernels",
+                           watch=False)
+        return reply.kernel_ns
 
     def profile(self, case: Case, seed: int) -> str:
-        reply = self._call(case, seedlib.sample_seeds(seed, 0, 1), profile=True)
-        return reply.get("profile", "")
-
-
-def _case_dict(case: Case) -> dict:
-    return {"m": list(case.m), "n": list(case.n), "k": list(case.k), "g": case.g, "seed": case.seed}
+        reply = self._call(case, seedlib.sample_seeds(seed, 0, 1), "profile", watch=False)
+        return reply.profile
 
 
 def git_commit(root=ROOT) -> str:
@@ -250,6 +300,7 @@ def run(variant: Variant, shapes: ShapeSet, opts: RunOptions, observer: Observer
     if opts.mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {opts.mode!r}")
     observer = observer or Observer()
+    started = time.monotonic()
     device = default_device()
     # The parent's CPU work (drawing inputs on a thread pool, checks) must not leave spinning thread teams that
     # compete with the worker while it is being timed: one intra-op thread per pool thread.
@@ -266,15 +317,16 @@ def run(variant: Variant, shapes: ShapeSet, opts: RunOptions, observer: Observer
     if reason:
         for case in shapes.cases:
             finish(CaseResult(case, Status.SKIPPED, reason))
-        return close_record(record, results, observer)
+        return close_record(record, results, observer, started=started)
 
-    session = Session(variant, opts.settings)
+    session = Session(variant, opts.settings, device)
     runner = CaseRunner(session, opts, observer, device)
     try:
+        session.reserve(sample_layouts(shapes.cases, opts))
         _run_cases(shapes.cases, opts, session, runner, observer, finish)
     finally:
-        session.close()
-    return close_record(record, results, observer, session, runner)
+        session.release()
+    return close_record(record, results, observer, session, runner, started)
 
 
 def new_record(variant: Variant, shapes: ShapeSet, opts: RunOptions) -> RunRecord:
@@ -288,16 +340,19 @@ def new_record(variant: Variant, shapes: ShapeSet, opts: RunOptions) -> RunRecor
 
 
 def close_record(record: RunRecord, results: list[CaseResult], observer: Observer,
-                 session: Session | None = None, runner: CaseRunner | None = None) -> RunRecord:
+                 session: Session | None = None, runner: CaseRunner | None = None,
+                 started: float | None = None) -> RunRecord:
     """The finished record: ``results`` as its cases (with the ``runner``'s notes and the ``session``'s stray
     channel bytes appended to every case's message), complete, and the geomean (ns) of per-case means when
-    every case passed with timings. Tells the observer ``on_finish``."""
+    every case passed with timings; ``started``: time.monotonic() at the start, for the run's wall time. Tells the
+    observer ``on_finish``."""
     notes = list(runner.notes) if runner is not None else []
     if session is not None and session.stray_bytes:
         notes.append(f"ignored {session.stray_bytes} stray bytes the submission wrote to the result channel")
     if notes:
         results = [_with_note(r, notes) for r in results]
-    return _close(record, results, observer)
+    wall = time.monotonic() - started if started is not None else 0.0
+    return _close(record, results, observer, wall, session.window if session is not None else "")
 
 
 def _with_note(result: CaseResult, notes: list[str]) -> CaseResult:
@@ -336,15 +391,19 @@ def _run_cases(cases, opts, session, runner, observer, finish) -> None:
             if i not in warmed:
                 runner.correctness(case, seeds[i])
             checked += 1
+            kernel_ns = overhead_ms = None
             if opts.mode in ("benchmark", "leaderboard"):
                 if i not in warmed:
                     runner.warmup(case, seeds[i])
-                runner.timed(i, case, seeds[i], samples)
+                timed_s = runner.timed(i, case, seeds[i], samples)
+                overhead_ms = overhead_per_sample_ms(timed_s, samples, opts.settings.calls_per_sample)
+                kernel_ns = runner.kernel_time(case, seeds[i], len(samples))
+                checked += opts.settings.calls_per_sample if kernel_ns is not None else 0
             elif opts.mode == "profile":
                 profile_table = runner.profile(case, seeds[i])
             checked += len(samples) * opts.settings.calls_per_sample
             result = CaseResult(case, Status.PASS, "", tuple(samples), summarize(samples) if samples else None,
-                                checked, time.monotonic() - t0, profile_table)
+                                checked, time.monotonic() - t0, profile_table, kernel_ns, overhead_ms)
         except CaseFailed as exc:  # samples measured before the failure are kept (they passed every check)
             checked += len(samples) * opts.settings.calls_per_sample
             result = CaseResult(case, exc.status, exc.message, tuple(samples),
@@ -354,9 +413,26 @@ def _run_cases(cases, opts, session, runner, observer, finish) -> None:
         finish(result)
 
 
-def _close(record: RunRecord, results: list[CaseResult], observer: Observer) -> RunRecord:
+def sample_layouts(cases, opts: RunOptions) -> list[Layout]:
+    """The buffer layouts a run of ``cases`` in ``opts.mode`` uses (one call per correctness check, and
+    ``calls_per_sample`` per warm-up or timed sample)."""
+    calls = 1 if opts.mode in ("test", "profile") else opts.settings.calls_per_sample
+    return [Layout.of(c, calls) for c in cases]
+
+
+def overhead_per_sample_ms(wall_s: float, samples_ns: list[float], calls: int) -> float | None:
+    """The timed phase's wall time outside the timed windows, per sample, in ms (``samples_ns``: per-call
+    times, so a window is ``calls`` times one)."""
+    if not samples_ns:
+        return None
+    return (wall_s * 1e9 - sum(samples_ns) * calls) / len(samples_ns) / 1e6
+
+
+def _close(record: RunRecord, results: list[CaseResult], observer: Observer, wall_s: float = 0.0,
+           window: str = "") -> RunRecord:
     means = [r.stats.mean_ns for r in results if r.passed and r.stats]
     timed_all = means and len(means) == len(results)
-    final = replace(record, cases=tuple(results), complete=True, geomean_ns=geomean(means) if timed_all else None)
+    final = replace(record, cases=tuple(results), complete=True, geomean_ns=geomean(means) if timed_all else None,
+                    wall_s=round(wall_s, 3), window=window)
     observer.on_finish(final)
     return final

@@ -28,6 +28,7 @@ class OutputMeta:
     dtype: str = ""
     shape: tuple[int, ...] = ()
     device: str = ""
+    tensor_subclass: bool = False   # a subclass of torch.Tensor (its dtype/shape are not read: its code)
 
 
 def describe(obj) -> OutputMeta:
@@ -55,7 +56,7 @@ def validate_container(container: str, metas: list[OutputMeta], sizes: list[tupl
         return f"expected {_count(len(sizes), 'output')} (one per group), got {len(metas)}"
     for g, (meta, (m, n, _k, _l)) in enumerate(zip(metas, sizes)):
         if not meta.plain_tensor:
-            kind = "a tensor subclass" if meta.dtype else "not a tensor"
+            kind = "a tensor subclass" if meta.tensor_subclass or meta.dtype else "not a tensor"
             return f"output {g}: expected torch.Tensor, got {meta.type_name} ({kind})"
         problems = []
         if meta.dtype != "torch.float16":

@@ -1,60 +1,125 @@
-"""Worker process: ``python -m harness.worker``. Reads JSON requests on stdin (the first line is the channel
-key), answers on the descriptor named by FP4BENCH_RESULT_FD through harness.channel. Exit code 110 after a
-CUDA error that poisons the context (the parent then starts a fresh worker)."""
+"""Worker process: ``python -m harness.worker``, the only code that imports a submission (UNTRUSTED side).
+
+Requests (harness.protocol, one JSON line each) arrive on stdin, read by the window guard, which removes any
+trace/profile/monitoring hook or signal handler a thread planted before our Python code runs; the first line is
+the channel key. Replies go out as authenticated frames on FP4BENCH_RESULT_FD; memory-file descriptors of the
+sample buffers arrive on the Unix socket FP4BENCH_FD_SOCKET. The worker reports facts, never verdicts: the parent
+judges. Exit code 110 after a CUDA error that poisons the context (the parent then starts a fresh worker).
+"""
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
+import socket
 import sys
-import threading
 import traceback
 
 from harness.worker import timing  # first: captures the measurement functions before any submission import
+from harness.worker import _interim as native  # replaced by harness.worker.native
+from harness.worker import _interim as threads  # replaced by harness.worker.threads
+from harness import protocol as P
+from harness.buffers import MappedBuffer, recv_fds
 from harness.channel import Writer
-from task.check import describe
-from task.inputs import default_device, generate_many, generation_threads
+from task.arena import Layout, Views
+from task.inputs import default_device
+from task.spec import Case
 
 import torch
 
 EXIT_CUDA = 110
+_type_name = type.__dict__["__name__"].__get__
+_type_module = type.__dict__["__module__"].__get__
+_type_qualname = type.__dict__["__qualname__"].__get__
+_Tensor, _list, _tuple = torch.Tensor, list, tuple
+_f16 = torch.float16
+_foreach_copy = torch._foreach_copy_
+_equal = torch.equal
 
 
-def _error(kind: str, exc: BaseException) -> dict:
-    return {"ok": False, "kind": kind, "type": type(exc).__name__, "message": str(exc),
-            "traceback": "".join(traceback.format_exception(exc))[-8000:]}
+def _safe_str(exc: BaseException) -> str:
+    """``str(exc)``, or a note when the submission's exception cannot be turned into text."""
+    try:
+        text = str(exc)
+        return text if type(text) is str else "<__str__ returned a non-string>"
+    except BaseException as inner:  # noqa: BLE001 - its __str__ is submission code
+        return f"<str() of the exception raised {_type_name(type(inner))}>"
 
 
-def _foreign_threads() -> list[str]:
-    """Python threads alive now other than the worker's main thread and its input-drawing pool: the
-    submission's. Such a thread can find freshly drawn inputs (through the garbage collector) and compute
-    their outputs before the timed window opens, so none may run while calls are timed."""
-    ours = generation_threads() | {threading.main_thread().ident}
-    return sorted(t.name for t in threading.enumerate() if t.ident not in ours)
+def _failed(kind: str, exc: BaseException) -> P.Failed:
+    try:
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:]
+    except BaseException:  # noqa: BLE001 - formatting calls the exception's __str__
+        tb = "".join(traceback.format_tb(exc.__traceback__))[-8000:]
+    return P.Failed(kind, _type_name(type(exc)), _safe_str(exc), tb)
 
 
-def _cuda_poisoned() -> str:
-    """Non-empty if the CUDA context is unusable (a sticky error such as an illegal memory access)."""
+def _type_label(obj) -> str:
+    """The true type of ``obj``: ``builtins.list`` only for the built-in list itself (identity, not name)."""
+    t = type(obj)
+    name = f"{_type_module(t)}.{_type_qualname(t)}"
+    if t is _list or t is _tuple or t is _Tensor:
+        return name
+    for base, label in ((_list, "list"), (_tuple, "tuple"), (_Tensor, "torch.Tensor")):
+        if base in type.__dict__["__mro__"].__get__(t):
+            return f"a subclass of {label} named {name}"
+    return name
+
+
+def _meta(obj) -> P.Meta:
+    t = type(obj)
+    name = f"{_type_module(t)}.{_type_qualname(t)}"
+    if t is _Tensor:
+        return P.Meta(name, True, str(obj.dtype), tuple(obj.shape), str(obj.device))
+    return P.Meta(name, False, tensor_subclass=_Tensor in type.__dict__["__mro__"].__get__(t))
+
+
+def _cuda_poisoned() -> bool:
     if not torch.cuda.is_available():
-        return ""
+        return False
     try:
         torch.cuda.synchronize()
-        return ""
-    except Exception as exc:  # noqa: BLE001 - any failure here means the context is gone
-        return f"{type(exc).__name__}: {exc}"
+        return False
+    except Exception:  # noqa: BLE001 - any failure here means the context is gone
+        return True
+
+
+def _torch_modes() -> list[str]:
+    """Torch function/dispatch modes left on the stacks: they would run submission code inside our own ops."""
+    found = []
+    if torch._C._len_torch_function_stack():
+        found.append(f"{torch._C._len_torch_function_stack()} torch function mode(s)")
+    if torch._C._len_torch_dispatch_stack():
+        found.append(f"{torch._C._len_torch_dispatch_stack()} torch dispatch mode(s)")
+    return found
+
+
+def _prestart_pools() -> None:
+    """Start torch's intra-op (OpenMP) threads now, before the import, so they count as ours."""
+    x = torch.ones(1 << 16)
+    (x * 2).sum()
 
 
 class Worker:
-    def __init__(self, writer: Writer, readline):
+    def __init__(self, writer: Writer, window, fd_sock: socket.socket | None):
         self.send = writer.send
-        self.readline = readline
+        self.window = window
+        self.fd_sock = fd_sock
         self.kernel = None
         self.device = default_device()
-        self.flush = timing.L2Flush(self.device) if self.device.type == "cuda" else None
-        self.watch = timing.StreamWatch(self.device) if self.device.type == "cuda" else None
+        cuda = self.device.type == "cuda"
+        if cuda:
+            torch.empty(1, device=self.device)  # the CUDA context and its threads exist before the import
+        self.flush = timing.L2Flush(self.device) if cuda else None
+        self.watch = timing.StreamWatch(self.device) if cuda else None
+        self.buffers: dict[str, MappedBuffer] = {}
+        self.scratch: torch.Tensor | None = None
+        _prestart_pools()
+        self.trusted = frozenset(threads.snapshot().threads)
+        self.last = threads.snapshot()
 
-    def load(self, req: dict) -> None:
-        path = req["path"]
+    # -- requests
+    def load(self, req: P.Load) -> None:
+        path = req.path
         sys.path.insert(0, os.path.dirname(path))
         try:
             spec = importlib.util.spec_from_file_location("submission", path)
@@ -62,112 +127,161 @@ class Worker:
             sys.modules["submission"] = module
             spec.loader.exec_module(module)
         except BaseException as exc:  # noqa: BLE001 - report whatever the import raised
-            self.send(_error("import", exc))
+            self.send(P.to_dict(_failed("import", exc)))
             return
         kernel = getattr(module, "custom_kernel", None)
         if not callable(kernel):
             found = sorted(n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n)))
-            self.send({"ok": False, "kind": "entry", "type": "MissingEntryPoint",
-                       "message": f"{path} defines no callable custom_kernel(data) (callables found: "
-                                  f"{', '.join(found) or 'none'})", "traceback": ""})
+            self.send(P.to_dict(P.Failed("entry", "MissingEntryPoint",
+                                         f"{path} defines no callable custom_kernel(data) (callables found: "
+                                         f"{', '.join(found) or 'none'})")))
             return
         self.kernel = kernel
-        self.send({"ok": True, "device": str(self.device)})
+        self.send(P.to_dict(P.Loaded(str(self.device), getattr(self.window, "kind", "native"))))
 
-    def _report(self, exc: BaseException) -> None:
-        """Send the submission's exception as the reply; exit (code 110) if it left the CUDA context unusable."""
-        poisoned = _cuda_poisoned()
-        self.send(_error("cuda" if poisoned else "exception", exc))
-        if poisoned:
-            os._exit(EXIT_CUDA)
+    def map(self, req: P.Map) -> None:
+        for b in self.buffers.values():
+            b.close()
+        self.buffers = {}
+        refs = {"device": req.device, "host": req.host, "output": req.output}
+        fds = recv_fds(self.fd_sock, sum(r.kind == "memfd" for r in refs.values()))
+        for name, ref in refs.items():
+            self.buffers[name] = MappedBuffer(ref, fds.pop(0) if ref.kind == "memfd" else None)
+        self.scratch = None
+        self.send(P.to_dict(P.Mapped()))
 
-    def _draw(self, c: dict, seeds: list[int], data: str) -> list:
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # the draws run on a thread pool; a CPU thread team each would oversubscribe
+    def run(self, req: P.Run, tampered) -> None:
+        case = Case(req.m, req.n, req.k, len(req.m), 0)
+        layout = Layout.of(case, req.calls)
+        views = Views(layout, self.buffers["device"].tensor, self.buffers["host"].tensor,
+                      self.buffers["output"].tensor)
+        if self.scratch is None or self.scratch.numel() < layout.output_bytes:
+            self.scratch = torch.empty(layout.output_bytes, dtype=torch.uint8, device=self.device)
+        scratch = Views(layout, self.buffers["device"].tensor, self.buffers["host"].tensor, self.scratch)
+        inputs = views.inputs()
+        copied = [[False] * len(req.m) for _ in range(req.calls)]
+        copy_out = self._copier(layout, views, scratch, copied)
+        before = threads.snapshot()
         try:
-            inputs = generate_many(c["m"], c["n"], c["k"], c["g"], seeds, data, self.device)
-        finally:
-            torch.set_num_threads(threads)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
-        return inputs
-
-    def run(self, req: dict, tampered=lambda: []) -> None:
-        """Draw the inputs, say ready, wait for go, time the calls, send times and outputs."""
-        inputs = self._draw(req["case"], req["seeds"], req["data"])
-        self.send({"ok": True, "ready": True})
-        if json.loads(self.readline()).get("op") != "go":
-            raise SystemExit("protocol error: expected go")
-        profile_table = ""
-        foreign = _foreign_threads()
-        try:
-            if req.get("profile"):
-                outputs, elapsed_ns, complaint, profile_table = self._profile(inputs)
-            elif self.flush is not None:
-                elapsed_ns, outputs, complaint = timing.time_calls_cuda(self.kernel, inputs, self.flush, self.watch)
+            if req.kind == "profile":
+                result, table, kernel_ns = self._profile(inputs, copy_out)
+            elif req.kind == "kernels":
+                result, table, kernel_ns = self._profile(inputs, copy_out, table=False)
             else:
-                elapsed_ns, outputs, complaint = timing.time_calls_cpu(self.kernel, inputs)
+                timed = req.kind == "time"
+                result = timing.run_window(self.window, self.kernel, inputs, copy_out, self.flush is not None,
+                                           self.flush if timed else None, self.watch)
+                table, kernel_ns = "", None
         except BaseException as exc:  # noqa: BLE001 - the submission's exception is the case's result
             self._report(exc)
             return
-        foreign = sorted(set(foreign) | set(_foreign_threads()))  # also one started by a call, alive after it
-        if foreign:
-            complaint = (f"the submission runs {len(foreign)} background Python thread(s) ({', '.join(foreign)}); "
-                         f"work done outside custom_kernel calls cannot be timed, so every thread a submission "
-                         f"starts must have ended before its call returns")
-        containers, metas, chunks, offsets, pos = [], [], [], [], 0
-        for out in outputs:
-            containers.append(describe(out).type_name)
-            items = list(out) if isinstance(out, (list, tuple)) else []
-            call_metas = []
-            for o in items:
-                meta = describe(o)
-                call_metas.append(meta.__dict__)
-                if meta.plain_tensor and o.dtype == torch.float16:
-                    raw = o.detach().contiguous().cpu().numpy()
-                    offsets.append([pos, raw.nbytes])
-                    chunks.append(raw)
-                    pos += raw.nbytes
-                else:
-                    offsets.append(None)
-            metas.append(call_metas)
-        self.send({"ok": True, "elapsed_ns": elapsed_ns, "calls": len(inputs), "complaint": complaint,
-                   "containers": containers, "metas": metas, "offsets": offsets,
-                   "guard": timing.guard_report(), "tampered": tampered(),
-                   "profile": profile_table}, chunks)
+        after = threads.snapshot()
+        hooks = self.window.cleared()
+        outputs = result.outputs
+        containers = tuple(_type_label(o) for o in outputs)
+        metas = tuple(tuple(_meta(x) for x in o) if type(o) is _list else () for o in outputs)
+        end = threads.snapshot()
+        used = []
+        if req.watch:
+            used = threads.foreign_cpu(self.last, before, self.trusted) + threads.foreign_cpu(after, end, self.trusted)
+        reply = P.RunReply(
+            result.elapsed_ns if req.kind == "time" else 0.0, len(inputs), containers, metas,
+            tuple(tuple(c) for c in copied), result.late_streams, result.changed,
+            tuple(P.ThreadUse(f.name, f.tid, f.cpu_ns) for f in used), tuple(hooks), tuple(_torch_modes()),
+            tuple(timing.guard_report()), tuple(tampered()), kernel_ns, table)
+        self.send(P.to_dict(reply))
+        del outputs, result
+        self.window.release()
+        self.last = threads.snapshot()
 
-    def _profile(self, inputs):
+    def _copier(self, layout: Layout, views: Views, scratch: Views, copied: list[list[bool]]):
+        """``copy_out(outputs, into_scratch)`` for run_window: the plain fp16 [M, N, 1] tensors on our device
+        that each call returned go to the output buffer (or the scratch buffer); returns the 1-based calls whose
+        scratch copy differs from the output buffer's."""
+        expect = [(g.m, g.n, 1) for g in layout.groups]
+
+        def pairs(outputs, target: Views):
+            dst, src = [], []
+            for j, out in enumerate(outputs):
+                if type(out) is not _list or len(out) != len(expect):
+                    continue
+                for g, o in enumerate(out):
+                    if (type(o) is _Tensor and o.dtype == _f16 and tuple(o.shape) == expect[g]
+                            and o.device == self.device):
+                        dst.append(target.out[g][j])
+                        src.append(o)
+                        copied[j][g] = True
+            return dst, src
+
+        def copy_out(outputs, into_scratch: bool):
+            dst, src = pairs(outputs, scratch if into_scratch else views)
+            if dst:
+                _foreach_copy(dst, src)
+            if not into_scratch:
+                return ()
+            n = layout.output_bytes
+            if _equal(self.scratch[:n], self.buffers["output"].tensor[:n]):
+                return ()
+            return tuple(j + 1 for j in range(layout.calls)
+                         if not all(_equal(scratch.out[g][j], views.out[g][j])
+                                    for g in range(len(expect)) if copied[j][g]))
+
+        return copy_out
+
+    def _profile(self, inputs, copy_out, table: bool = True):
+        from torch.autograd import DeviceType
         from torch.profiler import ProfilerActivity, profile
 
-        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
+        cuda = self.device.type == "cuda"
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        if cuda:
+            torch.cuda.synchronize()
+            self.flush()
         with profile(activities=acts) as prof:
-            outputs = [self.kernel(x) for x in inputs]
-            if self.device.type == "cuda":
+            result = timing.run_window(self.window, self.kernel, inputs, copy_out, cuda)
+            if cuda:
                 torch.cuda.synchronize()
-        sort = "cuda_time_total" if self.device.type == "cuda" else "cpu_time_total"
-        return outputs, 0.0, "", prof.key_averages().table(sort_by=sort, row_limit=15)
+        kernel_ns = None
+        if cuda:
+            total_us = sum(e.device_time for e in prof.events() if e.device_type == DeviceType.CUDA)
+            kernel_ns = total_us * 1e3 / len(inputs)
+        text = ""
+        if table:
+            sort = "cuda_time_total" if cuda else "cpu_time_total"
+            text = prof.key_averages().table(sort_by=sort, row_limit=15)
+        return result, text, kernel_ns
+
+    def _report(self, exc: BaseException) -> None:
+        """Send the submission's exception as the reply; exit (code 110) if it left the CUDA context unusable."""
+        self.window.cleared()
+        poisoned = _cuda_poisoned()
+        self.send(P.to_dict(_failed("cuda" if poisoned else "exception", exc)))
+        self.window.release()
+        if poisoned:
+            os._exit(EXIT_CUDA)
 
 
 def _measurement_objects(worker: Worker) -> dict:
     """Everything the measurement depends on, by name: timing's globals, the worker's and the L2 flush's
     attributes, and the code of the timing functions. Compared by identity after every request."""
     objects = {f"harness.worker.timing.{k}": v for k, v in vars(timing).items() if not k.startswith("__")}
-    objects.update({f"worker.{k}": v for k, v in vars(worker).items()})
+    objects.update({f"worker.{k}": v for k, v in vars(worker).items() if k not in ("buffers", "scratch", "last")})
     if worker.flush is not None:
         objects.update({f"L2Flush.{k}": v for k, v in vars(worker.flush).items()})
-    for fn in (timing.time_calls_cuda, timing.time_calls_cpu, timing.fingerprint, timing._fingerprint_async,
-               timing.L2Flush.__call__, timing.StreamWatch.mark_pending, timing.StreamWatch.late,
-               Worker.run, Worker._draw, Worker._report, Writer.send):
+    for fn in (timing.run_window, timing.L2Flush.__call__, timing.StreamWatch.mark_pending, timing.StreamWatch.late,
+               Worker.run, Worker._copier, Worker._report, Writer.send, threads.snapshot, threads.foreign_cpu):
         objects[f"{fn.__qualname__}.__code__"] = fn.__code__
     return objects
 
 
 def main() -> None:
-    stdin = sys.stdin.buffer
-    key = bytes.fromhex(stdin.readline().decode().strip())
+    window = native.PythonWindow() if hasattr(native, "PythonWindow") else native.load()
+    window.arm()
+    key = bytes.fromhex(window.read_line(0).decode().strip())
     fd = int(os.environ.pop("FP4BENCH_RESULT_FD"))
-    readline = stdin.readline
-    worker = Worker(Writer(fd, key), readline)
+    sock_fd = os.environ.pop("FP4BENCH_FD_SOCKET", None)
+    fd_sock = socket.socket(fileno=int(sock_fd)) if sock_fd else None
+    worker = Worker(Writer(fd, key), window, fd_sock)
     snapshot = _measurement_objects(worker)  # before any submission code runs, import included
 
     def tampered() -> list[str]:
@@ -175,15 +289,24 @@ def main() -> None:
         return sorted(k for k in snapshot.keys() | now.keys() if snapshot.get(k) is not now.get(k))
 
     while True:
-        line = readline()
+        line = window.read_line(0)
         if not line:
             return
-        req = json.loads(line)
-        if req["op"] == "exit":
+        try:
+            req = P.decode(line, (P.Load, P.Map, P.Run, P.Exit))
+        except P.ProtocolError as exc:
+            worker.send(P.to_dict(P.Failed("protocol", "ProtocolError", str(exc))))
+            continue
+        if isinstance(req, P.Exit):
             return
-        if req["op"] == "load":
+        if isinstance(req, P.Load):
             worker.load(req)
             snapshot["worker.kernel"] = worker.kernel
+        elif isinstance(req, P.Map):
+            try:
+                worker.map(req)
+            except Exception as exc:  # noqa: BLE001 - reported to the parent, which ends the case
+                worker.send(P.to_dict(_failed("map", exc)))
         else:
             worker.run(req, tampered)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -15,10 +16,6 @@ _perf_ns = time.perf_counter_ns
 _Tensor = torch.Tensor
 _empty = torch.empty
 _zero_ = torch.Tensor.zero_
-_view = torch.Tensor.view
-_to = torch.Tensor.to
-_sum = torch.sum
-_stack = torch.stack
 _cuda_available = torch.cuda.is_available()
 
 #: Attributes a submission might replace to fake a measurement, with the objects we captured.
@@ -38,6 +35,7 @@ if _cuda_available:
     _elapsed_ms = torch.cuda.Event.elapsed_time
     _event_sync = torch.cuda.Event.synchronize
     _device_sync = torch.cuda.synchronize
+    _current_stream = torch.cuda.current_stream
 
 #: CU_LIMIT_PERSISTING_L2_CACHE_SIZE in the CUDA driver API (cuda.h, CUlimit).
 _CU_LIMIT_PERSISTING_L2 = 0x06
@@ -70,17 +68,6 @@ class L2Flush:
         _zero_(self._buf)
 
 
-def _fingerprint_async(outputs) -> list:
-    """Enqueue a content fingerprint of every plain fp16 tensor in ``outputs`` (others: None), no host sync."""
-    return [_sum(_to(_view(o, torch.int16), torch.int64)) if type(o) is _Tensor and o.dtype == torch.float16
-            else None for o in outputs]
-
-
-def fingerprint(outputs) -> list[int]:
-    """A cheap content fingerprint of every plain fp16 tensor in ``outputs`` (others: -1), read back to host."""
-    return [int(s) if s is not None else -1 for s in _fingerprint_async(outputs)]
-
-
 class StreamWatch:
     """Every stream of torch's per-device pools (torch.cuda.Stream() hands them out round robin), to find work
     that a call left queued on another stream when the timed window closed. Streams made outside torch are not
@@ -110,44 +97,46 @@ class StreamWatch:
                 marks.append(ev)
         return marks
 
-    def late(self, marks: list, start, end) -> int:
-        """How many streams' queued work (``mark_pending``) finished after ``end``; all events must be complete."""
-        window = _elapsed_ms(start, end)
-        return sum(1 for ev in marks if _elapsed_ms(start, ev) > window + self.TOLERANCE_MS)
+    def late(self, marks: list, window, elapsed_ns: float) -> int:
+        """How many streams' queued work (``mark_pending``) finished after the window's end mark (``window``:
+        the guard holding the marks; ``elapsed_ns``: its end - start); all events must be complete."""
+        end_ms = elapsed_ns / 1e6
+        return sum(1 for ev in marks if window.ms_after_start(ev.cuda_event) > end_ms + self.TOLERANCE_MS)
 
 
-def time_calls_cuda(kernel, inputs: list, flush: L2Flush, watch: StreamWatch) -> tuple[float, list, str]:
-    """Run ``kernel`` on every input back to back between one pair of CUDA events, after an L2 flush.
+@dataclass(frozen=True)
+class Window:
+    """One pass over a sample's inputs: ``elapsed_ns`` between the start and end marks (all calls), the returned
+    ``outputs`` in call order, ``late_streams`` (pool streams whose queued work finished after the end mark) and
+    ``changed`` (1-based calls whose copied outputs differ from the same outputs read after every stream
+    finished: work outside the window)."""
 
-    Returns (elapsed ns for all calls, outputs, complaint): ``complaint`` is non-empty when work queued on
-    another stream when the calls returned finished after the end event, or an output changed after the end
-    event (work outside the timed window). Both are checked after the window, so they cost no timed time.
-    """
-    _device_sync()
-    flush()
-    start, end = _Event(enable_timing=True), _Event(enable_timing=True)
-    _record(start)
-    outputs = [kernel(x) for x in inputs]
-    _record(end)
-    marks = watch.mark_pending()  # first: a side stream's tail must still be queued when we look
-    at_end = [_fingerprint_async(o) if isinstance(o, list) else None for o in outputs]  # runs right after end
-    _device_sync()
-    late = watch.late(marks, start, end)
-    at_end = [[int(s) if s is not None else -1 for s in fp] if fp is not None else None for fp in at_end]
-    after = [fingerprint(o) if isinstance(o, list) else None for o in outputs]
-    complaint = ""
-    if late:
-        complaint = (f"{late} other CUDA stream(s) still had work queued when the timed window closed; "
-                     f"the call must be complete when its end event fires (join side streams to the current one)")
-    for i, (a, b) in enumerate(zip(at_end, after)):
-        if a != b and not complaint:
-            complaint = (f"call {i + 1}: outputs changed after the timed window closed (work on another stream "
-                         f"or finished after the end event); the call must be complete when its end event fires")
-    return _elapsed_ms(start, end) * 1e6, outputs, complaint
+    elapsed_ns: float
+    outputs: list
+    late_streams: int = 0
+    changed: tuple[int, ...] = ()
 
 
-def time_calls_cpu(kernel, inputs: list) -> tuple[float, list, str]:
-    """CPU: the same loop timed with a monotonic clock (time.perf_counter_ns)."""
-    t0 = _perf_ns()
-    outputs = [kernel(x) for x in inputs]
-    return float(_perf_ns() - t0), outputs, ""
+def run_window(window, kernel, inputs: list, copy_out, cuda: bool, flush: "L2Flush | None" = None,
+               watch: "StreamWatch | None" = None) -> Window:
+    """Run ``kernel`` on every input back to back between the marks ``window`` (the native guard, or its Python
+    fallback) holds; L2 flushed first on CUDA. ``copy_out(outputs, into_scratch)`` copies what each call returned
+    to the output buffer (right after the end mark, on the same stream: the state at the end of the window) and,
+    after every stream has finished, to a scratch buffer; it returns the calls whose two copies differ.
+    ``flush``: clear the L2 first (timed samples); ``watch``: look for work left on other streams.
+
+    Raises whatever a call raised (the marks are closed first)."""
+    if cuda:
+        _device_sync()
+    if flush is not None:
+        flush()
+    stream = _current_stream().cuda_stream if cuda else None
+    outputs = window.run_calls(kernel, inputs, stream)
+    marks = watch.mark_pending() if watch is not None else []  # first: a side stream's tail must still be queued
+    copy_out(outputs, False)
+    if cuda:
+        _device_sync()
+    elapsed = window.elapsed_ns()
+    late = watch.late(marks, window, elapsed) if watch is not None else 0
+    changed = copy_out(outputs, True) if cuda else ()
+    return Window(elapsed, outputs, late, tuple(changed))

@@ -1,0 +1,208 @@
+"""The messages between the trusted parent and the untrusted worker, as frozen records, validated on decode.
+
+Parent -> worker: one JSON line per request on the worker's stdin (``encode``/``decode``). Worker -> parent: the
+same JSON as the header of an authenticated frame (harness.channel). The worker reports facts (times, what came
+back, what it saw outside the window); every verdict sentence is written by the parent.
+
+A request's flow: ``Load`` once, ``Map`` whenever the parent (re)allocates the sample buffers, then ``Run`` per
+sample: the inputs are already in the mapped buffers when it arrives (the worker never draws inputs and never
+sees a seed), and the worker answers ``RunReply`` after copying what each call returned into the output buffer.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass
+
+from harness.buffers import BufferRef
+
+
+class ProtocolError(ValueError):
+    """A message that is not one of ours, or whose fields have the wrong names or types."""
+
+
+#: What a run request asks for: ``check`` one untimed pass (correctness, warm-up), ``time`` one timed sample,
+#: ``kernels`` one pass under the CUDA profiler (per-call kernel time), ``profile`` the profiler's table.
+RUN_KINDS = ("check", "time", "kernels", "profile")
+
+
+@dataclass(frozen=True)
+class Load:
+    path: str
+
+
+@dataclass(frozen=True)
+class Map:
+    device: BufferRef
+    host: BufferRef
+    output: BufferRef
+
+
+@dataclass(frozen=True)
+class Run:
+    """``m``/``n``/``k`` per group (the worker lays out the buffers with task.arena.Layout); ``watch``: judge
+    threads and hooks outside the window (timed samples)."""
+
+    m: tuple[int, ...]
+    n: tuple[int, ...]
+    k: tuple[int, ...]
+    calls: int
+    kind: str
+    watch: bool = True
+
+
+@dataclass(frozen=True)
+class Exit:
+    pass
+
+
+@dataclass(frozen=True)
+class Loaded:
+    device: str
+    window: str        # "native": the window's marks are held in C; "python": the fallback (no compiler)
+
+
+@dataclass(frozen=True)
+class Failed:
+    """``kind``: import | entry | exception | cuda | map | protocol."""
+
+    kind: str
+    type: str
+    message: str
+    traceback: str = ""
+
+
+@dataclass(frozen=True)
+class Mapped:
+    pass
+
+
+@dataclass(frozen=True)
+class Meta:
+    """One returned object as the worker saw it (task.check.OutputMeta's fields)."""
+
+    type_name: str
+    plain_tensor: bool
+    dtype: str = ""
+    shape: tuple[int, ...] = ()
+    device: str = ""
+    tensor_subclass: bool = False
+
+
+@dataclass(frozen=True)
+class ThreadUse:
+    """A thread other than the worker's own that used CPU outside the timed window (``tid`` 0: threads that have
+    exited, whose time shows only in the process clock)."""
+
+    name: str
+    tid: int
+    cpu_ns: int
+
+
+@dataclass(frozen=True)
+class RunReply:
+    """Facts of one run request. ``elapsed_ns``: the window, all calls (0 for untimed kinds); ``containers``:
+    each call's returned container type (``builtins.list`` only when ``type(x) is list``); ``metas`` per call per
+    item; ``copied`` per call per group: whether that output was copied to the output buffer (a plain fp16
+    tensor of the expected shape on the expected device); ``late_streams``: torch pool streams whose queued work
+    finished after the end event; ``changed``: 1-based calls whose outputs changed after the end event;
+    ``threads``: CPU used outside the window by threads not ours; ``hooks``: trace/profile/monitoring hooks and
+    signal handlers found and removed after the calls; ``modes``: torch function/dispatch modes left active;
+    ``guard``: timing attributes the submission replaced (we measure with captured ones); ``tampered``:
+    measurement objects that changed identity; ``kernel_ns``: kernels' device time per call (``kernels``);
+    ``profile``: the profiler's table (``profile``)."""
+
+    elapsed_ns: float
+    calls: int
+    containers: tuple[str, ...]
+    metas: tuple[tuple[Meta, ...], ...]
+    copied: tuple[tuple[bool, ...], ...]
+    late_streams: int = 0
+    changed: tuple[int, ...] = ()
+    threads: tuple[ThreadUse, ...] = ()
+    hooks: tuple[str, ...] = ()
+    modes: tuple[str, ...] = ()
+    guard: tuple[str, ...] = ()
+    tampered: tuple[str, ...] = ()
+    kernel_ns: float | None = None
+    profile: str = ""
+
+
+MESSAGES = {cls.__name__: cls for cls in (Load, Map, Run, Exit, Loaded, Failed, Mapped, RunReply)}
+
+
+def to_dict(msg) -> dict:
+    """``msg`` as a JSON-able dict with its class name under ``"msg"``."""
+    return {"msg": type(msg).__name__, **json.loads(json.dumps(dataclasses.asdict(msg)))}
+
+
+def encode(msg) -> str:
+    return json.dumps(to_dict(msg))
+
+
+def _coerce(value, hint, where: str):
+    origin = typing.get_origin(hint)
+    if hint is typing.Any:
+        return value
+    if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
+        args = typing.get_args(hint)
+        if value is None and type(None) in args:
+            return None
+        return _coerce(value, next(a for a in args if a is not type(None)), where)
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if not isinstance(value, list):
+            raise ProtocolError(f"{where}: expected a list, got {type(value).__name__}")
+        return tuple(_coerce(v, args[0], f"{where}[{i}]") for i, v in enumerate(value))
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise ProtocolError(f"{where}: expected an object, got {type(value).__name__}")
+        return _build(hint, value, where)
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ProtocolError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if hint in (int, str, bool):
+        if type(value) is not hint:
+            raise ProtocolError(f"{where}: expected {hint.__name__}, got {value!r}")
+        return value
+    raise ProtocolError(f"{where}: unsupported field type {hint}")
+
+
+def _build(cls, d: dict, where: str):
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(d) - names
+    if unknown:
+        raise ProtocolError(f"{where}: unknown field(s) {sorted(unknown)}")
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in d:
+            kwargs[f.name] = _coerce(d[f.name], hints[f.name], f"{where}.{f.name}")
+        elif f.default is dataclasses.MISSING:
+            raise ProtocolError(f"{where}: missing field {f.name!r}")
+    return cls(**kwargs)
+
+
+def from_dict(d, expect: tuple = ()) :
+    """The message in ``d`` (a decoded JSON object), checked field by field; ``expect``: the classes allowed
+    here. Raises ProtocolError naming what was expected and what came."""
+    if not isinstance(d, dict) or not isinstance(d.get("msg"), str):
+        raise ProtocolError(f"expected a message object with a 'msg' name, got {str(d)[:80]!r}")
+    body = dict(d)
+    name = body.pop("msg")
+    cls = MESSAGES.get(name)
+    if cls is None or (expect and cls not in expect):
+        want = ", ".join(c.__name__ for c in expect) if expect else ", ".join(MESSAGES)
+        raise ProtocolError(f"expected one of {want}, got {name!r}")
+    return _build(cls, body, name)
+
+
+def decode(line: str | bytes, expect: tuple = ()):
+    """``from_dict`` of one JSON line. Raises ProtocolError for malformed JSON too."""
+    try:
+        d = json.loads(line)
+    except ValueError as exc:
+        raise ProtocolError(f"expected a JSON message, got {str(line)[:80]!r} ({exc})") from None
+    return from_dict(d, expect)

@@ -1,0 +1,140 @@
+"""The trusted parent's side of a case's samples: inputs drawn once, expected outputs, and the judgement.
+
+Per sample: the inputs are drawn into the parent's own device buffer (task.arena), the expected outputs are
+computed from that copy (task.reference), and only then are the inputs copied into the buffer the worker maps
+(harness.buffers): nothing the worker does to shared memory can change what it is judged against. After the
+worker's reply, every output of every call is compared with one flat comparison on the device; the evidence of
+the first mismatch is looked up only when there is one.
+
+Draws: the correctness call uses the official generator's order, bit for bit (task.inputs.generate_input);
+warm-up and timed samples draw the same distribution with a few kernels per group for all calls at once
+(task.arena.draw_official), or, for full-range data, generate_input per call.
+"""
+from __future__ import annotations
+
+import torch
+
+from harness import protocol as P
+from harness.buffers import SharedBuffer
+from task.arena import Layout, Views, draw_official, reference_inputs, write_input
+from task.check import OutputMeta, ReferenceError, check_outputs, compare, validate_container
+from task.inputs import generate_input
+from task.reference import ref_kernel
+from task.spec import Case
+
+
+class SharedSet:
+    """The three buffers the worker maps (device inputs, host scales, outputs), grown when a case needs more."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.buffers: dict[str, SharedBuffer] = {}
+        self.retired: list[SharedBuffer] = []
+        self.generation = 0
+
+    def fits(self, *layouts: Layout) -> bool:
+        need = self._sizes(layouts)
+        return bool(self.buffers) and all(self.buffers[k].nbytes >= v for k, v in need.items())
+
+    @staticmethod
+    def _sizes(layouts) -> dict[str, int]:
+        return {"device": max(x.device_bytes for x in layouts), "host": max(x.host_bytes for x in layouts),
+                "output": max(x.output_bytes for x in layouts)}
+
+    def grow(self, *layouts: Layout) -> None:
+        """New buffers as large as the largest of ``layouts`` needs (and no smaller than today's). The old ones
+        are kept in ``retired`` until ``free_retired`` (call it once no worker maps them)."""
+        sizes = {k: max(v, self.buffers[k].nbytes if k in self.buffers else 0)
+                 for k, v in self._sizes(layouts).items()}
+        self.retired += self.buffers.values()
+        cpu = torch.device("cpu")
+        self.buffers = {"device": SharedBuffer(sizes["device"], self.device),
+                        "host": SharedBuffer(sizes["host"], cpu, pin=self.device.type == "cuda"),
+                        "output": SharedBuffer(sizes["output"], self.device)}
+        self.generation += 1
+
+    def free_retired(self) -> None:
+        for b in self.retired:
+            b.close()
+        self.retired = []
+
+    def map_request(self) -> tuple[P.Map, list[int]]:
+        """The Map message and the descriptors to send with it (memfd buffers, in field order)."""
+        b = self.buffers
+        fds = [x.fd for x in (b["device"], b["host"], b["output"]) if x.fd is not None]
+        return P.Map(b["device"].ref(), b["host"].ref(), b["output"].ref()), fds
+
+    def close(self) -> None:
+        self.free_retired()
+        for b in self.buffers.values():
+            b.close()
+        self.buffers = {}
+
+
+class Sample:
+    """One sample of ``case`` (``calls`` inputs) prepared in ``shared``: after ``prepare`` the worker's buffers
+    hold the inputs and ``expected`` (fp16, the output buffer's layout) the reference outputs."""
+
+    def __init__(self, case: Case, calls: int, data: str, device: torch.device, shared: SharedSet):
+        self.case, self.data, self.device, self.shared = case, data, device, shared
+        self.layout = Layout.of(case, calls)
+        self._private = torch.empty(self.layout.device_bytes, dtype=torch.uint8, device=device)
+        self._expected = torch.empty(self.layout.output_bytes, dtype=torch.uint8, device=device)
+
+    def prepare(self, seeds: list[int], official_order: bool) -> None:
+        """Draw the inputs (``seeds``: one per call when ``official_order`` or full-range data, else the first
+        seeds the sample's generator), compute the expected outputs, copy the inputs to the worker's buffers and
+        wait for the device. Raises ReferenceError (a harness bug) if an expected output is not finite."""
+        L, sh = self.layout, self.shared.buffers
+        private = Views(L, self._private, sh["host"].tensor, self._expected)
+        if official_order or self.data != "official":
+            data = [generate_input(self.case.m, self.case.n, self.case.k, self.case.g, s, self.data, self.device)
+                    for s in seeds]
+            for j, x in enumerate(data):
+                write_input(private, j, x)
+            ref_in = data
+        else:
+            gen = torch.Generator(device=self.device).manual_seed(seeds[0])
+            plain = draw_official(private, gen)
+            ref_in = reference_inputs(private, plain)
+        dst, src = [], []
+        for j, x in enumerate(ref_in):
+            for g, out in enumerate(ref_kernel(x)):
+                dst.append(private.out[g][j])
+                src.append(out)
+        torch._foreach_copy_(dst, src)
+        sh["device"].tensor[:L.device_bytes].copy_(self._private)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def judge(self, reply: P.RunReply) -> str | None:
+        """None if every call returned the expected outputs; else what is wrong, for the first call that is.
+        Raises ReferenceError if the reference itself is not finite."""
+        L = self.layout
+        sizes = self.case.problem_sizes
+        calls = len(reply.containers)
+        prefix = (lambda j: f"call {j + 1} of {calls}: ") if calls > 1 else (lambda j: "")
+        if calls != L.calls:
+            return f"expected {L.calls} calls, the worker reported {calls}"
+        for j, (container, metas) in enumerate(zip(reply.containers, reply.metas)):
+            problem = validate_container(container, [OutputMeta(m.type_name, m.plain_tensor, m.dtype, m.shape,
+                                                                m.device, m.tensor_subclass) for m in metas],
+                                         sizes, str(self.device))
+            if problem:
+                return prefix(j) + problem
+            if not all(reply.copied[j]):
+                return prefix(j) + "outputs were not copied back (the worker saw them change type or shape)"
+        got = self.shared.buffers["output"].tensor[:L.output_bytes].view(torch.float16)
+        expected = self._expected.view(torch.float16)
+        if compare(got, expected).ok:
+            return None
+        views_got = Views(L, self._private, self.shared.buffers["host"].tensor, self.shared.buffers["output"].tensor)
+        views_exp = Views(L, self._private, self.shared.buffers["host"].tensor, self._expected)
+        for j in range(L.calls):
+            mismatch = check_outputs(views_got.outputs(j), views_exp.outputs(j))
+            if mismatch:
+                return prefix(j) + mismatch
+        return "outputs differ from the reference"  # only reachable if the flat and per-group checks disagree
+
+
+__all__ = ["SharedSet", "Sample", "ReferenceError"]
