@@ -27,6 +27,20 @@ from task.inputs import generate_input  # noqa: E402
 from task.spec import load_shapes  # noqa: E402
 
 
+def _kernel_ns(kernel, inputs, flush) -> float:
+    """Every CUDA kernel's device time over one pass of ``inputs``, per call (ns), from torch.profiler."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    flush.zero_()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for x in inputs:
+            kernel(x)
+        torch.cuda.synchronize()
+    return sum(e.device_time for e in prof.events() if e.device_type == DeviceType.CUDA) * 1e3 / len(inputs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--submission", required=True)
@@ -34,6 +48,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--settings", type=Path, default=None, help="fp4bench run settings (default configs/run.yml)")
     parser.add_argument("--mode", default="benchmark", choices=("benchmark", "leaderboard"))
+    parser.add_argument("--kernel-time", action="store_true",
+                        help="after timing, one pass under torch.profiler: kernels' device time per call (CUDA)")
     args = parser.parse_args()
     variant = resolve(args.submission)
     sys.path.insert(0, str(variant.path.parent))
@@ -69,7 +85,9 @@ def main() -> None:
                 break
         s = summarize(samples)
         results.append({"case": case.name or case.text(), "runs": s.runs, "mean_ns": s.mean_ns, "std_ns": s.std_ns,
-                        "wall_s": time.monotonic() - wall0})
+                        "wall_s": time.monotonic() - wall0,
+                        "kernel_ns": _kernel_ns(module.custom_kernel, inputs, flush) if args.kernel_time and cuda
+                        else None})
         print(f"{case.name or case.text()}: {s.mean_ns / 1e3:.2f} us over {s.runs} samples", flush=True)
     args.out.write_text(json.dumps({"submission": variant.name, "device": torch.cuda.get_device_name() if cuda else "cpu",
                                     "results": results}, indent=2))

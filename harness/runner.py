@@ -187,6 +187,11 @@ class CaseRunner:
         self.peaks = peaks_for(facts.name) if facts.cuda else None
         self.notes: list[str] = []
         self._samples: dict[tuple, Sample] = {}
+        self._checked: dict[Case, int] = {}
+
+    def checked(self, case: Case) -> int:
+        """How many of ``case``'s outputs passed the check so far (every call of every request)."""
+        return self._checked.get(case, 0)
 
     def _sample(self, case: Case, calls: int) -> Sample:
         key = (case.m, case.n, case.k, calls)
@@ -217,6 +222,7 @@ class CaseRunner:
             raise CaseFailed(Status.ERROR, f"harness error: {exc}") from None
         if mismatch:
             raise CaseFailed(Status.FAIL, mismatch)
+        self._checked[case] = self.checked(case) + len(seeds)
         for name in reply.guard:
             note = f"the submission replaced {name}; fp4bench measures with its own captured copy"
             if note not in self.notes:
@@ -385,12 +391,10 @@ def _run_cases(cases, opts, session, runner, observer, finish) -> None:
         observer.on_case_start(i, case)
         t0 = time.monotonic()
         samples: list[float] = []
-        checked = 0
         profile_table = ""
         try:
             if i not in warmed:
                 runner.correctness(case, seeds[i])
-            checked += 1
             kernel_ns = overhead_ms = None
             if opts.mode in ("benchmark", "leaderboard"):
                 if i not in warmed:
@@ -398,16 +402,13 @@ def _run_cases(cases, opts, session, runner, observer, finish) -> None:
                 timed_s = runner.timed(i, case, seeds[i], samples)
                 overhead_ms = overhead_per_sample_ms(timed_s, samples, opts.settings.calls_per_sample)
                 kernel_ns = runner.kernel_time(case, seeds[i], len(samples))
-                checked += opts.settings.calls_per_sample if kernel_ns is not None else 0
             elif opts.mode == "profile":
                 profile_table = runner.profile(case, seeds[i])
-            checked += len(samples) * opts.settings.calls_per_sample
             result = CaseResult(case, Status.PASS, "", tuple(samples), summarize(samples) if samples else None,
-                                checked, time.monotonic() - t0, profile_table, kernel_ns, overhead_ms)
+                                runner.checked(case), time.monotonic() - t0, profile_table, kernel_ns, overhead_ms)
         except CaseFailed as exc:  # samples measured before the failure are kept (they passed every check)
-            checked += len(samples) * opts.settings.calls_per_sample
             result = CaseResult(case, exc.status, exc.message, tuple(samples),
-                                summarize(samples) if samples else None, checked, time.monotonic() - t0)
+                                summarize(samples) if samples else None, runner.checked(case), time.monotonic() - t0)
             if opts.mode == "leaderboard":
                 stop_reason = f"not run: an earlier shape did not pass ({exc.status.value})"
         finish(result)

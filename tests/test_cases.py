@@ -40,7 +40,8 @@ def test_honest_passes_every_mode(mode):
     if mode == "benchmark":
         for c in rec.cases:
             assert c.stats.runs == len(c.samples_ns) >= 3 and c.stats.mean_ns > 0
-            assert c.calls_checked == 1 + 15 * c.stats.runs  # every timed output checked
+            # every output checked: the correctness call, the warm-up, every timed sample (+ the kernel-time pass)
+            assert c.calls_checked == 1 + 15 + 15 * c.stats.runs + (15 if torch.cuda.is_available() else 0)
         assert rec.geomean_ns > 0
         assert rec.environment.timer == ("cuda-events" if torch.cuda.is_available() else "cpu-monotonic")
 
@@ -158,7 +159,7 @@ def test_samples_measured_before_a_failure_are_kept():
     assert r.status is Status.FAIL
     assert r.message.startswith("call 1 of 15: output 0: ")
     assert len(r.samples_ns) == 2 and r.stats.runs == 2
-    assert r.calls_checked == 1 + 2 * 15
+    assert r.calls_checked == 1 + 15 + 2 * 15
 
 
 @pytest.mark.parametrize("name", ["background_precompute.py", "thread_per_sample.py"])
@@ -174,7 +175,7 @@ def test_background_threads_fail_the_case(name):
 def test_joined_side_stream_control_passes():
     r = _only(_run(ADVERSARIAL / "joined_side_stream.py", "benchmark"))
     assert r.status is Status.PASS, r.message
-    assert r.calls_checked == 1 + 15 * r.stats.runs
+    assert r.calls_checked == 1 + 15 + 15 * r.stats.runs + (15 if torch.cuda.is_available() else 0)
 
 
 def test_lazy_tensor_subclass_rejected():
