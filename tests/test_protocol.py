@@ -1,0 +1,43 @@
+"""harness.protocol: messages round-trip, and anything else is refused with what was expected and what came."""
+from __future__ import annotations
+
+import pytest
+
+from harness import protocol as P
+from harness.buffers import BufferRef
+
+
+def test_round_trip_keeps_types():
+    reply = P.RunReply(1500.0, 15, ("builtins.list",), ((P.Meta("torch.Tensor", True, "torch.float16", (4, 8, 1),
+                                                                "cuda:0"),),), ((True,),), 0, (3,),
+                       (P.ThreadUse("python", 123, 4000),), ("sys.setprofile hook",), (), (), (), 120.5, "")
+    back = P.decode(P.encode(reply), (P.RunReply,))
+    assert back == reply and back.metas[0][0].shape == (4, 8, 1) and back.threads[0].cpu_ns == 4000
+    m = P.Map(BufferRef("cuda", 10, 0, "ab" * 64), BufferRef("memfd", 5), BufferRef("memfd", 2))
+    assert P.decode(P.encode(m)) == m
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"msg": "Run", "m": [1], "n": [8], "k": [64], "calls": "15", "kind": "time"}',
+     "Run.calls: expected int, got '15'"),
+    ('{"msg": "Run", "m": [1], "n": [8], "k": [64], "kind": "time"}', "Run: missing field 'calls'"),
+    ('{"msg": "Load", "path": "x", "evil": 1}', "Load: unknown field(s) ['evil']"),
+    ('{"msg": "Nope"}', "expected one of Load, Map, Run, Exit, Loaded, Failed, Mapped, RunReply, got 'Nope'"),
+    ('[1, 2]', "expected a message object with a 'msg' name, got '[1, 2]'"),
+    ('not json', "expected a JSON message, got 'not json'"),
+])
+def test_bad_messages_are_refused_with_a_reason(line, message):
+    with pytest.raises(P.ProtocolError) as err:
+        P.decode(line)
+    assert str(err.value).startswith(message)
+
+
+def test_expected_classes_are_enforced():
+    with pytest.raises(P.ProtocolError, match="expected one of RunReply, Failed, got 'Loaded'"):
+        P.decode(P.encode(P.Loaded("cpu", "native")), (P.RunReply, P.Failed))
+
+
+def test_a_bool_is_not_a_number():
+    with pytest.raises(P.ProtocolError, match=r"RunReply.elapsed_ns: expected a number, got True"):
+        P.from_dict({"msg": "RunReply", "elapsed_ns": True, "calls": 1, "containers": [], "metas": [],
+                     "copied": []})
