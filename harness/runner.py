@@ -232,10 +232,21 @@ class CaseRunner:
     def correctness(self, case: Case, seed: int) -> None:
         self._call(case, [seed], "check", official_order=True, watch=False)  # compiles run here, on threads too
 
-    def warmup(self, case: Case, seed: int) -> None:
-        calls = self.opts.settings.calls_per_sample
-        for w in range(self.opts.settings.warmup_samples):
-            self._call(case, seedlib.sample_seeds(seed, w, calls, warmup=True), "check")
+    def warmup(self, case: Case, seed: int) -> int:
+        """Warm-up samples (timed like the others, outputs checked, times not kept): at least ``warmup_samples``
+        (and two, to see a trend), then more until two in a row differ by at most ``warmup_settle`` (relative) or
+        ``warmup_max`` have run. Returns how many ran.
+        Raises CaseFailed as ``sample`` does."""
+        st = self.opts.settings
+        times: list[float] = []
+        while True:
+            seeds = seedlib.sample_seeds(seed, len(times), st.calls_per_sample, warmup=True)
+            times.append(self._call(case, seeds, "time").elapsed_ns)
+            if len(times) >= st.warmup_max:
+                break
+            if len(times) >= max(st.warmup_samples, 2) and abs(times[-1] - times[-2]) <= st.warmup_settle * times[-1]:
+                break
+        return len(times)
 
     def sample(self, index: int, case: Case, seed: int, i: int) -> float:
         """Timed sample ``i`` (0-based) of case number ``index`` (case seed ``seed``): ``calls_per_sample`` calls on

@@ -22,6 +22,8 @@ class Settings:
     call_s: float = 120.0
     calls_per_sample: int = 15
     warmup_samples: int = 1
+    warmup_max: int = 10
+    warmup_settle: float = 0.1
     min_runs: int = 3
     min_time_ms: float = 100.0
     max_rel_err: float = 0.001

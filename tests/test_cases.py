@@ -20,8 +20,8 @@ from conftest import ADVERSARIAL, SHARED_CASES
 TWO_GROUPS = ShapeSet("t", (Case((64, 40), (128, 256), (256, 512), 2, 7),))
 TWO_CASES = ShapeSet("t2", (Case((64, 40), (128, 256), (256, 512), 2, 7), Case((32,), (128,), (128,), 1, 8)))
 #: Benchmark mode kept short on a CPU: few samples, small time limits.
-FAST = Settings(import_s=60, first_call_s=60, call_s=60, calls_per_sample=15, warmup_samples=1, min_runs=3,
-                min_time_ms=1, max_runs=4)
+FAST = Settings(import_s=60, first_call_s=60, call_s=60, calls_per_sample=15, warmup_samples=1, warmup_max=1,
+                min_runs=3, min_time_ms=1, max_runs=4)
 
 
 def _run(path, mode="test", shapes=TWO_GROUPS, settings=FAST, observer=None, **kw):
@@ -272,3 +272,20 @@ def test_time_below_the_physical_floor_fails_with_both_numbers(monkeypatch):
                                     f"{floor:.0f} ns (H200: FLOPs at 1978.9 TFLOP/s, bytes at 4.8 TB/s)")
     monkeypatch.setattr(runner, "_call", lambda case, seeds, kind: _reply(15 * (floor + 1)))
     assert runner.sample(0, case, case.seed, 0) == pytest.approx(floor + 1)
+
+
+@pytest.mark.parametrize("times, runs", [([9e6, 5e6, 1.02e6, 1e6, 1e6], 4), ([5e6] * 5, 2), ([9e6, 1e6] * 8, 6)])
+def test_warmup_runs_until_two_samples_agree(monkeypatch, times, runs):
+    """CPU timings start 10-100x slow: warm-up goes on until two samples in a row are within warmup_settle (10 %),
+    at most warmup_max (6 here) samples, each on its own fresh seeds."""
+    from harness.protocol import RunReply
+    from harness.runner import CaseRunner, Observer, Session
+
+    settings = Settings(warmup_samples=1, warmup_max=6, warmup_settle=0.1)
+    runner = CaseRunner(Session(read_variant(SHARED_CASES / "honest_torch.py"), settings),
+                        RunOptions("benchmark", settings=settings), Observer(), torch.device("cpu"))
+    seen, it = [], iter(times)
+    monkeypatch.setattr(runner, "_call", lambda case, seeds, kind: seen.append(seeds[0]) or RunReply(
+        next(it), 15, (), (), ()))
+    assert runner.warmup(TWO_GROUPS.cases[0], 7) == runs
+    assert len(set(seen)) == runs
