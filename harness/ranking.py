@@ -273,7 +273,7 @@ def compare_samples(a_samples_ns: Sequence[float], b_samples_ns: Sequence[float]
     var_d = variance(d, mean_d)
     low, high, dof = _log_interval(mean_d, [(var_d / n, n - 1)], level)
     return Comparison(math.exp(mean_d), low, high, level, dof, _verdict(low, high),
-                      sum(a_samples_ns) / n, sum(b_samples_ns) / n, "paired log ratio, t with n-1 dof")
+                      fmean(a_samples_ns), fmean(b_samples_ns), "paired log ratio, t with n-1 dof")
 
 
 def compare_geomeans(a: Sequence[Stats], b: Sequence[Stats], level: float = LEVEL) -> Comparison:
