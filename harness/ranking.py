@@ -42,8 +42,6 @@ from enum import Enum
 from statistics import fmean, variance
 from typing import Mapping, Sequence
 
-from scipy.stats import t as student_t
-
 from harness.record import Stats
 from harness.stats import geomean, summarize
 
@@ -132,6 +130,9 @@ def t_quantile(p: float, dof: float) -> float:
         raise ValueError(f"p must lie strictly between 0 and 1, got {p}")
     if not dof > 0:
         raise ValueError(f"degrees of freedom must be positive, got {dof}")
+    # Imported here, not at the top: scipy.stats takes ~0.6 s to import, which every CLI command would pay
+    # through harness.report, while only the interval computations need it.
+    from scipy.stats import t as student_t
     return float(student_t.ppf(p, dof))
 
 
