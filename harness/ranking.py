@@ -11,6 +11,12 @@ quantile at Welch-Satterthwaite degrees of freedom.** For a variant timed on S s
     dof = Var^2 / sum_s [ ((e_s/m_s)^2 / S^2)^2 / (runs_s - 1) ]   (Welch-Satterthwaite)
     CI = G * exp(+-t(dof, (1+level)/2) * sqrt(Var))
 
+The t quantile is ``scipy.stats.t.ppf``. The combination above is ours: scipy has no interval for a sum of S
+variance terms with Welch-Satterthwaite dof (``ttest_ind_from_stats`` takes two groups and gives no interval).
+The paired interval of ``compare_samples`` is the one ``scipy.stats.ttest_rel`` gives on log times (a test pins
+the two equal); it is computed here so that all four intervals share one formula, and because ttest_rel warns
+of precision loss when every pair has the same ratio (noise-free timing).
+
 Why this and not a bootstrap over samples:
 - it needs only what every stored run has (``Stats.mean_ns``, ``err_ns``, ``runs``), is deterministic, and is
   the same quantity the official stopping rule controls (err / mean < 0.1 %);
@@ -33,7 +39,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
-from statistics import NormalDist
+from statistics import fmean, variance
 from typing import Mapping, Sequence
 
 from harness.record import Stats
@@ -114,83 +120,20 @@ class Ranked:
 
 
 # --------------------------------------------------------------------------------------------- t quantile
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction for the regularised incomplete beta function (modified Lentz)."""
-    tiny = 1e-300
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 400):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < 1e-15:
-            break
-    return h
-
-
-def _betai(a: float, b: float, x: float) -> float:
-    """Regularised incomplete beta I_x(a, b) for 0 <= x <= 1."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    lbt = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    if x < (a + 1.0) / (a + b + 2.0):
-        return math.exp(lbt) * _betacf(a, b, x) / a
-    return 1.0 - math.exp(lbt) * _betacf(b, a, 1.0 - x) / b
-
-
-def t_cdf(t: float, dof: float) -> float:
-    """Student t cumulative distribution at ``t`` with ``dof`` (> 0, may be fractional or inf) degrees of
-    freedom. Raises ValueError for dof <= 0."""
-    if not dof > 0:
-        raise ValueError(f"degrees of freedom must be positive, got {dof}")
-    if math.isinf(dof):
-        return NormalDist().cdf(t)
-    tail = 0.5 * _betai(dof / 2.0, 0.5, dof / (dof + t * t))
-    return 1.0 - tail if t >= 0 else tail
-
-
 def t_quantile(p: float, dof: float) -> float:
-    """The ``p`` quantile of Student's t with ``dof`` degrees of freedom (e.g. p=0.975, dof=2 -> 4.3027).
+    """The ``p`` quantile of Student's t with ``dof`` degrees of freedom (e.g. p=0.975, dof=2 -> 4.3027), from
+    ``scipy.stats.t.ppf``.
 
-    ``dof`` may be fractional (Welch) or ``inf`` (normal). Raises ValueError unless 0 < p < 1 and dof > 0.
-    """
+    ``dof`` may be fractional (Welch) or ``inf`` (normal). Raises ValueError unless 0 < p < 1 and dof > 0
+    (scipy would answer nan)."""
     if not 0.0 < p < 1.0:
         raise ValueError(f"p must lie strictly between 0 and 1, got {p}")
     if not dof > 0:
         raise ValueError(f"degrees of freedom must be positive, got {dof}")
-    if math.isinf(dof) or dof > 1e7:
-        return NormalDist().inv_cdf(p)
-    if p < 0.5:
-        return -t_quantile(1.0 - p, dof)
-    if p == 0.5:
-        return 0.0
-    lo, hi = 0.0, 1.0
-    while t_cdf(hi, dof) < p:
-        lo, hi = hi, hi * 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if t_cdf(mid, dof) < p:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-12 * max(1.0, hi):
-            break
-    return 0.5 * (lo + hi)
+    # Imported here, not at the top: scipy.stats takes ~0.6 s to import, which every CLI command would pay
+    # through harness.report, while only the interval computations need it.
+    from scipy.stats import t as student_t
+    return float(student_t.ppf(p, dof))
 
 
 # ------------------------------------------------------------------------------------ intervals, log space
@@ -327,11 +270,11 @@ def compare_samples(a_samples_ns: Sequence[float], b_samples_ns: Sequence[float]
     if n < 2:
         raise ValueError(f"paired comparison needs at least 2 pairs, got {n}")
     d = [math.log(x) - math.log(y) for x, y in zip(a_samples_ns, b_samples_ns)]
-    mean_d = sum(d) / n
-    var_d = sum((x - mean_d) ** 2 for x in d) / (n - 1)
+    mean_d = fmean(d)
+    var_d = variance(d, mean_d)
     low, high, dof = _log_interval(mean_d, [(var_d / n, n - 1)], level)
     return Comparison(math.exp(mean_d), low, high, level, dof, _verdict(low, high),
-                      sum(a_samples_ns) / n, sum(b_samples_ns) / n, "paired log ratio, t with n-1 dof")
+                      fmean(a_samples_ns), fmean(b_samples_ns), "paired log ratio, t with n-1 dof")
 
 
 def compare_geomeans(a: Sequence[Stats], b: Sequence[Stats], level: float = LEVEL) -> Comparison:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import random
+from statistics import NormalDist
 
 import pytest
 from hypothesis import given, settings
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 
 from harness.record import Stats
 from harness.ranking import (Interval, Verdict, compare_geomeans, compare_samples, compare_stats, geomean_ci,
-                             mean_ci, rank_with_ties, t_cdf, t_quantile)
+                             mean_ci, rank_with_ties, t_quantile)
 from harness.stats import summarize
 
 
@@ -19,20 +20,52 @@ def stats(mean: float, err: float, runs: int) -> Stats:
     return Stats(runs, mean, std, err, mean - std, mean + std)
 
 
-# Student t quantiles from standard tables (scipy.stats.t.ppf), 9 significant digits.
+def two_sided_t_probability(t: float, dof: int) -> float:
+    """P(|T| <= t) for Student's t with integer dof, by the finite series of Abramowitz & Stegun 26.7.3 / 26.7.4
+    (theta = atan(t / sqrt(dof))): scipy-free, so it checks the quantiles independently."""
+    theta = math.atan(t / math.sqrt(dof))
+    s, c = math.sin(theta), math.cos(theta)
+    if dof % 2 == 0:                      # sin(theta) * (1 + 1/2 c^2 + 1*3/(2*4) c^4 + ... up to c^(dof-2))
+        term, total = 1.0, 1.0
+        for k in range(1, dof // 2):
+            term *= (2 * k - 1) / (2 * k) * c * c
+            total += term
+        return s * total
+    if dof == 1:
+        return 2 * theta / math.pi
+    term, total = c, c                    # c + 2/3 c^3 + 2*4/(3*5) c^5 + ... up to c^(dof-2)
+    for k in range(1, (dof - 1) // 2):
+        term *= (2 * k) / (2 * k + 1) * c * c
+        total += term
+    return 2 / math.pi * (theta + s * total)
+
+
+# Student t quantiles, 9 significant digits; the printed tables (Fisher & Yates) agree to their 3 decimals.
 @pytest.mark.parametrize("p, dof, expected", [
     (0.975, 1, 12.7062047),
     (0.975, 2, 4.30265273),
+    (0.975, 5, 2.57058184),
     (0.975, 10, 2.22813885),
     (0.975, 30, 2.04227246),
     (0.995, 5, 4.03214298),
     (0.95, 4, 2.13184679),
-    (0.975, math.inf, 1.95996398),
 ])
-def test_t_quantile_matches_tables(p, dof, expected):
+def test_t_quantile_matches_tables_and_the_closed_form_distribution(p, dof, expected):
     assert t_quantile(p, dof) == pytest.approx(expected, rel=1e-7)
     assert t_quantile(1 - p, dof) == pytest.approx(-expected, rel=1e-7)
-    assert t_cdf(expected, dof) == pytest.approx(p, abs=1e-9)
+    assert two_sided_t_probability(t_quantile(p, dof), dof) == pytest.approx(2 * p - 1, abs=1e-12)
+
+
+def test_t_quantile_closed_forms_for_one_and_two_dof():
+    # dof 1 is Cauchy: t = tan(pi (p - 1/2)); dof 2: t = (2p - 1) / sqrt(2 p (1 - p)).
+    for p in (0.9, 0.975, 0.995):
+        assert t_quantile(p, 1) == pytest.approx(math.tan(math.pi * (p - 0.5)), rel=1e-12)
+        assert t_quantile(p, 2) == pytest.approx((2 * p - 1) / math.sqrt(2 * p * (1 - p)), rel=1e-12)
+
+
+def test_t_quantile_infinite_dof_is_the_normal_quantile():
+    assert t_quantile(0.975, math.inf) == pytest.approx(1.95996398454, rel=1e-10)
+    assert t_quantile(0.975, math.inf) == pytest.approx(NormalDist().inv_cdf(0.975), rel=1e-12)
 
 
 def test_t_quantile_fractional_dof_lies_between_neighbours():
@@ -44,6 +77,10 @@ def test_t_quantile_rejects_bad_arguments():
         t_quantile(1.0, 3)
     with pytest.raises(ValueError, match="positive"):
         t_quantile(0.9, 0)
+    with pytest.raises(ValueError, match="strictly between 0 and 1, got nan"):
+        t_quantile(math.nan, 3)
+    with pytest.raises(ValueError, match="positive, got nan"):
+        t_quantile(0.9, math.nan)
 
 
 def test_geomean_ci_single_shape_is_the_t_interval_in_log_space():
@@ -151,6 +188,39 @@ def test_compare_samples_paired_exact_ratio_has_zero_width():
     assert (paired.low, paired.ratio, paired.high) == pytest.approx((1.1, 1.1, 1.1))
     assert paired.verdict is Verdict.SLOWER
     assert compare_samples(a, b).verdict is Verdict.SAME   # unpaired cannot see it through the drift
+
+
+@pytest.mark.parametrize("log_ratios, verdict", [
+    ((-0.25, -0.20, -0.15), Verdict.FASTER),   # mean -0.2, sd 0.05
+    ((0.10, 0.20, 0.30), Verdict.SAME),        # mean 0.2, sd 0.1: the interval reaches below 1
+])
+def test_compare_samples_paired_interval_by_hand(log_ratios, verdict):
+    b = [100.0, 250.0, 60.0]                   # drift between pairs; only the per-pair ratios matter
+    a = [y * math.exp(d) for y, d in zip(b, log_ratios)]
+    n = 3
+    mean = sum(log_ratios) / n
+    sd = math.sqrt(sum((d - mean) ** 2 for d in log_ratios) / (n - 1))
+    t_975_2dof = 0.95 / math.sqrt(2 * 0.975 * 0.025)          # closed form for 2 dof: 4.3027
+    half = t_975_2dof * sd / math.sqrt(n)
+    c = compare_samples(a, b, paired=True)
+    assert c.dof == pytest.approx(2)
+    assert c.ratio == pytest.approx(math.exp(mean), rel=1e-12)
+    assert c.low == pytest.approx(math.exp(mean - half), rel=1e-12)
+    assert c.high == pytest.approx(math.exp(mean + half), rel=1e-12)
+    assert c.verdict is verdict
+    assert (c.a_ns, c.b_ns) == (pytest.approx(sum(a) / n), pytest.approx(sum(b) / n))
+
+
+def test_compare_samples_paired_interval_is_scipy_ttest_rel_on_log_times():
+    from scipy.stats import ttest_rel
+    rng = random.Random(3)
+    b = [rng.uniform(900.0, 1100.0) for _ in range(12)]
+    a = [x * rng.gauss(0.97, 0.02) for x in b]
+    c = compare_samples(a, b, paired=True, level=0.9)
+    res = ttest_rel([math.log(x) for x in a], [math.log(y) for y in b])
+    ci = res.confidence_interval(confidence_level=0.9)
+    assert res.df == 11 and c.dof == pytest.approx(11)
+    assert (c.low, c.high) == pytest.approx((math.exp(ci.low), math.exp(ci.high)), rel=1e-12)
 
 
 def test_compare_same_distribution_is_no_detectable_difference():
