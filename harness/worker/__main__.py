@@ -115,6 +115,7 @@ class Worker:
         self.scratch: torch.Tensor | None = None
         _prestart_pools()
         self.trusted = frozenset(threads.snapshot().threads)
+        self.profiler_threads: frozenset[int] = frozenset()
         self.last = threads.snapshot()
 
     # -- requests
@@ -192,6 +193,7 @@ class Worker:
         self.send(P.to_dict(reply))
         del outputs, result
         self.window.release()
+        self.trusted, self.profiler_threads = self.trusted | self.profiler_threads, frozenset()
         self.last = threads.snapshot()
 
     def _copier(self, layout: Layout, views: Views, scratch: Views, copied: list[list[bool]]):
@@ -237,10 +239,20 @@ class Worker:
         if cuda:
             torch.cuda.synchronize()
             self.flush()
-        with profile(activities=acts) as prof:
+        # The profiler starts threads of its own (CUPTI, Kineto) on entry and exit: those join the trusted set;
+        # a thread born while the calls run does not.
+        ours = set(threads.snapshot().threads)
+        prof = profile(activities=acts)
+        prof.__enter__()
+        entered = set(threads.snapshot().threads)
+        try:
             result = timing.run_window(self.window, self.kernel, inputs, copy_out, cuda)
             if cuda:
                 torch.cuda.synchronize()
+        finally:
+            called = set(threads.snapshot().threads)
+            prof.__exit__(None, None, None)
+            self.profiler_threads = frozenset((entered - ours) | (set(threads.snapshot().threads) - called))
         kernel_ns = None
         if cuda:
             total_us = sum(e.device_time for e in prof.events() if e.device_type == DeviceType.CUDA)
@@ -265,7 +277,8 @@ def _measurement_objects(worker: Worker) -> dict:
     """Everything the measurement depends on, by name: timing's globals, the worker's and the L2 flush's
     attributes, and the code of the timing functions. Compared by identity after every request."""
     objects = {f"harness.worker.timing.{k}": v for k, v in vars(timing).items() if not k.startswith("__")}
-    objects.update({f"worker.{k}": v for k, v in vars(worker).items() if k not in ("buffers", "scratch", "last")})
+    objects.update({f"worker.{k}": v for k, v in vars(worker).items()
+                    if k not in ("buffers", "scratch", "last", "profiler_threads")})
     if worker.flush is not None:
         objects.update({f"L2Flush.{k}": v for k, v in vars(worker.flush).items()})
     for fn in (timing.run_window, timing.L2Flush.__call__, timing.StreamWatch.mark_pending, timing.StreamWatch.late,
@@ -309,6 +322,7 @@ def main() -> None:
                 worker.send(P.to_dict(_failed("map", exc)))
         else:
             worker.run(req, tampered)
+            snapshot["worker.trusted"] = worker.trusted  # grows after a profiler pass (its own threads)
 
 
 if __name__ == "__main__":
