@@ -11,13 +11,14 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from harness.worker import threads
 from harness.worker.threads import EXITED, EXITED_TOLERANCE_NS, Finding, Snapshot, ThreadInfo, foreign_cpu, snapshot
 
-from conftest import ROOT
+ROOT = Path(__file__).resolve().parent.parent
 
 _PR_SET_NAME = 15  # prctl(2): the calling thread's comm
 _BLOCK = b"\0" * (1 << 20)

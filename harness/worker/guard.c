@@ -15,6 +15,7 @@ use, its few functions declared here by hand with cuda.h's documented prototypes
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -50,6 +51,7 @@ static struct {
     int mon_in_use[6];             /* sys.monitoring tool ids 0-5 in use at arm() */
     PyObject *getsignal, *setsignal, *sig_dfl, *sig_numbers, *sig_names, *sig_handlers;
     struct sigaction sig_actions[NSIG];
+    int timer_armed[3];            /* ITIMER_REAL, _VIRTUAL, _PROF armed at arm() */
     PyObject *gc_callbacks, *gc_callbacks_base, *unraisablehook;
     PyObject *notes;               /* what scrub found, for cleared() */
     PyObject *graveyard;           /* everything scrub removed or run_calls dropped: freed by release() */
@@ -171,6 +173,23 @@ static int scrub_signals(void) {
     return 0;
 }
 
+/* A timer the submission armed would deliver its signal to a handler reset to the default: disarm it instead. */
+static int scrub_timers(void) {
+    static const char *names[3] = {"ITIMER_REAL", "ITIMER_VIRTUAL", "ITIMER_PROF"};
+    static const int which[3] = {ITIMER_REAL, ITIMER_VIRTUAL, ITIMER_PROF};
+    for (int i = 0; i < 3; i++) {
+        struct itimerval now, off = {{0, 0}, {0, 0}};
+        if (g.timer_armed[i] || getitimer(which[i], &now) != 0 || (now.it_value.tv_sec == 0 && now.it_value.tv_usec == 0))
+            continue;
+        if (setitimer(which[i], &off, NULL) != 0) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+        if (note("interval timer %s", names[i]) < 0) return -1;
+    }
+    return 0;
+}
+
 static int scrub_hooks(void) {
     Py_ssize_t n = PyList_GET_SIZE(g.gc_callbacks), nb = PyTuple_GET_SIZE(g.gc_callbacks_base);
     int changed = n != nb;
@@ -192,7 +211,9 @@ static int scrub_hooks(void) {
 
 static int scrub_all(void) {
     /* the unraisable hook first: PyEval_SetTrace reports its own failures through it */
-    if (scrub_hooks() < 0 || scrub_trace() < 0 || scrub_monitoring() < 0 || scrub_signals() < 0) return -1;
+    if (scrub_hooks() < 0 || scrub_trace() < 0 || scrub_monitoring() < 0 || scrub_timers() < 0 ||
+        scrub_signals() < 0)
+        return -1;
     return 0;
 }
 
@@ -360,6 +381,11 @@ static PyObject *arm(PyObject *self, PyObject *unused) {
     if (main_ident != PyThread_get_thread_ident()) {
         PyErr_SetString(PyExc_RuntimeError, "arm(): must be called from the main thread (signal handlers are reset there)");
         return NULL;
+    }
+    const int timers[3] = {ITIMER_REAL, ITIMER_VIRTUAL, ITIMER_PROF};
+    for (int i = 0; i < 3; i++) {
+        struct itimerval now;
+        g.timer_armed[i] = getitimer(timers[i], &now) == 0 && (now.it_value.tv_sec || now.it_value.tv_usec);
     }
     PyThreadState *ts = PyThreadState_Get();
     g.trace_func = ts->c_tracefunc, g.profile_func = ts->c_profilefunc;

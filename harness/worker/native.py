@@ -8,9 +8,9 @@ The window's API (the C module and ``PythonWindow`` alike; every function raises
 ``arm()``, from a thread other than the one that armed, or from inside a kernel while ``run_calls`` runs):
 
 - ``arm()``: once, in the main thread, BEFORE the submission is imported. Takes the baseline (sys.monitoring tool
-  ids in use, every signal's handler, the trace/profile hooks, gc callbacks, sys.unraisablehook, whether gc is
-  enabled), captures the callables it uses later, and from then on refuses new audit hooks (they cannot be removed,
-  and clearing a trace hook raises an audit event). A second call raises.
+  ids in use, every signal's handler, armed interval timers, the trace/profile hooks, gc callbacks,
+  sys.unraisablehook, whether gc is enabled), captures the callables it uses later, and from then on refuses new
+  audit hooks (they cannot be removed, and clearing a trace hook raises an audit event). A second call raises.
 - ``read_line(fd) -> bytes``: one ``\\n``-terminated line from ``fd`` (GIL released while waiting; partial reads
   joined; the unterminated rest, or b"", at EOF), then gc disabled and ``scrub()``, so nothing a thread planted
   between requests runs in our code. Bytes read past the line are kept for the next call: read ``fd`` only through
@@ -29,10 +29,12 @@ The window's API (the C module and ``PythonWindow`` alike; every function raises
   e.g. ``torch.cuda.Event(enable_timing=True).cuda_event`` once recorded); waits for it. CUDA windows only.
 - ``scrub()``: removes, back to the baseline, what lets Python code run at arbitrary points in this thread:
   trace and profile hooks, sys.monitoring callbacks and events of tools not in use at ``arm()`` (3.12+), Python
-  signal handlers that differ from the baseline, added gc callbacks, a replaced sys.unraisablehook. What it
+  signal handlers that differ from the baseline (and interval timers armed since, whose signal would otherwise
+  reach a default handler), added gc callbacks, a replaced sys.unraisablehook. What it
   removes is kept alive until ``release()``, so no finalizer runs now.
 - ``cleared() -> list[str]``: what scrub found (and what was refused) since the last call, e.g.
-  "sys.settrace hook (evil)", "sys.monitoring tool 3 ('evil')", "signal handler for SIGALRM (on_alarm)"; resets.
+  "sys.settrace hook (evil)", "sys.monitoring tool 3 ('evil')", "interval timer ITIMER_REAL",
+  "signal handler for SIGALRM (on_alarm)", "sys.addaudithook refused"; resets.
 - ``release()``: after the reply is sent: re-enables gc if it was enabled at ``arm()`` and drops what scrub and
   run_calls kept (their finalizers may run now).
 
@@ -62,6 +64,9 @@ SOURCE = Path(__file__).with_name("guard.c")
 MODULE = "_fp4bench_guard"
 FLAGS = ("-O2", "-shared", "-fPIC", "-Wall", "-Wno-deprecated-declarations")
 LIBS = ("-ldl",)
+
+
+_TIMERS = ("ITIMER_REAL", "ITIMER_VIRTUAL", "ITIMER_PROF")
 
 
 class NativeUnavailable(RuntimeError):
@@ -111,8 +116,11 @@ def build() -> Path:
     except OSError as exc:
         raise NativeUnavailable(f"cannot write the build cache {path.parent}: {exc.strerror}") from None
     try:
-        proc = subprocess.run([*cc, *FLAGS, f"-I{include}", str(SOURCE), "-o", tmp, *LIBS],
-                              capture_output=True, text=True)
+        try:
+            proc = subprocess.run([*cc, *FLAGS, f"-I{include}", str(SOURCE), "-o", tmp, *LIBS],
+                                  capture_output=True, text=True)
+        except FileNotFoundError:
+            raise NativeUnavailable(f"no C compiler: {cc[0]} not found") from None
         if proc.returncode != 0:
             first = " | ".join(line.strip() for line in proc.stderr.splitlines()[:3])
             raise NativeUnavailable(f"compiling {SOURCE.name} failed ({cc[0]} exit {proc.returncode}): {first}")
@@ -225,6 +233,7 @@ class PythonWindow:
         self._mon_base = {t for t in range(6) if self._mon and self._mon.get_tool(t) is not None}
         self._events = [v for v in vars(self._mon.events).values()
                         if isinstance(v, int) and v > 0 and not v & (v - 1)] if self._mon else []
+        self._timers = {n: signal.getitimer(getattr(signal, n))[0] > 0 for n in _TIMERS}
         numbers = sorted(signal.valid_signals())
         names = {s.value: s.name for s in signal.Signals}
         self._signals = {n: (names.get(n, f"signal {n}"), signal.getsignal(n)) for n in numbers}
@@ -262,6 +271,10 @@ class PythonWindow:
                 self._mon.free_tool_id(tool)
             if name is not None or any(o is not None for o in olds):
                 self._notes.append(f"sys.monitoring tool {tool} ('{name or 'unnamed'}')")
+        for name, armed in self._timers.items():
+            if not armed and signal.getitimer(getattr(signal, name))[0] > 0:
+                signal.setitimer(getattr(signal, name), 0)
+                self._notes.append(f"interval timer {name}")
         for n, (sig_name, base) in self._signals.items():
             now = self._getsignal(n)
             if now is not base and callable(now):
