@@ -124,7 +124,7 @@ static int scrub_monitoring(void) {
             PyObject *old = call(g.mon_register, "iOO", tool, PyTuple_GET_ITEM(g.mon_events, i), Py_None);
             if (old == NULL) return -1;
             found |= old != Py_None;
-            int rc = bury(old);
+            int rc = old != Py_None ? bury(old) : 0;
             Py_DECREF(old);
             if (rc < 0) return -1;
         }
@@ -294,8 +294,8 @@ static int cuda_ready(void) {
 }
 
 /* ---- the module's functions ---- */
-static PyObject *capture(PyObject *module, const char *name) {
-    PyObject *m = PyImport_ImportModule(module);
+static PyObject *capture(const char *module_name, const char *name) {
+    PyObject *m = PyImport_ImportModule(module_name);
     if (m == NULL) return NULL;
     PyObject *r = PyObject_GetAttrString(m, name);
     Py_DECREF(m);

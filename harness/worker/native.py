@@ -62,7 +62,7 @@ from types import FunctionType, MethodType, ModuleType
 SOURCE = Path(__file__).with_name("guard.c")
 #: The extension's module name (guard.c's PyInit__fp4bench_guard).
 MODULE = "_fp4bench_guard"
-FLAGS = ("-O2", "-shared", "-fPIC", "-Wall", "-Wno-deprecated-declarations")
+FLAGS = ("-O2", "-shared", "-fPIC", "-Wall")
 LIBS = ("-ldl",)
 
 
@@ -207,7 +207,7 @@ class PythonWindow:
         self._marks = None
         self._notes: list[str] = []
         self._graveyard: list = []
-        self._pending = b""
+        self._pending, self._pending_fd = b"", -1
         self._cuda = None
 
     def _check(self, fn: str) -> None:
@@ -264,7 +264,7 @@ class PythonWindow:
                 setter(base)
         for tool in (t for t in range(6) if self._mon and t not in self._mon_base):
             olds = [self._mon.register_callback(tool, e, None) for e in self._events]
-            self._graveyard += olds
+            self._graveyard += [o for o in olds if o is not None]
             name = self._mon.get_tool(tool)
             if name is not None:
                 self._mon.set_events(tool, 0)
@@ -299,6 +299,10 @@ class PythonWindow:
 
     def read_line(self, fd: int) -> bytes:
         self._check("read_line")
+        if self._pending and fd != self._pending_fd:
+            raise RuntimeError(f"read_line({fd}): {len(self._pending)} bytes read from fd {self._pending_fd} are "
+                               f"still unreturned")
+        self._pending_fd = fd
         while b"\n" not in self._pending:
             try:
                 got = os.read(fd, 65536)
