@@ -13,10 +13,12 @@ schedstat`` holds the same sum without the running slice (stale by up to a sched
 another CPU); psutil's ``Process().threads()`` reports user/system time in clock ticks (10 ms), so a thread that
 wakes for 20 us every 10 ms (raw_thread_idle.py) shows no time at all for long stretches.
 
-The process CPU clock (``time.process_time_ns()``) also keeps the time of threads that have exited. It is read
-last in a snapshot: reading a thread's clock brings the kernel's sum for that thread up to date, which the process
-clock then includes, so the residue "process clock minus live threads" is off only by what busy threads ran
-during the snapshot itself (``EXITED_TOLERANCE_NS``).
+The process CPU clock (``time.process_time_ns()``) also keeps the time of threads that have exited, so "process
+clock minus live threads" between two snapshots is what exited threads used. The kernel sums the process clock
+from each thread's runtime as last brought up to date, and reading a thread's clock brings it up to date; so a
+snapshot reads every thread, then the process clock, then every thread again: the second pass bounds what busy
+threads ran between their read and the process clock's (``slack_ns``), and the residue less that slack never
+exceeds what exited threads really used (an honest process with busy pool threads shows no residue).
 
 ``foreign_cpu`` judges two snapshots; the worker decides when to take them. An idle thread (blocked on a lock, a
 queue or a pipe) uses no CPU and is no finding: torch.compile leaves such pool threads. Threads alive before the
@@ -33,10 +35,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
-#: Busy threads run a little between their read and the process clock's read at the end of each snapshot; a
-#: residue up to this much is that skew, not an exited thread. Measured on a 2-core CI machine (snapshot of 3
-#: threads: 25 us): residue within -7..+9 us with idle threads, up to 21 us with three busy ones.
-EXITED_TOLERANCE_NS = 200_000
+#: The residue (less the slack) is a lower bound of what exited threads used; below this it is not reported.
+EXITED_TOLERANCE_NS = 50_000
 EXITED = "threads that have exited"
 
 
@@ -55,8 +55,9 @@ class ThreadInfo:
 
 @dataclass(frozen=True)
 class Snapshot:
-    process_ns: int                       # the process CPU clock, exited threads included, read last
+    process_ns: int                       # the process CPU clock, exited threads included, read after the threads
     threads: Mapping[int, ThreadInfo]     # read-only, by tid
+    slack_ns: int = 0                     # what the threads ran between their read and the process clock's, at most
 
     def tids(self) -> frozenset[int]:
         """The threads alive in this snapshot (as ``trusted`` for a later ``foreign_cpu``)."""
@@ -92,9 +93,8 @@ def _read(tid: int) -> ThreadInfo | None:
 
 
 def snapshot() -> Snapshot:
-    """Every thread of this process with its CPU time, then the process CPU clock. Linux only (/proc).
-
-    Raises OSError if /proc/self/task cannot be listed."""
+    """Every thread of this process with its CPU time, the process CPU clock, and the slack (module docstring).
+    Linux only (/proc). Raises OSError if /proc/self/task cannot be listed."""
     caller = threading.get_native_id()
     threads = {}
     for entry in os.listdir("/proc/self/task"):
@@ -102,16 +102,23 @@ def snapshot() -> Snapshot:
         info = _read(tid) if tid != caller else None
         if info is not None:
             threads[tid] = info
-    own = _read(caller)  # last before the process clock: its own time up to here is exact in both
-    threads[caller] = own
-    return Snapshot(time.process_time_ns(), MappingProxyType(threads))
+    threads[caller] = _read(caller)  # last: it runs until the process clock is read
+    process_ns = time.process_time_ns()
+    slack_ns = 0
+    for tid in (caller, *(t for t in threads if t != caller)):  # the caller first: it runs this loop
+        try:
+            slack_ns += time.clock_gettime_ns(thread_clock(tid)) - threads[tid].cpu_ns
+        except OSError:  # it ended mid-snapshot; what it ran after its read (microseconds) is not bounded here
+            continue
+    return Snapshot(process_ns, MappingProxyType(threads), slack_ns)
 
 
 def foreign_cpu(before: Snapshot, after: Snapshot, trusted: frozenset[int]) -> list[Finding]:
     """The CPU used between two snapshots by threads not in ``trusted`` (tids), one finding per thread that used
     any, plus one for "threads that have exited" when the process clock advanced by more than the live threads
-    account for (above ``EXITED_TOLERANCE_NS``). A thread whose tid was reused counts as new. Idle threads are
-    no finding."""
+    and ``after``'s slack account for (above ``EXITED_TOLERANCE_NS``). A thread whose tid was reused counts as
+    new. Idle threads are no finding. Threads the worker itself starts and joins between the two snapshots count
+    as exited: it must not."""
     findings, live_ns = [], 0
     for tid, now in sorted(after.threads.items()):
         was = before.threads.get(tid)
@@ -120,7 +127,7 @@ def foreign_cpu(before: Snapshot, after: Snapshot, trusted: frozenset[int]) -> l
         live_ns += used
         if used > 0 and not (tid in trusted and (same or was is None)):
             findings.append(Finding(now.name, tid, used))
-    residue = after.process_ns - before.process_ns - live_ns
+    residue = after.process_ns - before.process_ns - live_ns - after.slack_ns
     if residue > EXITED_TOLERANCE_NS:
         findings.append(Finding(EXITED, None, residue))
     return findings
