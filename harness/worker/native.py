@@ -64,9 +64,7 @@ SOURCE = Path(__file__).with_name("guard.c")
 MODULE = "_fp4bench_guard"
 FLAGS = ("-O2", "-shared", "-fPIC", "-Wall")
 LIBS = ("-ldl",)
-
-
-_TIMERS = ("ITIMER_REAL", "ITIMER_VIRTUAL", "ITIMER_PROF")
+_TIMERS = ("ITIMER_REAL", "ITIMER_VIRTUAL", "ITIMER_PROF")  # signal's interval timers, scrubbed like guard.c's
 
 
 class NativeUnavailable(RuntimeError):
@@ -141,7 +139,8 @@ def available() -> tuple[bool, str]:
 
 def load() -> ModuleType:
     """The C window, imported from the cache; never compiles. Call once, before the submission is imported, and
-    keep the module. Raises NativeUnavailable if it was not built."""
+    keep the module (a second load shares the same C state). Raises NativeUnavailable if it was not built for
+    this interpreter (the parent and the worker must run the same Python and see the same $FP4BENCH_CACHE)."""
     path = artefact()
     if not path.exists():
         raise NativeUnavailable(f"the C window is not built ({path} missing): the parent calls native.build() first")
