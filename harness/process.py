@@ -1,6 +1,7 @@
 """The parent's handle on one worker process: start, request, receive with a time limit, kill."""
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import signal
@@ -14,6 +15,7 @@ from harness.buffers import send_fds
 from harness.channel import ChannelClosed, ChannelTimeout, Reader
 from harness.protocol import Exit, encode
 from harness.registry import ROOT
+from harness.worker import native
 
 #: Removed from the worker's environment: the secret seed and the official result pipe.
 _HIDDEN_ENV = ("POPCORN_SEED", "POPCORN_FD")
@@ -42,10 +44,19 @@ def _how_it_ended(code: int | None) -> str:
     return f"exited with code {code}"
 
 
+@functools.lru_cache(maxsize=None)
+def native_window() -> str:
+    """Build the worker's C window once per process (harness.worker.native); "" when built, else the reason the
+    worker will hold its window in Python."""
+    ok, why = native.available()
+    return "" if ok else why
+
+
 class WorkerProcess:
     """``python -m harness.worker`` in its own session, talking JSON on stdin and authenticated frames back."""
 
     def __init__(self, env: dict | None = None):
+        native_window()
         self._key = secrets.token_bytes(32)
         read_fd, write_fd = os.pipe()
         self._fd_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -15,8 +15,7 @@ import sys
 import traceback
 
 from harness.worker import timing  # first: captures the measurement functions before any submission import
-from harness.worker import _interim as native  # replaced by harness.worker.native
-from harness.worker import _interim as threads  # replaced by harness.worker.threads
+from harness.worker import native, threads  # noqa: E402 - after timing
 from harness import protocol as P
 from harness.buffers import MappedBuffer, recv_fds
 from harness.channel import Writer
@@ -93,12 +92,6 @@ def _torch_modes() -> list[str]:
     return found
 
 
-def _prestart_pools() -> None:
-    """Start torch's intra-op (OpenMP) threads now, before the import, so they count as ours."""
-    x = torch.ones(1 << 16)
-    (x * 2).sum()
-
-
 class Worker:
     def __init__(self, writer: Writer, window, fd_sock: socket.socket | None):
         self.send = writer.send
@@ -113,7 +106,7 @@ class Worker:
         self.watch = timing.StreamWatch(self.device) if cuda else None
         self.buffers: dict[str, MappedBuffer] = {}
         self.scratch: torch.Tensor | None = None
-        _prestart_pools()
+        threads.prestart_torch_pool()
         self.trusted = frozenset(threads.snapshot().threads)
         self.profiler_threads: frozenset[int] = frozenset()
         self.last = threads.snapshot()
@@ -138,7 +131,8 @@ class Worker:
                                          f"{', '.join(found) or 'none'})")))
             return
         self.kernel = kernel
-        self.send(P.to_dict(P.Loaded(str(self.device), getattr(self.window, "kind", "native"))))
+        held = "native" if self.window.HELD_IN == "C" else f"python: {getattr(self.window, 'caveat', '')}"
+        self.send(P.to_dict(P.Loaded(str(self.device), held)))
 
     def map(self, req: P.Map) -> None:
         for b in self.buffers.values():
@@ -188,7 +182,7 @@ class Worker:
         reply = P.RunReply(
             result.elapsed_ns if req.kind == "time" else 0.0, len(inputs), containers, metas,
             tuple(tuple(c) for c in copied), result.late_streams, result.changed,
-            tuple(P.ThreadUse(f.name, f.tid, f.cpu_ns) for f in used), tuple(hooks), tuple(_torch_modes()),
+            tuple(P.ThreadUse(f.name, f.tid or 0, f.cpu_ns) for f in used), tuple(hooks), tuple(_torch_modes()),
             tuple(timing.guard_report()), tuple(tampered()), kernel_ns, table)
         self.send(P.to_dict(reply))
         del outputs, result
@@ -288,7 +282,10 @@ def _measurement_objects(worker: Worker) -> dict:
 
 
 def main() -> None:
-    window = native.PythonWindow() if hasattr(native, "PythonWindow") else native.load()
+    try:
+        window = native.load()
+    except native.NativeUnavailable as exc:
+        window = native.PythonWindow(str(exc))
     window.arm()
     key = bytes.fromhex(window.read_line(0).decode().strip())
     fd = int(os.environ.pop("FP4BENCH_RESULT_FD"))
