@@ -232,8 +232,10 @@ def dequantize_lut(packed: torch.Tensor, sf: torch.Tensor, dtype: torch.dtype = 
     """[R, K/2, 1] e2m1 pairs and [R, K/16, 1] e4m3fn scales (any device) -> [R, K] ``dtype`` on packed's device.
 
     Exact for bf16, fp16 and fp32 (every value x scale has at most 6 significant bits, in [2^-10, 2688]); the
-    decode ``ref_kernel`` uses. Raises KeyError for another ``dtype``.
+    decode ``ref_kernel`` uses. Raises ValueError for another ``dtype``.
     """
+    if dtype not in _PAIR_INT:
+        raise ValueError(f"dtype must be one of {', '.join(map(str, _PAIR_INT))}, got {dtype}")
     codes = _codes(sf[:, :, 0].to(packed.device))
     return _decode_rows([packed], codes, dtype)
 
@@ -273,10 +275,11 @@ def _unblocked(reordered: torch.Tensor, rows: int, blocks: int) -> torch.Tensor:
     return full[:rows, :blocks]
 
 
-def _group_codes(a, b, sf_pair, sf_reordered_pair, scales: Scales) -> torch.Tensor:
+def _group_codes(a: torch.Tensor, b: torch.Tensor, sf_pair: tuple[torch.Tensor, torch.Tensor],
+                 sf_reordered_pair: tuple[torch.Tensor, torch.Tensor], scales: Scales) -> torch.Tensor:
     """int32 [M + N, K/16] scale bytes of A's rows then B's, on a's device."""
     m, n, blocks = a.shape[0], b.shape[0], a.shape[1] * 2 // SF_VEC
-    if scales == "plain":
+    if scales == "plain":  # non_blocking: a pageable source is staged before the call returns, without a stream sync
         parts = [sf[:, :, 0].view(torch.uint8).to(a.device, non_blocking=True) for sf in sf_pair]
     else:
         parts = [_unblocked(r.view(torch.uint8), rows, blocks) for r, rows in zip(sf_reordered_pair, (m, n))]

@@ -255,6 +255,9 @@ def test_bad_arguments_get_one_line_errors():
     for kernel in (ref_kernel, ref_kernel_fp64):
         with pytest.raises(ValueError, match=expected):
             kernel(bad)
+    with pytest.raises(ValueError, match=r"^dtype must be one of torch.bfloat16, torch.float16, torch.float32, "
+                                         r"got torch.float64$"):
+        dequantize_lut(a, sfa, torch.float64)
 
 
 def test_round_to_fp16_is_a_single_rounding():
