@@ -140,9 +140,11 @@ def _key_table(device: torch.device) -> torch.Tensor:
     return _KEYS[device]
 
 
-def _scale_stats(codes: torch.Tensor) -> torch.Tensor:
-    """int32 [2] on ``codes``' device: (max of -nu2(q), max |q|) over int32 scale codes of any shape."""
-    return torch.index_select(_key_table(codes.device), 0, codes.reshape(-1)).amax(dim=0)
+def _scale_stats(codes: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
+    """int32 [len(sizes), 2] on ``codes``' device: (max of -nu2(q), max |q|) per run of ``sizes`` codes along the
+    flat int32 ``codes`` (scale bytes); one gather for all runs."""
+    keys = torch.index_select(_key_table(codes.device), 0, codes)
+    return torch.stack([run.amax(dim=0) for run in keys.split(list(sizes))])
 
 
 def _fits(k: int, stats_a: Sequence[int], stats_b: Sequence[int], halves_a: int = E2M1_MAX_HALVES,
@@ -188,7 +190,8 @@ def exact_in_fp32(k: int, sfa: torch.Tensor, sfb: torch.Tensor, a: torch.Tensor 
     bound with |e2m1| <= 6 fails, the largest |e2m1| present replaces 6 (one pass over the data and a device sync).
     A sufficient condition, proven in the module docstring; False whenever a NaN scale is present.
     """
-    stats_a, stats_b = (_scale_stats(_codes(sf)).tolist() for sf in (sfa, sfb))
+    codes = [_codes(sf).reshape(-1).to(sfa.device) for sf in (sfa, sfb)]
+    stats_a, stats_b = _scale_stats(torch.cat(codes), [c.numel() for c in codes]).tolist()
     return _group_exact(k, stats_a, stats_b, a, b)
 
 
@@ -213,19 +216,17 @@ def _pair_table(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     return _PAIRS[key]
 
 
-def _decode_rows(packed: Sequence[torch.Tensor], codes: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Operands stacked by rows: ``packed`` [R_i, K/2, 1] pairs and int32 ``codes`` [sum R_i, K/16] (scale bytes,
-    on the same device) -> ``dtype`` [sum R_i, K]. One int32 index per byte (``byte + 256 * code``), one gather."""
-    rows, blocks = codes.shape
-    index = torch.empty(rows, blocks, SF_VEC // 2, dtype=torch.int32, device=codes.device)
-    start = 0
-    for p in packed:
-        r = p.shape[0]
-        torch.add(p.view(torch.uint8).reshape(r, blocks, SF_VEC // 2), codes[start:start + r].unsqueeze(-1),
-                  alpha=256, out=index[start:start + r])
-        start += r
-    pairs = torch.index_select(_pair_table(dtype, codes.device), 0, index.view(-1))
-    return pairs.view(dtype).view(rows, blocks * SF_VEC)
+def _decode(operands: Sequence[tuple[torch.Tensor, torch.Tensor]], dtype: torch.dtype) -> list[torch.Tensor]:
+    """Per operand (packed [R, K/2, 1] e2m1 pairs, int32 codes [R, K/16] of its scale bytes), all on one device ->
+    ``dtype`` [R, K] per operand, views of one gather: one int32 index per byte (``byte + 256 * code``)."""
+    sizes = [p.shape[0] * p.shape[1] for p, _ in operands]
+    index = torch.empty(sum(sizes), dtype=torch.int32, device=operands[0][1].device)
+    for (p, codes), slot in zip(operands, index.split(sizes)):
+        rows, blocks = codes.shape
+        torch.add(p.view(torch.uint8).reshape(rows, blocks, SF_VEC // 2), codes.unsqueeze(-1), alpha=256,
+                  out=slot.view(rows, blocks, SF_VEC // 2))
+    values = torch.index_select(_pair_table(dtype, index.device), 0, index).view(dtype)
+    return [v.view(p.shape[0], -1) for v, (p, _) in zip(values.split([2 * s for s in sizes]), operands)]
 
 
 def dequantize_lut(packed: torch.Tensor, sf: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
@@ -236,34 +237,45 @@ def dequantize_lut(packed: torch.Tensor, sf: torch.Tensor, dtype: torch.dtype = 
     """
     if dtype not in _PAIR_INT:
         raise ValueError(f"dtype must be one of {', '.join(map(str, _PAIR_INT))}, got {dtype}")
-    codes = _codes(sf[:, :, 0].to(packed.device))
-    return _decode_rows([packed], codes, dtype)
+    return _decode([(packed, _codes(sf[:, :, 0].to(packed.device)))], dtype)[0]
 
 
 _BF16_MM: dict[torch.device, bool] = {}
 
 
 def _operand_dtype(device: torch.device) -> torch.dtype:
-    """bf16 where ``torch.mm(..., out_dtype=torch.float32)`` runs (CUDA), else fp32 (CPU)."""
+    """bf16 where ``torch.mm(..., out_dtype=torch.float32, out=...)`` runs (CUDA), else fp32 (CPU)."""
     if device not in _BF16_MM:
         one = torch.ones(1, 1, dtype=torch.bfloat16, device=device)
+        out = torch.zeros(1, 1, dtype=torch.float32, device=device)
         try:
-            _BF16_MM[device] = torch.mm(one, one, out_dtype=torch.float32).dtype == torch.float32
+            torch.mm(one, one, out_dtype=torch.float32, out=out)
+            _BF16_MM[device] = out.item() == 1.0
         except (TypeError, RuntimeError, NotImplementedError):
             _BF16_MM[device] = False
     return torch.bfloat16 if _BF16_MM[device] else torch.float32
 
 
-def _fast_group(a: torch.Tensor, b: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
-    """fp16 [M, N, 1]: table decode, one GEMM with fp32 output, one rounding. Exact only where ``_fits`` holds."""
-    dtype = _operand_dtype(codes.device)
-    ops = _decode_rows([a, b], codes, dtype)
-    m = a.shape[0]
-    if dtype == torch.float32:
-        prod = torch.mm(ops[:m], ops[m:].T)
-    else:
-        prod = torch.mm(ops[:m], ops[m:].T, out_dtype=torch.float32)
-    return prod.to(torch.float16).unsqueeze(-1)
+_Group = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def _fast(groups: Sequence[_Group]) -> list[torch.Tensor]:
+    """Per group (a [M, K/2, 1], b [N, K/2, 1], int32 scale codes [M, K/16] and [N, K/16]), all on one device ->
+    fp16 [M, N, 1] per group: every operand decoded by one gather, one GEMM per group with fp32 output into one
+    buffer, one rounding to fp16 for all. Exact where ``_fits`` holds; outputs are views of one buffer."""
+    dtype = _operand_dtype(groups[0][2].device)
+    values = _decode([op for a, b, ca, cb in groups for op in ((a, ca), (b, cb))], dtype)
+    shapes = [(a.shape[0], b.shape[0]) for a, b, _, _ in groups]
+    sizes = [m * n for m, n in shapes]
+    out32 = torch.empty(sum(sizes), dtype=torch.float32, device=values[0].device)
+    for g, (dst, shape) in enumerate(zip(out32.split(sizes), shapes)):
+        a_values, b_values, dst = values[2 * g], values[2 * g + 1], dst.view(shape)
+        if dtype == torch.float32:
+            torch.mm(a_values, b_values.T, out=dst)
+        else:
+            torch.mm(a_values, b_values.T, out_dtype=torch.float32, out=dst)
+    out16 = out32.to(torch.float16)
+    return [o.view(*shape, 1) for o, shape in zip(out16.split(sizes), shapes)]
 
 
 def _unblocked(reordered: torch.Tensor, rows: int, blocks: int) -> torch.Tensor:
@@ -275,15 +287,23 @@ def _unblocked(reordered: torch.Tensor, rows: int, blocks: int) -> torch.Tensor:
     return full[:rows, :blocks]
 
 
-def _group_codes(a: torch.Tensor, b: torch.Tensor, sf_pair: tuple[torch.Tensor, torch.Tensor],
-                 sf_reordered_pair: tuple[torch.Tensor, torch.Tensor], scales: Scales) -> torch.Tensor:
-    """int32 [M + N, K/16] scale bytes of A's rows then B's, on a's device."""
-    m, n, blocks = a.shape[0], b.shape[0], a.shape[1] * 2 // SF_VEC
-    if scales == "plain":  # non_blocking: a pageable source is staged before the call returns, without a stream sync
-        parts = [sf[:, :, 0].view(torch.uint8).to(a.device, non_blocking=True) for sf in sf_pair]
+def _load_codes(data: input_t, scales: Scales, device: torch.device) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Every operand's scale bytes (A0, B0, A1, B1, ...) in one flat int32 tensor on ``device``, and per operand
+    an int32 [R, K/16] view of it."""
+    abc, sfs, sfs_reordered, _ = data
+    shapes = [(p.shape[0], p.shape[1] * 2 // SF_VEC) for a, b, _ in abc for p in (a, b)]
+    sizes = [rows * blocks for rows, blocks in shapes]
+    if scales == "plain":
+        sources = [sf[:, :, 0].view(torch.uint8) for pair in sfs for sf in pair]
     else:
-        parts = [_unblocked(r.view(torch.uint8), rows, blocks) for r, rows in zip(sf_reordered_pair, (m, n))]
-    return torch.cat(parts, out=torch.empty(m + n, blocks, dtype=torch.int32, device=a.device))
+        sources = [_unblocked(r.view(torch.uint8), *shape)
+                   for r, shape in zip((r for pair in sfs_reordered for r in pair), shapes)]
+    flat = torch.empty(sum(sizes), dtype=torch.uint8, device=device)
+    for slot, source, shape in zip(flat.split(sizes), sources, shapes):
+        # non_blocking: a pageable source is staged before the call returns, without a stream sync
+        slot.view(shape).copy_(source, non_blocking=True)
+    codes = flat.to(torch.int32)
+    return codes, [c.view(shape) for c, shape in zip(codes.split(sizes), shapes)]
 
 
 def ref_kernel(data: input_t, *, scales: Scales = "plain") -> output_t:
@@ -292,7 +312,9 @@ def ref_kernel(data: input_t, *, scales: Scales = "plain") -> output_t:
 
     Per group, ``exact_in_fp32``'s bound is checked from the scale bytes (and, when that fails, from the largest
     e2m1 magnitude present); groups that pass take the table decode and one fp32-accumulating GEMM, the others the
-    fp64 path. On CUDA every group's fast path is queued before the one sync that reads the bounds.
+    fp64 path. Work is batched per input to keep launches few (one copy per scale tensor, one gather for every
+    operand's scale statistics and one for every operand's values, one GEMM per group, one rounding for all; the
+    fast outputs are views of one buffer); on CUDA all of it is queued before the one sync that reads the bounds.
 
     ``scales="plain"`` reads the plain scales (sfasfb_tensors, CPU), as the official reference does;
     ``"reordered"`` reads the blocked copies already on the GPU (sfasfb_reordered_tensors), valid only when both
@@ -301,22 +323,25 @@ def ref_kernel(data: input_t, *, scales: Scales = "plain") -> output_t:
     """
     if scales not in ("plain", "reordered"):
         raise ValueError(f"scales must be 'plain' or 'reordered', got {scales!r}")
-    abc, sfs, sfs_reordered, _ = data
-    groups, stats, fast = [], [], []
+    abc, sfs, _, _ = data
     for g, ((a, b, _c), (sfa, sfb)) in enumerate(zip(abc, sfs)):
         _check_group(g, a, b, sfa, sfb)
-        codes = _group_codes(a, b, (sfa, sfb), sfs_reordered[g], scales)
-        groups.append((a, b, codes))
-        stats += [_scale_stats(codes[:a.shape[0]]), _scale_stats(codes[a.shape[0]:])]
-        if a.is_cuda:  # queued before the sync below; discarded where the bound fails
-            fast.append(_fast_group(a, b, codes))
-    bounds = torch.stack(stats).tolist() if stats else []
+    if not abc:
+        return []
+    flat, codes = _load_codes(data, scales, abc[0][0].device)
+    groups = [(a, b, codes[2 * g], codes[2 * g + 1]) for g, (a, b, _c) in enumerate(abc)]
+    stats = _scale_stats(flat, [c.numel() for c in codes])
+    fast = _fast(groups) if flat.is_cuda else None  # queued before the sync; dropped where the bound fails
+    bounds = stats.tolist()
+    exact = [_group_exact(a.shape[1] * 2, bounds[2 * g], bounds[2 * g + 1], a, b)
+             for g, (a, b, _, _) in enumerate(groups)]
+    if fast is None:  # CPU: decode only the groups that pass
+        passing = [g for g, ok in enumerate(exact) if ok]
+        fast = dict(zip(passing, _fast([groups[g] for g in passing]) if passing else []))
     out = []
-    for g, (a, b, codes) in enumerate(groups):
-        if _group_exact(a.shape[1] * 2, bounds[2 * g], bounds[2 * g + 1], a, b):
-            out.append(fast[g] if fast else _fast_group(a, b, codes))
+    for g, (a, b, codes_a, codes_b) in enumerate(groups):
+        if exact[g]:
+            out.append(fast[g])
         else:
-            m = a.shape[0]
-            sf_a, sf_b = (codes[:m].to(torch.uint8).unsqueeze(-1), codes[m:].to(torch.uint8).unsqueeze(-1))
-            out.append(_fp64_group(a, b, sf_a, sf_b))
+            out.append(_fp64_group(a, b, codes_a.to(torch.uint8).unsqueeze(-1), codes_b.to(torch.uint8).unsqueeze(-1)))
     return out

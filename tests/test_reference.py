@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from task.formats import unblock
 from task.inputs import generate_input
-from task.reference import (_fast_group, _unblocked, dequantize_lut, exact_in_fp32, ref_kernel, ref_kernel_fp64,
+from task.reference import (_fast, _unblocked, dequantize_lut, exact_in_fp32, ref_kernel, ref_kernel_fp64,
                             round_to_fp16)
 from task.spec import MN_MULTIPLE, K_MULTIPLE, load_shapes
 
@@ -39,7 +39,8 @@ def _assert_same_bits(fast, exact):
 
 def _group(a_bytes, b_bytes, sfa_codes, sfb_codes):
     """One hand-made group from uint8 [M, K/2], [N, K/2] data and uint8 [M, K/16], [N, K/16] scale codes."""
-    a, b = (torch.as_tensor(x, dtype=torch.uint8).unsqueeze(-1).view(torch.float4_e2m1fn_x2) for x in (a_bytes, b_bytes))
+    a, b = (torch.as_tensor(x, dtype=torch.uint8).unsqueeze(-1).view(torch.float4_e2m1fn_x2)
+            for x in (a_bytes, b_bytes))
     sfa, sfb = (torch.as_tensor(x, dtype=torch.uint8).unsqueeze(-1).view(torch.float8_e4m3fn)
                 for x in (sfa_codes, sfb_codes))
     m, n, k = a.shape[0], b.shape[0], a.shape[1] * 2
@@ -109,8 +110,7 @@ def test_whenever_the_predicate_holds_fp32_accumulation_is_exact(m, n, k, mask, 
     (a, b, _), (sfa, sfb) = inputs[0][0], inputs[1][0]
     exact = ref_kernel_fp64(inputs)
     if exact_in_fp32(k, sfa, sfb, a, b):
-        codes_i32 = torch.cat(codes).to(torch.int32)
-        _assert_same_bits([_fast_group(a, b, codes_i32)], exact)
+        _assert_same_bits(_fast([(a, b, *(c.to(torch.int32) for c in codes))]), exact)
     _assert_same_bits(ref_kernel(inputs), exact)
 
 
@@ -168,7 +168,7 @@ def test_fallback_where_fp32_accumulation_would_round():
     inputs = _group(a, b, sfa, sfb)
     (pa, pb, _), (fa, fb) = inputs[0][0], inputs[1][0]
     assert not exact_in_fp32(64, fa, fb, pa, pb)
-    forced = _fast_group(pa, pb, torch.cat((sfa, sfb)).to(torch.int32))
+    forced = _fast([(pa, pb, sfa.to(torch.int32), sfb.to(torch.int32))])[0]
     assert float(forced) == 2048.0
     assert float(ref_kernel(inputs)[0]) == 2050.0 == float(ref_kernel_fp64(inputs)[0])
 
