@@ -121,36 +121,47 @@ def _nu2(q: int) -> int:
     return (q & -q).bit_length() - 1
 
 
+def _q(code: int) -> int:
+    """|scale| * 2^9 of one finite e4m3fn byte: an integer."""
+    return int(abs(e4m3fn_value(code)) * 2**SCALE_UNIT_EXP)
+
+
 def _scale_key(code: int) -> tuple[int, int]:
-    """(-nu2(q), |q|) of one e4m3fn byte, with q = scale * 2^9; NaN and zero codes get the sentinel keys."""
-    value = e4m3fn_value(code)
-    if value != value:
+    """(-nu2(q), code & 0x7F) of one e4m3fn byte; |scale| grows with ``code & 0x7F`` (0x00..0x7E), so the largest
+    second entry names the largest |q|. NaN and zero codes get the sentinel keys."""
+    if e4m3fn_value(code) != e4m3fn_value(code):
         return _NAN_KEY, 0
-    q = int(abs(value) * 2**SCALE_UNIT_EXP)
-    return (_ZERO_KEY, 0) if q == 0 else (-_nu2(q), q)
+    q = _q(code)
+    return (_ZERO_KEY, 0) if q == 0 else (-_nu2(q), code & 0x7F)
 
 
 _KEYS: dict[torch.device, torch.Tensor] = {}
 
 
 def _key_table(device: torch.device) -> torch.Tensor:
-    """int32 [256, 2]: ``_scale_key`` of every e4m3fn byte."""
+    """int32 [256]: ``_scale_key`` of every e4m3fn byte as an int16 pair read as one int32."""
     if device not in _KEYS:
-        _KEYS[device] = torch.tensor([_scale_key(c) for c in range(256)], dtype=torch.int32, device=device)
+        keys = torch.tensor([_scale_key(c) for c in range(256)], dtype=torch.int16)
+        _KEYS[device] = keys.view(torch.int32).reshape(256).to(device)
     return _KEYS[device]
 
 
 def _scale_stats(codes: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
-    """int32 [len(sizes), 2] on ``codes``' device: (max of -nu2(q), max |q|) per run of ``sizes`` codes along the
-    flat int32 ``codes`` (scale bytes); one gather for all runs."""
-    keys = torch.index_select(_key_table(codes.device), 0, codes)
+    """int16 [len(sizes), 2] on ``codes``' device: (max -nu2(q), max magnitude code) per run of ``sizes`` codes
+    along the flat int32 ``codes`` (scale bytes); one gather for all runs, no sync. ``_read_stats`` decodes it."""
+    keys = torch.index_select(_key_table(codes.device), 0, codes).view(torch.int16).view(-1, 2)
     return torch.stack([run.amax(dim=0) for run in keys.split(list(sizes))])
+
+
+def _read_stats(stats: torch.Tensor) -> list[tuple[int, int]]:
+    """``_scale_stats`` -> (-mu, Q) per run, as the bound uses them (one sync)."""
+    return [(neg_mu, _q(code)) for neg_mu, code in stats.tolist()]
 
 
 def _fits(k: int, stats_a: Sequence[int], stats_b: Sequence[int], halves_a: int = E2M1_MAX_HALVES,
           halves_b: int = E2M1_MAX_HALVES) -> bool:
-    """The module docstring's condition ``K H_A H_B Q_A Q_B <= 2^(24 + mu_A + mu_B)`` in exact integers, from the
-    ``_scale_stats`` of A and B and the largest |e2m1| of each in halves (``H``)."""
+    """The module docstring's condition ``K H_A H_B Q_A Q_B <= 2^(24 + mu_A + mu_B)`` in exact integers, from
+    (-mu, Q) of A and of B (``_read_stats``) and the largest |e2m1| of each in halves (``H``)."""
     (neg_mu_a, q_a), (neg_mu_b, q_b) = stats_a, stats_b
     if neg_mu_a == _NAN_KEY or neg_mu_b == _NAN_KEY:
         return False
@@ -191,7 +202,7 @@ def exact_in_fp32(k: int, sfa: torch.Tensor, sfb: torch.Tensor, a: torch.Tensor 
     A sufficient condition, proven in the module docstring; False whenever a NaN scale is present.
     """
     codes = [_codes(sf).reshape(-1).to(sfa.device) for sf in (sfa, sfb)]
-    stats_a, stats_b = _scale_stats(torch.cat(codes), [c.numel() for c in codes]).tolist()
+    stats_a, stats_b = _read_stats(_scale_stats(torch.cat(codes), [c.numel() for c in codes]))
     return _group_exact(k, stats_a, stats_b, a, b)
 
 
@@ -332,7 +343,7 @@ def ref_kernel(data: input_t, *, scales: Scales = "plain") -> output_t:
     groups = [(a, b, codes[2 * g], codes[2 * g + 1]) for g, (a, b, _c) in enumerate(abc)]
     stats = _scale_stats(flat, [c.numel() for c in codes])
     fast = _fast(groups) if flat.is_cuda else None  # queued before the sync; dropped where the bound fails
-    bounds = stats.tolist()
+    bounds = _read_stats(stats)
     exact = [_group_exact(a.shape[1] * 2, bounds[2 * g], bounds[2 * g + 1], a, b)
              for g, (a, b, _, _) in enumerate(groups)]
     if fast is None:  # CPU: decode only the groups that pass

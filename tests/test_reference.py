@@ -1,6 +1,8 @@
 """The exact reference: both paths against an independent numpy + ml_dtypes computation, the fast path against the
 fp64 path bit for bit, the fp32-exactness predicate's decisions (hand-made, at its bound), hand-made products,
 rounding."""
+from fractions import Fraction
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -121,6 +123,36 @@ def test_predicate_official_passes_full_range_falls_back():
             inputs = generate_input(case.m, n, case.k, case.g, case.seed, data=data, device="cpu")
             got = [exact_in_fp32(k, sfa, sfb) for k, (sfa, sfb) in zip(case.k, inputs[1])]
             assert got == [expected] * case.g, f"{data} {case.text()}"
+
+
+def _independent_decision(k: int, codes_a: list[int], codes_b: list[int]) -> bool:
+    """The bound in plain fractions: with s ranging over an operand's nonzero scales, elements are multiples of
+    2^(min nu2(s) - 1) and at most 6 max|s|; every partial sum must be at most 2^24 units of the product's grid."""
+    def nu2(x: Fraction) -> int:
+        num, den = x.numerator, x.denominator
+        return (num & -num).bit_length() - (den & -den).bit_length()
+
+    def scales(codes):
+        return [float(v) for v in np.array(codes, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn)]
+
+    sa, sb = scales(codes_a), scales(codes_b)
+    if any(np.isnan(sa + sb)):
+        return False
+    sa, sb = ([Fraction(abs(x)) for x in s if x != 0] for s in (sa, sb))
+    if not sa or not sb:
+        return True
+    grid = min(map(nu2, sa)) - 1 + min(map(nu2, sb)) - 1
+    return k * 6 * max(sa) * 6 * max(sb) <= Fraction(2) ** (24 + grid)
+
+
+@pytest.mark.parametrize("k", [64, 7168])
+def test_predicate_matches_the_bound_in_fractions_for_every_scale_code(k):
+    """A's scales: every byte c next to 1.0; B's: one of a few bytes (subnormal, 1, 2, odd mantissas, 448, -0,
+    negative, NaN)."""
+    for code_b in (0x01, 0x07, ONE, TWO, 0x3F, 0x7E, 0x80, 0xB9, NAN):
+        sfb = torch.tensor([[code_b]], dtype=torch.uint8)
+        got = [exact_in_fp32(k, torch.tensor([[c, ONE]], dtype=torch.uint8), sfb) for c in range(256)]
+        assert got == [_independent_decision(k, [c, ONE], [code_b]) for c in range(256)], f"code_b {code_b:#x}"
 
 
 def test_official_data_beyond_k_29127_passes_only_with_the_magnitudes_present():
