@@ -139,3 +139,32 @@ def test_sm100a_variant_skipped_on_hopper(tmp_path):
     name = torch.cuda.get_device_name()
     major, minor = torch.cuda.get_device_capability()
     assert rec.cases[0].message == f"needs sm_100a; this is {name}, sm_{major}{minor}"
+
+
+def test_event_rewind_cannot_shorten_the_window_on_gpu():
+    """Re-recording every torch.cuda.Event found through gc and frames moves none of the window's marks (C)."""
+    shapes = ShapeSet("b", (Case((128, 384), (4096, 4096), (1536, 1536), 2, 1111),))
+    honest = run(read_variant(SHARED_CASES / "honest_torch.py"), shapes, RunOptions("benchmark", settings=FAST))
+    cheat = run(read_variant(ADVERSARIAL / "event_rewind.py"), shapes, RunOptions("benchmark", settings=FAST))
+    assert cheat.window == "native" and cheat.cases[0].status is Status.PASS, cheat.cases[0].message
+    assert cheat.cases[0].stats.best_ns > 0.5 * honest.cases[0].stats.mean_ns  # not one call's tail of fifteen
+
+
+@pytest.mark.parametrize("name", ["raw_thread.py", "raw_thread_idle.py"])
+def test_raw_threads_fail_on_gpu(name):
+    r = run(read_variant(SHARED_CASES / name), TWO_GROUPS, RunOptions("benchmark", settings=FAST)).cases[0]
+    assert r.status is Status.FAIL and r.message.startswith("work outside the timed window: thread '"), r.message
+
+
+def test_compiled_honest_passes_on_gpu_with_a_cold_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    r = run(read_variant(SHARED_CASES / "compiled_honest.py"), TWO_GROUPS,
+            RunOptions("benchmark", settings=FAST.with_timeout(600))).cases[0]
+    assert r.status is Status.PASS, r.message
+
+
+def test_kernel_time_and_overhead_are_recorded_on_gpu():
+    rec = run(resolve("torch_reference"), TWO_GROUPS, RunOptions("benchmark", settings=FAST))
+    r = rec.cases[0]
+    assert r.status is Status.PASS and 0 < r.kernel_ns and r.overhead_ms_per_sample > 0 and rec.wall_s > 0
+    assert r.host_share == (r.stats.mean_ns - r.kernel_ns) / r.stats.mean_ns
