@@ -157,6 +157,10 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e6:.1f} ms"
 
 
+#: The guard's word for a hook it refused to install (sys.addaudithook): it never ran, so it is only noted.
+REFUSED = " refused"
+
+
 def outside_window(reply: P.RunReply) -> str | None:
     """The verdict on what the worker saw around the window, or None: threads that used CPU outside it, hooks
     and modes that run submission code inside ours, work left on other streams, outputs changed after it."""
@@ -166,8 +170,9 @@ def outside_window(reply: P.RunReply) -> str | None:
         more = f" and {len(reply.threads) - 3} more thread(s) did too" if len(reply.threads) > 3 else ""
         return (f"work outside the timed window: {'; '.join(shown)}{more} of CPU between samples or around the "
                 f"window; a submission's threads must be idle outside its custom_kernel calls")
-    if reply.hooks or reply.modes:
-        return ("the submission left code that runs outside its calls: " + ", ".join(reply.hooks + reply.modes)
+    active = [h for h in reply.hooks if not h.endswith(REFUSED)] + list(reply.modes)
+    if active:
+        return ("the submission left code that runs outside its calls: " + ", ".join(active)
                 + "; fp4bench removed it, and the case fails because it could act outside the timed window")
     if reply.late_streams:
         return (f"{reply.late_streams} other CUDA stream(s) still had work queued when the timed window closed; "
@@ -223,10 +228,9 @@ class CaseRunner:
         if mismatch:
             raise CaseFailed(Status.FAIL, mismatch)
         self._checked[case] = self.checked(case) + len(seeds)
-        for name in reply.guard:
-            note = f"the submission replaced {name}; fp4bench measures with its own captured copy"
-            if note not in self.notes:
-                self.notes.append(note)
+        notes = [f"the submission replaced {name}; fp4bench measures with its own captured copy" for name in reply.guard]
+        notes += [f"{h} (it never ran)" for h in reply.hooks if h.endswith(REFUSED)]
+        self.notes += [n for n in notes if n not in self.notes]
         return reply
 
     def correctness(self, case: Case, seed: int) -> None:

@@ -323,4 +323,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if os.environ.get("FP4BENCH_WORKER_PROFILE"):  # diagnostics: cProfile of the worker, written at exit
+        import cProfile
+        cProfile.run("main()", os.environ["FP4BENCH_WORKER_PROFILE"])
+    else:
+        main()
