@@ -16,7 +16,7 @@ import torch
 
 from harness import protocol as P
 from harness.buffers import SharedBuffer
-from task.arena import Layout, Views, draw_official, reference_inputs, write_input
+from task.arena import Layout, Views, copy_plain, draw_official, reference_inputs, write_input
 from task.check import OutputMeta, ReferenceError, check_outputs, compare, validate_container
 from task.inputs import generate_input
 from task.reference import ref_kernel
@@ -96,6 +96,7 @@ class Sample:
         else:
             gen = torch.Generator(device=self.device).manual_seed(seeds[0])
             plain = draw_official(private, gen)
+            self._copy_plain_aside(private, plain)
             ref_in = reference_inputs(private, plain)
         dst, src = [], []
         for j, x in enumerate(ref_in):
@@ -106,6 +107,17 @@ class Sample:
         sh["device"].tensor[:L.device_bytes].copy_(self._private)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+    def _copy_plain_aside(self, private: Views, plain) -> None:
+        """The plain scales to the host buffer; on a GPU on a second stream, so the copy engine moves them while
+        the reference computes (``plain`` stays referenced until prepare's final synchronize)."""
+        if self.device.type != "cuda":
+            copy_plain(private, plain)
+            return
+        side = self._side = getattr(self, "_side", None) or torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            copy_plain(private, plain)
 
     def judge(self, reply: P.RunReply) -> str | None:
         """None if every call returned the expected outputs; else what is wrong, for the first call that is.

@@ -7,10 +7,11 @@ output has a region in a third:
 - ``host``: sfa, sfb (input_t keeps the plain scales on the CPU);
 - ``output``: one fp16 [M, N] region per call and group, where the worker copies what each call returned.
 
-Call j's regions sit at ``j * call_stride`` of each buffer, so one strided view with a leading ``calls``
-dimension covers a tensor of every call: a draw or a copy costs one kernel per group and tensor, not per call.
-Device regions start on ALIGN-byte boundaries (kernels may load 16-byte vectors or use TMA); the host and output
-regions are packed. The views have the strides the official generator gives (a and b K-major permuted views of
+In the device and output buffers call j's regions sit at ``j * call_stride``; in the host buffer each group's
+sfa (and sfb) of all calls are one contiguous block, so the copy of the plain scales from a GPU is one contiguous
+transfer per group and operand. Either way one view with a leading ``calls`` dimension covers a tensor of every
+call: a draw or a copy costs one kernel per group and tensor, not per call. Device regions start on ALIGN-byte
+boundaries (kernels may load 16-byte vectors or use TMA); the host and output regions are packed. The views have the strides the official generator gives (a and b K-major permuted views of
 [1, M, K/2], c of [1, M, N], the reordered scales the blocked view, task.formats).
 """
 from __future__ import annotations
@@ -37,8 +38,9 @@ def _up(x: int, to: int) -> int:
 
 @dataclass(frozen=True)
 class GroupLayout:
-    """Byte offsets (call 0) of one group's tensors, and its sizes. ``rest_mn_a/b`` and ``rest_k`` count the
-    blocked layout's 128-row and 4-column atoms."""
+    """Byte offsets (call 0) of one group's tensors, and its sizes (``sfa``/``sfb``: the start of that operand's
+    block of all calls in the host buffer). ``rest_mn`` and ``rest_k`` count the blocked layout's 128-row and
+    4-column atoms."""
 
     m: int
     n: int
@@ -72,7 +74,7 @@ class Layout:
     calls: int
     groups: tuple[GroupLayout, ...]
     device_stride: int
-    host_stride: int
+    host_per_call: int
     output_stride: int
 
     @property
@@ -81,7 +83,7 @@ class Layout:
 
     @property
     def host_bytes(self) -> int:
-        return self.host_stride * self.calls
+        return self.host_per_call * self.calls
 
     @property
     def output_bytes(self) -> int:
@@ -102,7 +104,7 @@ class Layout:
                                ("sfa_r", blocked(m)), ("sfb_r", blocked(n))):
                 offs[name] = dev
                 dev = _up(dev + size, ALIGN)
-            offs["sfa"], offs["sfb"] = host, host + m * cols
+            offs["sfa"], offs["sfb"] = host * calls, (host + m * cols) * calls
             host += (m + n) * cols
             offs["out"] = out
             out += m * n * 2
@@ -139,8 +141,8 @@ class Views:
                                        (1, g.rest_mn(g.m), g.rest_k, 32, 4, 4), c))
             self.sfb_r.append(_batched(device, L.device_stride, g.sfb_r,
                                        (1, g.rest_mn(g.n), g.rest_k, 32, 4, 4), c))
-            self.sfa.append(_batched(host, L.host_stride, g.sfa, (1, g.m, g.sf_cols), c))
-            self.sfb.append(_batched(host, L.host_stride, g.sfb, (1, g.n, g.sf_cols), c))
+            self.sfa.append(_batched(host, g.m * g.sf_cols, g.sfa, (1, g.m, g.sf_cols), c))
+            self.sfb.append(_batched(host, g.n * g.sf_cols, g.sfb, (1, g.n, g.sf_cols), c))
             if output is not None:
                 self.out.append(_half(output, L.output_stride, g.out, (g.m, g.n, 1), c))
 
@@ -193,7 +195,8 @@ def draw_official(views: Views, gen: torch.Generator) -> list[list[torch.Tensor]
     OFFICIAL_NIBBLE_MASK, c standard normal fp16, every scale (padding included) 1.0 or 2.0 with probability 1/2;
     the draw order is not (the official order draws the plain scales on the CPU generator, which costs about
     20 ms per million scales; task.inputs.generate_input keeps that order bit for bit). Returns, per group, the
-    plain scales sfa and sfb as [calls, rows, K/16] uint8 tensors on the device (for the reference).
+    plain scales sfa and sfb as contiguous [calls, rows, K/16] uint8 tensors on the device: the reference reads
+    them there, and ``copy_plain`` puts them into the host buffer.
     """
     dev = views.a[0].device if views.a else torch.device("cpu")
     plain = []
@@ -210,11 +213,17 @@ def draw_official(views: Views, gen: torch.Generator) -> list[list[torch.Tensor]
             # padded[r, j] = storage[r // 128, j // 4, r % 32, (r % 128) // 32, j % 4] (task.formats.blocked_offset)
             reordered.view(-1, rest_mn, rest_k, 32, 4, 4).copy_(
                 padded.view(-1, rest_mn, 4, 32, rest_k, 4).permute(0, 1, 4, 3, 2, 5))
-            valid = padded[:, :rows, :g.sf_cols]
-            host.view(-1, rows, g.sf_cols).copy_(valid, non_blocking=host.device != valid.device)
-            pair.append(valid)
+            pair.append(padded[:, :rows, :g.sf_cols].contiguous())
         plain.append(pair)
     return plain
+
+
+def copy_plain(views: Views, plain: Sequence[Sequence[torch.Tensor]]) -> None:
+    """Copy ``draw_official``'s plain scales into the host buffer (one contiguous copy per group and operand;
+    asynchronous from a GPU into page-locked memory: synchronize before reading them)."""
+    for i, (pa, pb) in enumerate(plain):
+        for host, p in ((views.sfa[i], pa), (views.sfb[i], pb)):
+            host.view(p.shape).copy_(p, non_blocking=host.device != p.device)
 
 
 def reference_inputs(views: Views, plain: Sequence[Sequence[torch.Tensor]] | None = None) -> list[input_t]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from task.arena import ALIGN, E4M3FN_ONE, E4M3FN_TWO, Layout, Views, draw_official, reference_inputs, write_input
+from task.arena import (ALIGN, E4M3FN_ONE, E4M3FN_TWO, Layout, Views, copy_plain, draw_official, reference_inputs,
+                        write_input)
 from task.formats import unblock
 from task.inputs import OFFICIAL_NIBBLE_MASK, generate_input
 from task.reference import ref_kernel
@@ -46,7 +47,9 @@ def test_layout_aligns_device_regions_and_packs_the_rest():
     g0, g1 = layout.groups
     for off in (g0.a, g0.b, g0.c, g0.sfa_r, g0.sfb_r, g1.a, layout.device_stride):
         assert off % ALIGN == 0
-    assert (g0.sfa, g0.sfb, g1.sfa, layout.host_stride) == (0, 76 * 8, 76 * 8 + 128 * 8, (76 + 128) * 8 + (4 + 256) * 4)
+    # host: each group's sfa of both calls, then its sfb of both calls, ...: one contiguous block per operand
+    assert (g0.sfa, g0.sfb, g1.sfa, g1.sfb) == (0, 2 * 76 * 8, 2 * (76 + 128) * 8, 2 * ((76 + 128) * 8 + 4 * 4))
+    assert layout.host_bytes == 2 * ((76 + 128) * 8 + (4 + 256) * 4)
     assert (g0.out, g1.out, layout.output_stride) == (0, 76 * 128 * 2, 76 * 128 * 2 + 4 * 256 * 2)
     assert layout.device_bytes == 2 * layout.device_stride
 
@@ -56,6 +59,7 @@ def test_fast_draw_has_the_official_values_and_consistent_scales():
     layout = Layout.of(case, 4)
     views = Views(layout, *_buffers(layout))
     plain = draw_official(views, torch.Generator().manual_seed(1))
+    copy_plain(views, plain)
     inputs = views.inputs()
     allowed = {v & OFFICIAL_NIBBLE_MASK for v in range(255)}
     seen_a = set()
@@ -79,6 +83,7 @@ def test_reference_inputs_use_the_device_copies_of_the_plain_scales():
     layout = Layout.of(case, 2)
     views = Views(layout, *_buffers(layout))
     plain = draw_official(views, torch.Generator().manual_seed(2))
+    copy_plain(views, plain)
     for x, y in zip(reference_inputs(views, plain), views.inputs()):
         assert torch.equal(ref_kernel(x)[0].view(torch.int16), ref_kernel(y)[0].view(torch.int16))
 

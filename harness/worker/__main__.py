@@ -234,19 +234,24 @@ class Worker:
             torch.cuda.synchronize()
             self.flush()
         # The profiler starts threads of its own (CUPTI, Kineto) on entry and exit: those join the trusted set;
-        # a thread born while the calls run does not.
+        # a thread born while the calls run does not. Only the calls are profiled; the copies come after.
         ours = set(threads.snapshot().threads)
         prof = profile(activities=acts)
         prof.__enter__()
         entered = set(threads.snapshot().threads)
         try:
-            result = timing.run_window(self.window, self.kernel, inputs, copy_out, cuda)
+            outputs = self.window.run_calls(self.kernel, inputs, torch.cuda.current_stream().cuda_stream
+                                            if cuda else None)
             if cuda:
                 torch.cuda.synchronize()
         finally:
             called = set(threads.snapshot().threads)
             prof.__exit__(None, None, None)
             self.profiler_threads = frozenset((entered - ours) | (set(threads.snapshot().threads) - called))
+        copy_out(outputs, False)
+        if cuda:
+            torch.cuda.synchronize()
+        result = timing.Window(0.0, outputs)
         kernel_ns = None
         if cuda:
             total_us = sum(e.device_time for e in prof.events() if e.device_type == DeviceType.CUDA)
