@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from harness import seeds as seedlib
 from harness.cli import main
-from harness.compare import MODE, compare
+from harness.compare import MIN_PAIRS, MODE, compare
 from harness.popcorn import ExitCode
 from harness.ranking import compare_geomeans, compare_samples
 from harness.record import Status
@@ -120,15 +120,28 @@ def test_b_raising_fails_every_shape_for_b_only():
     assert result.overall is None and result.exit_code == 112
 
 
-def test_unmet_requirement_skips_both_sides_with_the_reason(tmp_path):
+def test_unmet_side_is_skipped_and_the_other_timed_alone(tmp_path):
+    """B needs a B200: it is skipped on every shape with the reason, and A still gets its correctness call,
+    warm-up and timed samples (every output checked), with a note saying it ran alone; no ratio."""
     f = tmp_path / "needs_b200.py"
     f.write_text("#!FP4BENCH requires sm_100a\nraise SystemExit('must never be imported')\n")
     result = compare(REFERENCE, read_variant(f), TWO_CASES, OPTS)
     assert result.unmet.startswith("B (needs_b200) needs sm_100a; this ")
+    assert result.timed_alone == "A (torch_reference)"
     for shape in result.shapes:
-        assert shape.a.status is shape.b.status is Status.SKIPPED and shape.comparison is None
-        assert shape.b.message.startswith("needs sm_100a") and shape.a.message.startswith("not run: B (needs_b200)")
-        assert shape.note.startswith("B skipped: needs sm_100a")
+        assert shape.b.status is Status.SKIPPED and shape.b.message.startswith("needs sm_100a; this ")
+        assert shape.b.samples_ns == () and shape.b.calls_checked == 0
+        assert shape.a.status is Status.PASS and shape.a.message == ""
+        assert MIN_PAIRS <= len(shape.a.samples_ns) <= FAST.max_runs
+        assert shape.a.calls_checked == 1 + FAST.calls_per_sample * len(shape.a.samples_ns)
+        assert shape.comparison is None
+        assert shape.note.startswith("B skipped: needs sm_100a; this ")
+        assert shape.note.endswith("; A (torch_reference) timed alone")
+        _, no_ratio = shape.row
+        assert (no_ratio.a_status, no_ratio.b_status, no_ratio.b_ns) == ("pass", "skipped", None)
+        assert no_ratio.a_ns == pytest.approx(shape.a.stats.mean_ns)
+    assert result.overall is None and result.overall_label == "geomean (0 of 2 shapes)"
+    assert result.a.geomean_ns > 0 and result.b.geomean_ns is None
     assert result.exit_code is ExitCode.OK                                    # as run: skipped shapes do not fail
 
 
@@ -194,3 +207,4 @@ def test_cli_failing_b_exit_code_and_formats(tmp_path, monkeypatch):
     assert text.exit_code == 112 and "B fail: output 0: dtype torch.float32" in text.stdout
     bad = _cli("torch_reference", "no_such_variant", "--no-store")
     assert bad.exit_code == ExitCode.BAD_SPEC and "not found" in bad.output
+
