@@ -6,6 +6,7 @@ import csv
 import dataclasses
 import io
 import json
+import math
 import re
 
 import click
@@ -208,6 +209,17 @@ def test_plots_return_png_and_check_dimensions():
     assert roof[:8] == b"\x89PNG\r\n\x1a\n"
     many = [(f"G=3 M=[{i},128,256] N=[384,256,128] K=[256,512,256]", 150.0 + i) for i in range(10)]
     assert plots.roofline_png(GPU_PEAKS, [], many)[:4] == b"\x89PNG"       # numbered labels with a key
+
+
+def test_roofline_labels_of_nearby_shapes_share_one_label():
+    shapes = [("a", 100.0), ("b", 101.0), ("c", 300.0), ("d", 102.5), ("e", 1000.0)]
+    placed = plots.label_clusters(shapes, 10.0, 10_000.0, named=False)
+    assert [text for _, text in placed] == ["1, 2, 4", "3", "5"]             # numbered from 1, in x order
+    assert placed[0][0] == pytest.approx((100.0 * 101.0 * 102.5) ** (1 / 3))
+    assert [text for _, text in plots.label_clusters(shapes, 10.0, 10_000.0, named=True)][0] == "a, b, d"
+    xs = [x for x, _ in placed]
+    gaps = [math.log(b / a) / math.log(1000.0) for a, b in zip(xs, xs[1:])]
+    assert min(gaps) >= plots.LABEL_GAP
 
 
 # --------------------------------------------------------------------------------------------------- CLI
