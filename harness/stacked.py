@@ -64,7 +64,7 @@ class StackedTable:
     """A table of rows (a key cell and one cell per value column) that renders as one or more rich tables
     stacked vertically, each at most the console's width (module docstring).
 
-    ``title``: printed bold above the tables; ``caption``: printed dim below them; ``notes()``: further lines
+    ``title``: printed bold above the tables; ``caption``: printed dim below them; ``add_note``: further lines
     below (e.g. each failed shape's message). Raises ValueError when a row has the wrong number of cells."""
 
     def __init__(self, title: Cell, key: Col, columns: Sequence[Col], caption: Cell = ""):
@@ -106,7 +106,7 @@ class StackedTable:
         for i in range(len(self.columns)):
             natural, narrowest = self._natural(i)
             group = self.columns[i].group
-            if current and group and (i == 0 or self.columns[i - 1].group != group):
+            if current and group and self.columns[i - 1].group != group:  # a group starts here
                 need = self._group_width(i)
                 if left < need <= room:
                     panels.append(current)

@@ -13,6 +13,7 @@ from harness.cli import main
 from harness.compare import MIN_PAIRS, MODE, compare
 from harness.popcorn import ExitCode
 from harness.ranking import compare_geomeans, compare_samples
+from harness.report import fmt_us
 from harness.record import Status
 from harness.registry import read_variant, resolve
 from harness.runner import Observer, RunOptions, Session
@@ -167,8 +168,8 @@ def _settings_file(tmp_path):
     return str(path)
 
 
-def _cli(*args):
-    return CliRunner().invoke(main, ["compare", *args], env={"COLUMNS": "120", "FP4BENCH_DB": None})
+def _cli(*args, width=120):
+    return CliRunner().invoke(main, ["compare", *args], env={"COLUMNS": str(width), "FP4BENCH_DB": None})
 
 
 def test_cli_json_output_and_store(tmp_path):
@@ -208,3 +209,21 @@ def test_cli_failing_b_exit_code_and_formats(tmp_path, monkeypatch):
     bad = _cli("torch_reference", "no_such_variant", "--no-store")
     assert bad.exit_code == ExitCode.BAD_SPEC and "not found" in bad.output
 
+
+def test_cli_times_the_side_that_can_run_and_says_so(tmp_path):
+    f = tmp_path / "needs_b200.py"
+    f.write_text("#!FP4BENCH requires sm_100a\nraise SystemExit('must never be imported')\n")
+    db = tmp_path / "r.sqlite"
+    res = _cli("torch_reference", str(f), "--shapes", "m: [64]; n: [128]; k: [256]; g: 1; seed: 5",
+               "--settings", _settings_file(tmp_path), "--db", str(db), width=80)
+    assert res.exit_code == 0, res.output
+    stderr = " ".join(res.stderr.split())
+    assert "cannot compare here: B (needs_b200) needs sm_100a; this " in stderr
+    assert stderr.split("recorded:")[0].rstrip().endswith("; A (torch_reference) timed alone")
+    with ResultStore(db) as store:
+        (a,) = store.runs(variant="torch_reference", mode="compare")
+    assert a.cases[0].status is Status.PASS and a.cases[0].stats.runs >= MIN_PAIRS
+    row = next(line for line in res.stdout.splitlines() if line.startswith("│ 1 "))
+    cells = [c.strip() for c in row.strip("│").split("│")]
+    assert cells[:4] == ["1", "G=1 M=64 N=128 K=256", fmt_us(a.cases[0].stats.mean_ns), "skipped"]
+    assert "B skipped: needs sm_100a; this" in res.stdout and "timed alone" in res.stdout
