@@ -44,7 +44,7 @@ from harness.popcorn import ExitCode, exit_code
 from harness.ranking import Comparison, compare_geomeans, compare_samples
 from harness.record import CaseResult, RunRecord, Status
 from harness.registry import Variant
-from harness.report import CompareRow, NoRatio
+from harness.report import CompareRow, NoRatio, plural
 from harness.runner import CaseFailed, CaseRunner, Observer, RunOptions, Session, close_record, new_record
 from harness.stats import StoppingRule, summarize
 from task.inputs import default_device
@@ -171,7 +171,8 @@ def compare(a: Variant, b: Variant, shapes: ShapeSet, opts: RunOptions = RunOpti
     per_shape = tuple(_shape(i, ra, rb, *sides, alone) for i, (ra, rb) in enumerate(zip(rec_a.cases, rec_b.cases)))
     compared = [s for s in per_shape if s.comparison is not None]
     overall = compare_geomeans([s.a.stats for s in compared], [s.b.stats for s in compared]) if compared else None
-    label = "geomean" if len(compared) == len(per_shape) else f"geomean ({len(compared)} of {len(per_shape)} shapes)"
+    label = ("geomean" if len(compared) == len(per_shape)
+             else f"geomean ({len(compared)} of {plural(len(per_shape), 'shape')})")
     reason = "; ".join(f"{s.name} {unmet[s.letter]}" for s in sides if s.letter in unmet)
     return CompareResult(rec_a, rec_b, per_shape, overall, label, reason, alone)
 
