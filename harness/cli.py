@@ -8,15 +8,15 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 
 from harness import cli_reports, popcorn, seeds
 from harness import compare as compare_mod
-from harness.console import ProgressObserver, results_table, side_by_side
+from harness.console import (ProgressObserver, compare_rich_table, profile_section, results_table, side_by_side,
+                             variants_table)
 from harness.environment import device_facts
 from harness.registry import RegistryError, find_variants, resolve
-from harness.report import compare_rich_table, compare_table
+from harness.report import compare_table
 from harness.runner import MODES, Observer, RunOptions, run as run_variant
 from harness.settings import SettingsError, load_settings
 from harness.store import ResultStore, StoreRecorder, resolve_db_path
@@ -25,7 +25,7 @@ from task.spec import SpecError, load_shapes
 
 
 def _fail(message: str, code: int) -> None:
-    Console(stderr=True).print(f"[red]error:[/] {message}")
+    Console(stderr=True).print(Text.assemble(("error:", "red"), " ", message))
     sys.exit(code)
 
 
@@ -95,14 +95,13 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
         else:
             record = run_variant(variant, shape_set, opts, StoreRecorder(store, Observer()) if store else Observer())
         records.append(record)
-        console.print(results_table(record))
-        for r in record.cases:
-            if r.profile:
-                console.rule(f"profile: {r.case.name or r.case.text()}")
-                console.print(r.profile, markup=False, highlight=False)
         if json_path:
             target = json_path if len(variants) == 1 else json_path.with_name(f"{json_path.stem}-{variant.name}.json")
             target.write_text(record.to_json())
+        console.print(results_table(record))
+        for i, r in enumerate(record.cases):
+            if r.profile:
+                console.print(profile_section(r, i))
     if len(records) > 1:
         console.print(side_by_side(records))
     for record in records:
@@ -126,8 +125,9 @@ def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, 
     opts = RunOptions(compare_mod.MODE, data, secret, settings)
     err = Console(stderr=True)
     store = None if no_store else ResultStore(resolve_db_path(db))
-    progress = ProgressObserver(err, len(shape_set.cases), f"{va.name} vs {vb.name}") if err.is_terminal else None
-    observers = (progress or Observer(), Observer())
+    progress = (ProgressObserver(err, len(shape_set.cases), f"{va.name} vs {vb.name}", sides=2)
+                if err.is_terminal else None)
+    observers = (progress or Observer(), progress or Observer())
     if store:
         observers = tuple(StoreRecorder(store, o) for o in observers)
     try:
@@ -137,34 +137,27 @@ def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, 
         if store:
             store.close()
     if result.unmet:
-        err.print(f"[yellow]cannot compare here:[/] {escape(result.unmet)}")
+        err.print(Text.assemble(("cannot compare here: ", "yellow"), result.unmet,
+                                (f"; {result.timed_alone} timed alone" if result.timed_alone else "")))
     if fmt == "text" and out is None:
         Console().print(compare_rich_table(va.name, vb.name, result.rows, result.overall,
                                            overall_label=result.overall_label))
     else:
         extra = {"a_run_id": result.a.run_id, "b_run_id": result.b.run_id, "shape_set": shape_set.name,
-                 "data": data, "exit_code": int(result.exit_code), "unmet": result.unmet}
+                 "data": data, "exit_code": int(result.exit_code), "unmet": result.unmet,
+                 "timed_alone": result.timed_alone}
         cli_reports.emit(compare_table(va.name, vb.name, result.rows, result.overall, fmt, result.overall_label,
                                        extra), out)
     if store:
-        err.print(f"[dim]recorded: A {result.a.run_id}, B {result.b.run_id} in {store.path} "
-                  f"(fp4bench report {result.a.run_id} {result.b.run_id})[/]")
+        err.print(Text(f"recorded: A {result.a.run_id}, B {result.b.run_id} in {store.path} "
+                       f"(fp4bench report {result.a.run_id} {result.b.run_id})", style="dim"))
     sys.exit(result.exit_code)
 
 
 @main.command("list")
 def list_cmd() -> None:
     """Every variant under submissions/: its POPCORN headers, what it needs, whether it can run here."""
-    facts = device_facts()
-    table = Table(title=f"variants (this machine: {facts.name}"
-                        f"{f', sm_{facts.cc_major}{facts.cc_minor}' if facts.cuda else ''})")
-    for col in ("variant", "leaderboard", "gpu", "requires", "runs here"):
-        table.add_column(col)
-    for v in find_variants():
-        reason = v.requires.unmet_reason(facts)
-        table.add_row(v.name, v.popcorn.get("leaderboard", ""), v.popcorn.get("gpu", ""), v.requires.text,
-                      "[green]yes[/]" if reason is None else f"[yellow]no[/]: {reason}")
-    Console().print(table)
+    Console().print(variants_table(find_variants(), device_facts()))
 
 
 cli_reports.register(main)

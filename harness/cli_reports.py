@@ -1,26 +1,26 @@
 """Report commands attached to the CLI group: ``leaderboard``, ``report`` and ``history``.
 
 They only read the results store (harness/store.py); rankings and intervals come from harness/ranking.py,
-tables and pictures from harness/report.py. Terminal output uses rich; ``--format`` output is plain text
-written with click (never through rich, whose markup would eat ``[...]``).
+tables and pictures from harness/report.py. Terminal tables are harness.stacked.StackedTables (they stack
+rather than cut at any width, and show stored text verbatim); ``--format`` output is plain text written with
+click.
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
+from typing import Sequence
 
 import click
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from rich.console import Console, Group
+from rich.text import Text
 
+from harness.console import SHAPE_KEY
 from harness.ranking import Verdict
-from harness.report import (FORMATS, Board, ReportError, fmt_interval_us, fmt_pm, fmt_us, history_rows,
-                            leaderboard_report, leaderboards, rank_text, report, shape_label, short_commit)
+from harness.report import (FORMATS, RANK_NOTE, Board, HistoryRow, ReportError, fmt_change, fmt_interval_us,
+                            fmt_pct, fmt_pm, fmt_us, history_rows, leaderboard_report, leaderboards, plural,
+                            rank_text, report, shape_label, shape_number, short_commit)
+from harness.stacked import Col, StackedTable
 from harness.store import ResultStore, StoreError, gpu_model, resolve_db_path
-
-#: Shape names longer than this are numbered in terminal tables, with a key under the table.
-SHORT_LABEL = 18
 
 _DB = click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
                    help="Results store (default: $FP4BENCH_DB, else results/fp4bench.sqlite).")
@@ -43,36 +43,25 @@ def emit(text: str, out: Path | None) -> None:
     click.echo(f"wrote {out} ({len(text.encode('utf-8'))} bytes)", err=True)
 
 
-def board_rich_table(board: Board) -> Table:
-    """A rich table of one board: rank (``=2`` for a shared rank), variant, geomean us, 95 % CI, % SOL of the
-    board's GPU model, per-shape means (us), who it ties with, run id and commit."""
-    labels = [shape_label(c) for c in board.cases]
-    numbered = any(len(label) > SHORT_LABEL for label in labels)
-    caption = "rank = 1 + number of variants detectably faster; overlapping 95% intervals are ties (shown =N)"
-    if numbered:
-        caption += "\n" + "\n".join(f"shape {i + 1}: {label}" for i, label in enumerate(labels))
-    table = Table(title=escape(board.title), caption=escape(caption), caption_justify="left")
-    table.add_column("rank", justify="right", no_wrap=True)
-    table.add_column("variant", no_wrap=True)
-    table.add_column("geomean us", justify="right", no_wrap=True)
-    table.add_column("95% CI us", justify="right", no_wrap=True)
-    if board.peaks:
-        table.add_column(f"% SOL {board.peaks.model}", justify="right", no_wrap=True)
-    for i, label in enumerate(labels):
-        table.add_column(f"shape {i + 1}\nus" if numbered else escape(f"{label}\nus"), justify="right",
-                         no_wrap=True)
-    table.add_column("tied with")
-    table.add_column("run", style="dim", overflow="fold")
-    table.add_column("commit", style="dim", overflow="fold")
+def board_rich_table(board: Board) -> Group:
+    """One board in the terminal, two stacked tables: the ranking (rank, ``=2`` for a shared rank; variant;
+    geomean us; 95 % CI; % SOL of the board's GPU model; who it ties with; run id; commit), then the per-shape
+    mean times (us) with shapes as rows, numbered from 1, and the variants in rank order as columns."""
+    ranking = StackedTable(board.title, Col("rank"), [Col("variant", "left", style="bold"), Col("geomean us"),
+                                                       Col("95% CI us")]
+                           + ([Col(f"% SOL {board.peaks.model}")] if board.peaks else [])
+                           + [Col("tied with", "left", wrap=True), Col("run", "left", style="dim"),
+                              Col("commit", "left", style="dim")], RANK_NOTE)
     for e in board.entries:
-        row = [rank_text(e, board), f"[bold]{escape(e.variant)}[/]", fmt_us(e.interval.estimate),
-               fmt_interval_us(e.interval)]
-        if board.peaks:
-            row.append("" if e.pct_sol is None else f"{e.pct_sol:.1f}")
-        row += [fmt_us(c.stats.mean_ns) for c in e.run.cases]
-        row += [escape(", ".join(e.tied_with) or "-"), escape(e.run.run_id), escape(short_commit(e.run.git_commit))]
-        table.add_row(*row)
-    return table
+        ranking.add_row(rank_text(e, board), e.variant, fmt_us(e.interval.estimate), fmt_interval_us(e.interval),
+                        *([fmt_pct(e.pct_sol)] if board.peaks else []),
+                        ", ".join(e.tied_with) or "-", e.run.run_id, short_commit(e.run.git_commit))
+    shapes = StackedTable("", SHAPE_KEY, [Col("shape", "left")] + [Col(f"{e.variant}\nus") for e in board.entries],
+                          "per-shape mean time per call, us; variants in rank order")
+    for i, case in enumerate(board.cases):
+        shapes.add_row(shape_number(i), shape_label(case), *(fmt_us(e.run.cases[i].stats.mean_ns)
+                                                              for e in board.entries))
+    return Group(ranking, shapes)
 
 
 @click.command("leaderboard")
@@ -99,15 +88,15 @@ def leaderboard_cmd(db, shapes, gpu, mode, data, fmt, out) -> None:
         return
     console = Console()
     if not boards:
-        console.print(f"no passing {mode} runs in {path}"
-                      + (f" for shapes {shapes}" if shapes else "") + (f" on {gpu}" if gpu else "")
-                      + f" ({considered} runs considered)")
+        console.print(Text(f"no passing {mode} runs in {path}"
+                           + (f" for shapes {shapes}" if shapes else "") + (f" on {gpu}" if gpu else "")
+                           + f" ({plural(considered, 'run')} considered)"))
         return
     for board in boards:
         console.print(board_rich_table(board))
     skipped = considered - len(runs)
     if skipped:
-        console.print(f"[dim]{skipped} run(s) not ranked: incomplete or not every case passed[/]")
+        console.print(Text(f"{plural(skipped, 'run')} not ranked: incomplete or not every case passed", style="dim"))
 
 
 @click.command("report")
@@ -159,37 +148,37 @@ def history_cmd(variant, db, mode, shapes, gpu, limit) -> None:
         path = store.path
     console = Console()
     if not runs:
-        console.print(f"no runs of {variant!r} in {path}" + (f" (mode {mode})" if mode else ""))
+        console.print(Text(f"no runs of {variant!r} in {path}" + (f" (mode {mode})" if mode else "")))
         return
-    rows = history_rows(runs)
+    console.print(history_table(variant, history_rows(runs)))
+
+
+def history_table(variant: str, rows: Sequence[HistoryRow]) -> StackedTable:
+    """A variant's runs (report.HistoryRow, oldest first), keyed by run id: when it started, its commit, the
+    mode / shapes / GPU where these differ between runs (else in the title), its result, geomean us with the
+    95 % half-width, and the change against the previous comparable passing run with its verdict."""
     context = {"mode": lambda r: r.mode, "shapes": lambda r: r.shape_set,
                "GPU": lambda r: gpu_model(r.environment.device)}
     shared = {k: f(rows[0].run) for k, f in context.items() if len({f(r.run) for r in rows}) == 1}
     varying = [k for k in context if k not in shared]
     title = f"history of {variant}" + (f" ({', '.join(shared.values())})" if shared else "")
-    table = Table(title=escape(title),
-                  caption="±: 95% CI half-width; change: geomean against the previous comparable passing run "
-                          "(same GPU, shapes, data, mode), with its 95% CI")
-    columns = ["started (UTC)", "run", "commit", *varying, "result", "geomean us", "±", "change", "verdict"]
-    numeric = {"geomean us", "±", "change"}
-    for col in columns:
-        table.add_column(col, justify="right" if col in numeric else "left", overflow="fold",
-                         no_wrap=col in numeric or col in ("run", "started (UTC)", "verdict"))
+    columns = ([Col("started (UTC)", "left"), Col("commit", "left")] + [Col(k, "left") for k in varying]
+               + [Col("result", "left"), Col("geomean us"), Col("±"), Col("change"), Col("verdict", "left")])
+    table = StackedTable(title, Col("run", "left"), columns,
+                         "±: 95% CI half-width; change: geomean against the previous comparable passing run "
+                         "(same GPU, shapes, data, mode), with its 95% CI half-width")
     for row in rows:
         run = row.run
-        status = f"[green]{row.status}[/]" if row.status == "passed" else f"[red]{escape(row.status)}[/]"
-        change, verdict = "", ""
+        status = Text(row.status, style="green" if row.status == "passed" else "red")
+        change, verdict = "", Text("")
         if row.change is not None:
-            c = row.change
-            change = f"{100 * (c.ratio - 1):+.1f} %"
-            if math.isfinite(c.high):
-                change += f" ±{100 * max(c.high - c.ratio, c.ratio - c.low):.1f}"
-            verdict = {Verdict.FASTER: "[green]faster[/]", Verdict.SLOWER: "[red]slower[/]"}.get(
-                c.verdict, "no detectable difference")
-        cells = [run.started_at.replace("T", " ")[:16], run.run_id, short_commit(run.git_commit),
-                 *(context[k](run) for k in varying)]
-        table.add_row(*map(escape, cells), status, fmt_us(run.geomean_ns), fmt_pm(row.interval), change, verdict)
-    console.print(table)
+            change = fmt_change(row.change)
+            verdict = Text(row.change.verdict.value, style={Verdict.FASTER: "green", Verdict.SLOWER: "red"}.get(
+                row.change.verdict, ""))
+        table.add_row(run.run_id, run.started_at.replace("T", " ")[:16], short_commit(run.git_commit),
+                      *(context[k](run) for k in varying), status, fmt_us(run.geomean_ns), fmt_pm(row.interval),
+                      change, verdict)
+    return table
 
 
 def register(group) -> None:

@@ -23,8 +23,10 @@ come out "slower" at 95 %: the interval is the sampling noise between pairs, not
 Faults: a side that fails a shape (FAIL, ERROR, CRASH, TIMEOUT) ends that shape for both sides (pairing is
 over); the failing side records its status and message, the other side keeps every sample it measured (status
 PASS, with a note), and the shape has no ratio. The next shape runs as usual (a crashed worker is restarted).
-A side that cannot be imported fails every shape and the other side is not run; a side whose ``requires`` is
-not met here skips every shape on both sides, as ``run`` skips it.
+A side that cannot be imported fails every shape and the other side is not run. A side whose ``requires`` is
+not met here is skipped on every shape, as ``run`` skips it, and the other side is timed alone (its own
+correctness call, warm-up and samples, by the same stopping rule): its times are still measured and stored,
+and each shape's note says so; there is no ratio.
 
 Both sides are recorded as ordinary RunRecords with mode ``compare`` (the results store takes any mode; its
 observers, e.g. ``store.StoreRecorder``, get the usual hooks per side).
@@ -42,7 +44,7 @@ from harness.popcorn import ExitCode, exit_code
 from harness.ranking import Comparison, compare_geomeans, compare_samples
 from harness.record import CaseResult, RunRecord, Status
 from harness.registry import Variant
-from harness.report import CompareRow, NoRatio
+from harness.report import CompareRow, NoRatio, plural
 from harness.runner import CaseFailed, CaseRunner, Observer, RunOptions, Session, close_record, new_record
 from harness.stats import StoppingRule, summarize
 from task.inputs import default_device
@@ -81,7 +83,8 @@ class CompareResult:
     """A comparison of ``a`` (A) with ``b`` (B): both finished RunRecords (mode ``compare``), per-shape
     comparisons in case order, and ``overall``: ``compare_geomeans`` over the shapes that have a ratio (None
     when none has), labelled ``overall_label`` (``geomean``, or ``geomean (k of n shapes)``). ``unmet`` is the
-    reason a side cannot run here ("B (cute_grouped) needs sm_100a; ..."), else empty."""
+    reason a side cannot run here ("B (cute_grouped) needs sm_100a; ..."), else empty; ``timed_alone`` names
+    the other side when it ran without a partner (``A (torch_reference)``), else empty."""
 
     a: RunRecord
     b: RunRecord
@@ -89,6 +92,7 @@ class CompareResult:
     overall: Comparison | None
     overall_label: str = "geomean"
     unmet: str = ""
+    timed_alone: str = ""
 
     @property
     def rows(self) -> list[CompareRow]:
@@ -150,34 +154,32 @@ def compare(a: Variant, b: Variant, shapes: ShapeSet, opts: RunOptions = RunOpti
         side.observer.on_start(record)
     facts = device_facts()
     unmet = {s.letter: r for s in sides if (r := s.variant.requires.unmet_reason(facts))}
+    active = tuple(s for s in sides if s.letter not in unmet)
     try:
-        if unmet:
-            _skip_all(shapes.cases, sides, unmet)
-        else:
-            _run_cases(shapes.cases, case_seeds, sides, opts.settings.stopping_rule(MODE),
+        for s in sides:
+            if s.letter in unmet:
+                for case in shapes.cases:
+                    s.finish(CaseResult(case, Status.SKIPPED, unmet[s.letter]))
+        if active:
+            _run_cases(shapes.cases, case_seeds, active, opts.settings.stopping_rule(MODE),
                        opts.settings.calls_per_sample)
     finally:
         for s in sides:
             s.session.release()
     rec_a, rec_b = (close_record(r, s.results, s.observer, s.session, s.runner) for s, r in zip(sides, records))
-    per_shape = tuple(_shape(i, ra, rb, *sides) for i, (ra, rb) in enumerate(zip(rec_a.cases, rec_b.cases)))
+    alone = active[0].name if len(active) == 1 else ""
+    per_shape = tuple(_shape(i, ra, rb, *sides, alone) for i, (ra, rb) in enumerate(zip(rec_a.cases, rec_b.cases)))
     compared = [s for s in per_shape if s.comparison is not None]
     overall = compare_geomeans([s.a.stats for s in compared], [s.b.stats for s in compared]) if compared else None
-    label = "geomean" if len(compared) == len(per_shape) else f"geomean ({len(compared)} of {len(per_shape)} shapes)"
+    label = ("geomean" if len(compared) == len(per_shape)
+             else f"geomean ({len(compared)} of {plural(len(per_shape), 'shape')})")
     reason = "; ".join(f"{s.name} {unmet[s.letter]}" for s in sides if s.letter in unmet)
-    return CompareResult(rec_a, rec_b, per_shape, overall, label, reason)
+    return CompareResult(rec_a, rec_b, per_shape, overall, label, reason, alone)
 
 
-def _skip_all(cases, sides: tuple[_Side, _Side], unmet: dict[str, str]) -> None:
-    """Every case SKIPPED on both sides: the unmet side with its reason, the other naming who cannot run."""
-    blocked = ", ".join(f"{s.name} cannot run here ({unmet[s.letter]})" for s in sides if s.letter in unmet)
-    for case in cases:
-        for s in sides:
-            s.finish(CaseResult(case, Status.SKIPPED, unmet.get(s.letter) or f"not run: {blocked}"))
-
-
-def _run_cases(cases, case_seeds, sides: tuple[_Side, _Side], rule: StoppingRule, calls: int) -> None:
-    """Load both workers, then every case: correctness and warm-up per side, then interleaved timed pairs."""
+def _run_cases(cases, case_seeds, sides: tuple[_Side, ...], rule: StoppingRule, calls: int) -> None:
+    """Load the workers of ``sides`` (both, or the one that can run here), then every case: correctness and
+    warm-up per side, then interleaved timed samples (pairs, or one side's samples alone)."""
     failed = {}
     for s in sides:
         try:
@@ -219,7 +221,7 @@ def _run_cases(cases, case_seeds, sides: tuple[_Side, _Side], rule: StoppingRule
             s.finish(result)
 
 
-def _interleave(index: int, case: Case, seed: int, sides: tuple[_Side, _Side], rule: StoppingRule,
+def _interleave(index: int, case: Case, seed: int, sides: tuple[_Side, ...], rule: StoppingRule,
                 calls: int) -> None:
     """Timed pairs A_i, B_i (same seeds) until both sides' rule says stop (or max runs); a failure ends it."""
     t0 = time.monotonic_ns()
@@ -240,13 +242,17 @@ def _interleave(index: int, case: Case, seed: int, sides: tuple[_Side, _Side], r
             return
 
 
-def _shape(index: int, ra: CaseResult, rb: CaseResult, side_a: _Side, side_b: _Side) -> ShapeComparison:
-    """The per-shape verdict from the two recorded results (compare_samples, paired), or why there is none."""
+def _shape(index: int, ra: CaseResult, rb: CaseResult, side_a: _Side, side_b: _Side, alone: str = ""
+           ) -> ShapeComparison:
+    """The per-shape verdict from the two recorded results (compare_samples, paired), or why there is none
+    (``alone``: the side that was timed without a partner, named in the note)."""
     if not (ra.passed and rb.passed):
         bad = [(s, r) for s, r in ((side_a, ra), (side_b, rb)) if not r.passed]
         bad = [(s, r) for s, r in bad if not r.message.startswith("not run: ")] or bad  # the cause, not the echo
         note = "; ".join(f"{s.letter} {r.status.value}: {r.message.splitlines()[0] if r.message else ''}"
                          for s, r in bad)
+        if alone:
+            note += f"; {alone} timed alone"
         return ShapeComparison(index, ra.case, ra, rb, None, note)
     if len(ra.samples_ns) < 2 or len(ra.samples_ns) != len(rb.samples_ns):
         return ShapeComparison(index, ra.case, ra, rb, None, f"no ratio: {len(ra.samples_ns)} sample pair(s) "

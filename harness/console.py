@@ -1,118 +1,203 @@
-"""Terminal output with rich: the per-case results table, the side-by-side table, and a progress display."""
+"""Terminal output: the per-case results of a run, several runs side by side, an A-versus-B comparison, the
+variants list, the profiler's table, and a progress display.
+
+Every table is a harness.stacked.StackedTable: shapes are rows, numbered from 1 (report.shape_number) in a key
+column that every stacked part repeats, so at any width down to 80 columns each value is shown whole. Text that
+comes from a submission (messages, names) is shown verbatim, never read as console markup. Nothing here needs
+torch (the report commands import this module).
+"""
 from __future__ import annotations
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+import re
+from typing import Sequence
 
+from rich.console import Console, Group
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
+
+from harness.ranking import Comparison, Verdict
 from harness.record import CaseResult, RunRecord, Status
-from harness.report import fmt_us
-from harness.runner import Observer
-from task.cost import peaks_for, sol_ns, tflops_at
+from harness.registry import DeviceFacts, Variant
+from harness.report import (COMPARE_NOTE, CompareRow, NoRatio, case_figures, compare_items, device_text,
+                            first_line, fmt_pct, fmt_pm, fmt_tflops, fmt_us, plural, ratio_ci_text, run_labels,
+                            run_peaks, shape_label, shape_number, side_cell, timer_text, verdict_text)
+from harness.stacked import Col, StackedTable, plain
+from task.cost import sol_ns
 from task.spec import Case
 
-_STYLE = {Status.PASS: "green", Status.SKIPPED: "yellow"}
+_STATUS_STYLE = {Status.PASS: "green", Status.SKIPPED: "yellow"}
+_VERDICT_STYLE = {Verdict.FASTER: "green", Verdict.SLOWER: "red"}
+#: The key column of every table with shapes as rows; "all" numbers a geomean row.
+SHAPE_KEY = Col("#")
 
 
-def case_label(case: Case) -> str:
-    """The case's name, or a compact ``G2 m64,40 n128,256 k256,512`` (equal entries shown once)."""
-    def part(key: str, values: tuple[int, ...]) -> str:
-        return key + (str(values[0]) if len(set(values)) == 1 else ",".join(map(str, values)))
-    return case.name or " ".join([f"G{case.g}", part("m", case.m), part("n", case.n), part("k", case.k)])
+def status_text(status: Status) -> Text:
+    """A case status, coloured (green pass, yellow skipped, red otherwise)."""
+    return Text(status.value, style=_STATUS_STYLE.get(status, "red"))
 
 
-def fmt_tflops(x: float) -> str:
-    """TFLOP/s with one decimal, or three significant digits below 1 (CPU rates are fractions of one)."""
-    return f"{x:.1f}" if x >= 1 else f"{x:.3g}"
-
-
-def results_table(record: RunRecord) -> Table:
-    """One row per case: status, runs, mean/std/best/worst (us), TFLOP/s, % of this GPU's SOL, message."""
+def _title(record: RunRecord) -> str:
     env = record.environment
-    peaks = peaks_for(env.device) if env.timer == "cuda-events" else None
-    table = Table(title=f"{record.submission.name}: {record.mode} on {env.device} "
-                        f"({'CUDA events' if env.timer == 'cuda-events' else 'CPU, monotonic clock'}, "
-                        f"{record.data} data{'; times in us per call' if any(r.stats for r in record.cases) else ''})")
     timed = any(r.stats for r in record.cases)
-    columns = ("case", "status") + (("runs", "mean", "std", "best", "worst", "TFLOP/s") if timed else ())
-    labels = [case_label(r.case) for r in record.cases]
-    longest_word = max((len(w) for label in labels for w in label.split()), default=4)
-    for col in columns:
-        if col == "case":  # wide enough for its longest word, so a narrow terminal breaks labels between words
-            table.add_column(col, overflow="fold", max_width=26, min_width=min(26, longest_word))
-        else:
-            table.add_column(col, justify="left" if col == "status" else "right", no_wrap=True)
-    peaks = peaks if timed else None
+    return (f"{record.submission.name}: {record.mode} mode, {record.data} data, on {device_text(env)}"
+            + (f", times from {timer_text(env)}" if timed else ""))
+
+
+def results_table(record: RunRecord) -> StackedTable:
+    """One row per shape: shape, status and, for a timed run, mean/std/best/worst us per call, the 95 % CI of
+    the mean, TFLOP/s and % of the GPU's speed of light (CUDA-timed runs only). Each case's message (first
+    line, verbatim) is a note under the table; the caption gives the geomean."""
+    figures = case_figures(record)
+    timed = any(r.stats for r in record.cases)
+    peaks = run_peaks(record) if timed else None
+    columns = [Col("shape", "left"), Col("status", "left")]
+    if timed:
+        columns += [Col("runs"), Col("mean us"), Col("std us"), Col("best us"), Col("worst us"), Col("95% CI"),
+                    Col("TFLOP/s")]
     if peaks:
-        table.add_column(f"% SOL {peaks.model}", justify="right")
-    with_messages = any(r.message for r in record.cases)
-    if with_messages:
-        table.add_column("message", overflow="fold")
-    for r, label in zip(record.cases, labels):
-        s = r.stats
-        cells = [label, f"[{_STYLE.get(r.status, 'red')}]{r.status.value}[/]"]
-        if s:
-            cells += [str(s.runs), fmt_us(s.mean_ns), fmt_us(s.std_ns), fmt_us(s.best_ns), fmt_us(s.worst_ns),
-                      fmt_tflops(tflops_at(r.case, s.mean_ns))]
-        elif timed:
-            cells += [""] * 6
-        if peaks:
-            cells.append(f"{100 * sol_ns(r.case, peaks) / s.mean_ns:.1f}" if s else "")
-        if with_messages:
-            cells.append(r.message.splitlines()[0][:300] if r.message else "")
-        table.add_row(*cells)
+        columns.append(Col(f"% SOL\n{peaks.model}"))
+    caption = ""
     if record.geomean_ns:
-        table.caption = f"geomean of means: {fmt_us(record.geomean_ns)} us over {len(record.cases)} shapes"
+        caption = (f"geomean of per-shape means: {fmt_us(record.geomean_ns)} us over "
+                   f"{plural(len(record.cases), 'shape')}")
+    table = StackedTable(_title(record), SHAPE_KEY, columns, caption)
+    for f in figures:
+        s = f.result.stats
+        cells: list = [f.label, status_text(f.result.status)]
+        if timed:
+            cells += ([str(s.runs), fmt_us(s.mean_ns), fmt_us(s.std_ns), fmt_us(s.best_ns), fmt_us(s.worst_ns),
+                       fmt_pm(f.ci), fmt_tflops(f.tflops)] if s else [""] * 7)
+        if peaks:
+            cells.append(fmt_pct(f.pct_sol_here))
+        table.add_row(shape_number(f.index), *cells)
+        if f.result.message:
+            lead = f"shape {shape_number(f.index)} {f.result.status.value}: "
+            table.add_note(Text.assemble((lead, _STATUS_STYLE.get(f.result.status, "red")),
+                                         first_line(f.result.message, 300)))
     return table
 
 
-def side_by_side(records: list[RunRecord], baseline: str = "torch_reference") -> Table:
-    """Per case: mean us, TFLOP/s, % of the exact-MMA roofline and ratio to ``baseline`` for every submission."""
+def side_by_side(records: Sequence[RunRecord], baseline: str = "torch_reference") -> StackedTable:
+    """Several runs of one shape set, per shape: each variant's mean us, then each one's TFLOP/s, % of the
+    GPU's speed of light (CUDA-timed runs) and speed-up over ``baseline`` (its time / the variant's, when
+    ``baseline`` is among them); the last row is the geomean. A shape a variant did not pass shows its status."""
     base = next((r for r in records if r.submission.name == baseline), None)
     env = records[0].environment
-    peaks = peaks_for(env.device) if env.timer == "cuda-events" else None
-    table = Table(title=f"side by side on {env.device}" + ("" if peaks else " (CPU, monotonic clock)"))
-    table.add_column("case")
-    for rec in records:
-        name = rec.submission.name
-        table.add_column(f"{name}\nmean us", justify="right")
-        table.add_column("TFLOP/s", justify="right")
+    peaks = run_peaks(records[0])
+    names = run_labels(records)                     # a variant run twice gets its run id added
+    others = [(r, n) for r, n in zip(records, names) if r is not base] if base is not None else []
+    columns = ([Col("shape", "left")] + [Col(f"{n}\nmean us", group="mean") for n in names]
+               + [Col(f"{n}\nTFLOP/s", group="tflops") for n in names])
+    if peaks:
+        columns += [Col(f"{n}\n% SOL {peaks.model}", group="sol") for n in names]
+    columns += [Col(f"{n}\nspeed-up vs {baseline}", group="speed-up") for _, n in others]
+    title = (f"side by side: {plural(len(records), 'variant')}, {records[0].mode} mode, {records[0].data} data, "
+             f"on {device_text(env)}, times from {timer_text(env)}")
+    table = StackedTable(title, SHAPE_KEY, columns, "speed-up = the baseline's mean time / the variant's")
+
+    def mean(r: CaseResult) -> float | None:
+        return r.stats.mean_ns if r.passed and r.stats else None
+
+    figures = [case_figures(rec) for rec in records]
+    for i, results in enumerate(zip(*(rec.cases for rec in records))):
+        means = [mean(r) for r in results]
+        cells: list = [shape_label(results[0].case)]
+        cells += [fmt_us(m) if m else status_text(r.status) for m, r in zip(means, results)]
+        cells += [fmt_tflops(fig[i].tflops) if m else "" for m, fig in zip(means, figures)]
         if peaks:
-            table.add_column("% roofline", justify="right")
-        if base is not None and rec is not base:
-            table.add_column(f"x vs {baseline}", justify="right")
-    rows = list(zip(*(rec.cases for rec in records)))
-    for results in rows:
-        cells = [case_label(results[0].case)]
-        base_result = results[records.index(base)] if base is not None else None
-        for rec, r in zip(records, results):
-            s = r.stats if r.passed else None
-            cells += [f"{s.mean_ns / 1e3:.2f}" if s else r.status.value, fmt_tflops(tflops_at(r.case, s.mean_ns)) if s else ""]
-            if peaks:
-                cells.append(f"{100 * sol_ns(r.case, peaks) / s.mean_ns:.1f}" if s else "")
-            if base is not None and rec is not base:
-                bs = base_result.stats if base_result and base_result.passed else None
-                cells.append(f"{bs.mean_ns / s.mean_ns:.2f}" if s and bs else "")
-        table.add_row(*cells)
-    geo = ["geomean"]
-    for rec in records:
-        geo += [f"{rec.geomean_ns / 1e3:.2f}" if rec.geomean_ns else "", ""]
-        if peaks:
-            geo.append("")
-        if base is not None and rec is not base:
-            geo.append(f"{base.geomean_ns / rec.geomean_ns:.2f}" if rec.geomean_ns and base.geomean_ns else "")
-    table.add_row(*geo)
+            cells += [fmt_pct(100 * sol_ns(r.case, peaks) / m) if m else "" for m, r in zip(means, results)]
+        base_mean = mean(base.cases[i]) if base is not None else None
+        cells += [f"{base_mean / mean(r.cases[i]):.2f}x" if base_mean and mean(r.cases[i]) else "" for r, _ in others]
+        table.add_row(shape_number(i), *cells, end_section=i == len(records[0].cases) - 1)
+    geo: list = ["geomean"] + [fmt_us(r.geomean_ns) for r in records] + [""] * len(records)
+    if peaks:
+        geo += [""] * len(records)
+    geo += [f"{base.geomean_ns / r.geomean_ns:.2f}x" if base.geomean_ns and r.geomean_ns else "" for r, _ in others]
+    table.add_row("all", *geo)
     return table
 
 
-class ProgressObserver(Observer):
-    """A rich progress bar: one bar over cases, the current case's sample count in its description."""
+def compare_rich_table(a_name: str, b_name: str, rows: Sequence[CompareRow], overall: Comparison | None = None,
+                       title: str | None = None, overall_label: str = "geomean") -> StackedTable:
+    """An A-versus-B comparison (harness.compare): per shape A's and B's mean us, A/B with its 95 % CI and the
+    verdict in words ("A is 1.63x faster", green; slower red), then the ``overall`` row labelled
+    ``overall_label``. ``rows``: (case or label, Comparison, or report.NoRatio for a shape without a ratio:
+    each side shows its time or status and the verdict column why). The footer says what A/B is."""
+    level = next((c.level for _, c in rows if isinstance(c, Comparison)), overall.level if overall else 0.95)
+    columns = [Col("shape", "left"), Col("A us"), Col("B us"), Col("A/B"), Col(f"{level:.0%} CI"),
+               Col("verdict", "left", wrap=True)]
+    table = StackedTable(title or f"A: {a_name}  vs  B: {b_name}", SHAPE_KEY, columns, COMPARE_NOTE)
+    items = compare_items(rows, overall, overall_label)
+    for k, (number, label, c) in enumerate(items):
+        before_overall = k + 1 < len(items) and items[k + 1][0] == "all"
+        if isinstance(c, NoRatio):
+            table.add_row(number, label, side_cell(c.a_status, c.a_ns), side_cell(c.b_status, c.b_ns), "", "",
+                          Text(first_line(c.note), style="red"), end_section=before_overall)
+            continue
+        table.add_row(number, label, fmt_us(c.a_ns), fmt_us(c.b_ns), f"{c.ratio:.4f}", ratio_ci_text(c),
+                      Text(verdict_text(c), style=_VERDICT_STYLE.get(c.verdict, "")), end_section=before_overall)
+    return table
 
-    def __init__(self, console: Console, total: int, label: str):
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+
+def variants_table(variants: Sequence[Variant], machine: DeviceFacts) -> StackedTable:
+    """``fp4bench list``: per variant its POPCORN leaderboard and gpu headers, its requirement, and whether it
+    runs on ``machine``: ``yes``, or ``no: <reason>``."""
+    table = StackedTable(f"variants (this machine: {machine.name}"
+                         f"{f', sm_{machine.cc_major}{machine.cc_minor}' if machine.cuda else ''})",
+                         Col("variant", "left"), [Col("leaderboard", "left"), Col("gpu", "left"),
+                                                  Col("requires", "left"), Col("runs here", "left", wrap=True)])
+    for v in variants:
+        reason = v.requires.unmet_reason(machine)
+        runs_here = Text("yes", style="green") if reason is None else Text.assemble(("no", "yellow"), f": {reason}")
+        table.add_row(v.name, v.popcorn.get("leaderboard", ""), v.popcorn.get("gpu", ""), v.requires.text,
+                      runs_here)
+    return table
+
+
+#: A rule of dashes in torch.profiler's table: one run of dashes per column, two spaces apart.
+_RULE = re.compile(r"^-+(  -+)*\s*$")
+
+
+def profile_table(text: str):
+    """The torch profiler's kernel table (``key_averages().table()``) as a StackedTable, rows numbered from 1,
+    so a narrow terminal stacks its columns instead of breaking each line; its total lines follow as notes.
+    Text in any other layout is returned as it is (shown verbatim)."""
+    lines = text.splitlines()
+    rules = [i for i, line in enumerate(lines) if _RULE.match(line)]
+    if len(rules) < 3 or rules[1] != rules[0] + 2:
+        return plain(text)
+    spans = [(m.start(), m.end()) for m in re.finditer(r"-+", lines[rules[0]])]
+
+    def cells(line: str) -> list[str]:
+        return [line[a:b if k + 1 < len(spans) else None].strip() for k, (a, b) in enumerate(spans)]
+
+    header = cells(lines[rules[0] + 1])
+    table = StackedTable("", SHAPE_KEY, [Col(h, "left" if k == 0 else "right") for k, h in enumerate(header)])
+    for n, line in enumerate(lines[rules[1] + 1:rules[2]]):
+        table.add_row(str(n + 1), *cells(line))
+    for line in lines[rules[2] + 1:]:
+        if line.strip():
+            table.add_note(line)
+    return table
+
+
+def profile_section(result: CaseResult, index: int):
+    """A case's profile under a heading naming the shape: a renderable for Console.print."""
+    return Group(Text(f"profile of shape {shape_number(index)}: {shape_label(result.case)}", style="bold"),
+                 profile_table(result.profile))
+
+
+class ProgressObserver:
+    """A rich progress bar over ``shapes`` shapes, the current shape's sample count in its description. An
+    Observer (harness.runner) by its hooks, duck-typed so this module needs no torch. ``sides``: how many runs
+    report to it (2 for both sides of a compare), so the bar counts shapes x sides finished results."""
+
+    def __init__(self, console: Console, shapes: int, label: str, sides: int = 1):
+        self.progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=console, transient=True)
-        self.task = self.progress.add_task(label, total=total)
+        self.task = self.progress.add_task(label, total=shapes * sides)
         self.label = label
+        self.total = shapes
 
     def __enter__(self):
         self.progress.start()
@@ -121,11 +206,16 @@ class ProgressObserver(Observer):
     def __exit__(self, *exc):
         self.progress.stop()
 
+    def on_start(self, record: RunRecord) -> None: ...
+
     def on_case_start(self, index: int, case: Case) -> None:
-        self.progress.update(self.task, description=f"{self.label}: {case_label(case)}")
+        self.progress.update(self.task, description=f"{self.label}: shape {shape_number(index)} of {self.total}")
 
     def on_sample(self, index: int, runs: int) -> None:
-        self.progress.update(self.task, description=f"{self.label}: case {index + 1}, {runs} samples")
+        self.progress.update(self.task, description=f"{self.label}: shape {shape_number(index)} of {self.total}, "
+                                                    f"{plural(runs, 'sample')}")
 
     def on_case(self, index: int, result: CaseResult) -> None:
         self.progress.advance(self.task)
+
+    def on_finish(self, record: RunRecord) -> None: ...

@@ -20,8 +20,9 @@ DPI = 100
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
-#: Roofline shape labels closer than this ratio of arithmetic intensities are staggered.
-LABEL_GAP = 1.12
+#: Roofline shape labels closer than this fraction of the (log) x axis's width share one label ("3, 5"):
+#: about two heights of the 8-point label font on the 12-inch-wide figure.
+LABEL_GAP = 0.022
 
 
 def available() -> bool:
@@ -148,11 +149,34 @@ def shape_bars_png(shapes: Sequence[str], series: Sequence[str], bars: Sequence[
     return _png(fig)
 
 
+def label_clusters(shape_intensity: Sequence[tuple[str, float]], lo: float, hi: float, named: bool
+                   ) -> list[tuple[float, str]]:
+    """Where to write the shapes' labels above a log x axis from ``lo`` to ``hi`` (FLOP/byte): shapes closer
+    than LABEL_GAP of the axis's width share one label at their geometric-mean intensity, so labels sit in one
+    row and never stack. A label is the shapes' names (``named``) or numbers from 1, joined by ", ", in order
+    of intensity. Returns (intensity, label) pairs, left to right."""
+    span = math.log(hi / lo)
+    order = sorted(range(len(shape_intensity)), key=lambda i: shape_intensity[i][1])
+    clusters: list[list[int]] = []
+    for i in order:
+        x = shape_intensity[i][1]
+        if clusters and math.log(x / shape_intensity[clusters[-1][0]][1]) / span < LABEL_GAP:
+            clusters[-1].append(i)
+        else:
+            clusters.append([i])
+    out = []
+    for members in clusters:
+        x = math.exp(sum(math.log(shape_intensity[i][1]) for i in members) / len(members))
+        out.append((x, ", ".join(shape_intensity[i][0] if named else str(i + 1) for i in members)))
+    return out
+
+
 def roofline_png(peaks: Sequence[GpuPeaks], points: Sequence[RoofPoint],
                  shape_intensity: Sequence[tuple[str, float]] = ()) -> bytes:
-    """Log-log roofline: for each GPU model a solid roof min(exact-MMA peak, intensity x HBM bandwidth) and a
-    dotted line at its fastest-MMA peak when higher; measured points (TFLOP/s at the shape's FLOP/byte), one
-    marker per series; a thin vertical line per shape in ``shape_intensity``. Returns PNG bytes.
+    """Log-log roofline: for each GPU model in ``peaks`` (reports pass the GPUs the runs were timed on) a solid
+    roof min(exact-MMA peak, intensity x HBM bandwidth) and a dotted line at its fastest-MMA peak when higher;
+    measured points (TFLOP/s at the shape's FLOP/byte), one marker per series; a thin vertical line per shape
+    in ``shape_intensity``, labelled as ``label_clusters`` places them. Returns PNG bytes.
 
     Needs matplotlib (ImportError otherwise)."""
     plt = _pyplot()
@@ -173,22 +197,15 @@ def roofline_png(peaks: Sequence[GpuPeaks], points: Sequence[RoofPoint],
         ridge = pk.exact_tflops / pk.hbm_tbps
         ax.annotate(f"{pk.model} ridge {ridge:.0f} FLOP/B", (ridge, pk.exact_tflops), textcoords="offset points",
                     xytext=(4, 4), fontsize=8, color=c)
-    # Shapes: their own names when short and few, else numbers with a key beside the plot. Labels of shapes
-    # closer than LABEL_GAP (ratio of intensities) are staggered upwards so they do not overlap.
+    # Shapes: their own names when short and few, else numbers with a key beside the plot; one label per
+    # cluster of nearby shapes (label_clusters), written upright above the axes in a single row.
     named = len(shape_intensity) <= 8 and all(len(name) <= 16 for name, _ in shape_intensity)
-    order = sorted(range(len(shape_intensity)), key=lambda i: shape_intensity[i][1])
-    level, prev_x = 0, None
-    for i in order:
-        name, x = shape_intensity[i]
-        level = level + 1 if prev_x is not None and x / prev_x < LABEL_GAP and not named else 0
-        prev_x = x
+    for _, x in shape_intensity:
         ax.axvline(x, color="#999999", linewidth=0.6, alpha=0.6)
-        if named:
-            ax.text(x, 1.02, name, rotation=90, transform=ax.get_xaxis_transform(), ha="center", va="bottom",
-                    fontsize=8, color="#555555")
-        else:
-            ax.text(x, 1.01 + 0.045 * (level % 6), str(i + 1), transform=ax.get_xaxis_transform(), ha="center",
-                    va="bottom", fontsize=8, color="#333333")
+    labels = label_clusters(shape_intensity, lo, hi, named)
+    for x, text in labels:
+        ax.text(x, 1.02, text, rotation=90, transform=ax.get_xaxis_transform(), ha="center", va="bottom",
+                fontsize=8, color="#333333")
     if shape_intensity and not named:
         key = "\n".join(f"{i + 1}: {name} ({x:.0f} FLOP/B)" for i, (name, x) in enumerate(shape_intensity))
         ax.text(1.02, 1.0, "shapes\n" + key, transform=ax.transAxes, va="top", ha="left", fontsize=8,
@@ -205,10 +222,7 @@ def roofline_png(peaks: Sequence[GpuPeaks], points: Sequence[RoofPoint],
     ax.set_xlabel("arithmetic intensity (FLOP per byte moved once)")
     ax.set_ylabel("TFLOP/s")
     ax.grid(which="both", alpha=0.25)
-    if named:
-        pad = 5.2 * max((len(name) for name, _ in shape_intensity), default=0) + 14
-    else:
-        pad = 14 + 12 * min(6, max(1, len(shape_intensity)))
+    pad = 5.2 * max((len(text) for _, text in labels), default=0) + 14
     ax.set_title("Roofline: each shape at its arithmetic intensity (vertical lines), roofs per GPU model",
                  fontsize=10, pad=pad if shape_intensity else 6)
     ax.legend(fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, frameon=False)

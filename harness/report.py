@@ -1,14 +1,17 @@
 """Reports on stored runs: per-shape tables, speed-of-light analysis, rankings, pictures; md, html, csv, json.
 
 ``report(runs, fmt)`` is the entry point; ``leaderboards(runs)`` groups runs into ranked boards (used by the
-``leaderboard`` command and by reports on several runs); ``compare_table`` / ``compare_rich_table`` render an
-A-versus-B comparison that ``harness.ranking.compare_samples`` produced.
+``leaderboard`` command and by reports on several runs); ``compare_table`` renders an A-versus-B comparison
+that ``harness.ranking.compare_samples`` produced (its terminal form is harness.console.compare_rich_table).
 
 Units: times are stored in ns and shown in us; throughput in TFLOP/s (10^12 FLOP/s); "% SOL" is the
 speed-of-light time over the measured mean time (100 % = at the roofline), for the GPU model the run used
 (task.cost.peaks_for), and only for runs timed with CUDA events. The task's own B200 SOL (1.5 GHz FP4, 7.68 TB/s)
-is always shown beside it. Markdown, CSV and JSON are text only; HTML is one self-contained file with its
-pictures embedded as base64 PNG (no external URL), so it opens offline.
+is always shown beside it. Shapes are numbered from 1 in every table, legend and picture (``shape_number``);
+the machine formats keep 0-based positions (CSV ``case_index``, JSON ``index``, the official POPCORN keys).
+Markdown, CSV and JSON are text only; HTML is one self-contained file with its pictures embedded as base64 PNG
+(no external URL), so it opens offline. The roofline is drawn only under the roofs of the GPUs the runs were
+timed on (none for a CPU run).
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from typing import Iterable, Sequence, Union
 
 from harness import plots
 from harness.ranking import Comparison, Interval, Verdict, geomean_ci, mean_ci, rank_with_ties
-from harness.record import CaseResult, RunRecord, Status
+from harness.record import CaseResult, Environment, RunRecord, Status
 from harness.stats import geomean
 from harness.store import gpu_model
 from task.cost import GPU_PEAKS, GpuPeaks, bytes_moved, flops, peaks_for, sol_ns, tflops_at
@@ -56,6 +59,16 @@ def task_peaks() -> GpuPeaks:
 
 
 # ------------------------------------------------------------------------------------------ per-case figures
+def shape_number(index: int) -> str:
+    """How the shape at 0-based position ``index`` of a set is numbered wherever people read it: from 1."""
+    return str(index + 1)
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 shape``, ``2 shapes``: ``count`` and ``noun``, with an ``s`` unless the count is one."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def shape_label(case: Case) -> str:
     """The case's name, or ``G=2 M=[..] N=[..] K=[..]`` when it has none."""
     if case.name:
@@ -235,6 +248,22 @@ def fmt_us(ns: float | None) -> str:
     return f"{us:.3f}"
 
 
+def fmt_tflops(x: float | None) -> str:
+    """TFLOP/s with one decimal, or three significant digits below 1 (CPU rates are fractions of one, and
+    ``0.0`` would read as nothing); ``""`` for None."""
+    if x is None:
+        return ""
+    return f"{x:.1f}" if x >= 1 else f"{x:.3g}"
+
+
+def fmt_pct(x: float | None) -> str:
+    """A percentage (of SOL) with one decimal, or two significant digits below 1 (not ``0.0``); ``""`` for
+    None."""
+    if x is None:
+        return ""
+    return f"{x:.1f}" if x >= 1 else f"{x:.2g}"
+
+
 def fmt_interval_us(iv: Interval | None) -> str:
     """``[low, high]`` in us, or ``unbounded (1 sample)``."""
     if iv is None:
@@ -244,18 +273,31 @@ def fmt_interval_us(iv: Interval | None) -> str:
     return f"[{fmt_us(iv.low)}, {fmt_us(iv.high)}]"
 
 
+#: A 95 % interval wider than this, relative to its estimate (1.0: +-100 %), says only that there were too few
+#: samples for their noise; it is shown as ``too few samples``, not as a percentage.
+MAX_SHOWN_REL_HALF_WIDTH = 1.0
+TOO_FEW = "too few samples"
+
+
 def fmt_pm(iv: Interval | None) -> str:
-    """The interval's relative half-width, e.g. ``±0.42 %``."""
+    """The interval's relative half-width, e.g. ``±0.42 %``; ``too few samples`` when it is unbounded (one
+    sample) or wider than MAX_SHOWN_REL_HALF_WIDTH."""
     if iv is None:
         return ""
-    if not math.isfinite(iv.high):
-        return "unbounded"
+    if not math.isfinite(iv.high) or iv.rel_half_width > MAX_SHOWN_REL_HALF_WIDTH:
+        return TOO_FEW
     pct = 100 * iv.rel_half_width
     return f"±{pct:.2f} %" if pct < 1 else f"±{pct:.1f} %" if pct < 10 else f"±{pct:.0f} %"
 
 
-def _num(x: float | None, digits: int = 1) -> str:
-    return "" if x is None else f"{x:.{digits}f}"
+def fmt_change(c: Comparison) -> str:
+    """A run-over-run change in percent with its 95 % half-width, e.g. ``-20.0 % ±0.4``; the half-width is
+    ``too few samples`` past MAX_SHOWN_REL_HALF_WIDTH."""
+    text = f"{100 * (c.ratio - 1):+.1f} %"
+    if not math.isfinite(c.high):
+        return f"{text} ({TOO_FEW})"
+    half = max(c.high - c.ratio, c.ratio - c.low)
+    return f"{text} ({TOO_FEW})" if half / c.ratio > MAX_SHOWN_REL_HALF_WIDTH else f"{text} ±{100 * half:.1f}"
 
 
 def _finite(x: float | None) -> float | None:
@@ -311,10 +353,22 @@ def _status_cell(status: Status) -> Cell:
     return Cell(status.value, "pass" if status is Status.PASS else "warn" if status is Status.SKIPPED else "fail")
 
 
+def device_text(env: Environment) -> str:
+    """The device once: ``NVIDIA H200 (sm_90, driver 580.159)``, or ``CPU (x86_64)`` when there is no GPU."""
+    known = [x for x in (env.compute_capability, f"driver {env.driver}" if env.driver != "none" else "")
+             if x and x != "none"]
+    return f"{env.device} ({', '.join(known)})" if known else env.device
+
+
+def timer_text(env: Environment) -> str:
+    """How the run's times were taken, in words: ``CUDA events`` or ``a monotonic CPU clock``."""
+    return "CUDA events" if env.timer == "cuda-events" else "a monotonic CPU clock"
+
+
 def _env_text(run: RunRecord) -> str:
     e = run.environment
-    return (f"{e.device} ({e.compute_capability}), driver {e.driver}, torch {e.torch}, triton {e.triton}, "
-            f"CUTLASS DSL {e.cutlass_dsl}, Python {e.python}, host {e.hostname}, timer {e.timer}")
+    return (f"{device_text(e)}, torch {e.torch}, triton {e.triton}, CUTLASS DSL {e.cutlass_dsl}, "
+            f"Python {e.python}, host {e.hostname}, times from {timer_text(e)}")
 
 
 def _runs_table(runs: Sequence[RunRecord], labels: Sequence[str]) -> Table:
@@ -344,12 +398,12 @@ def _case_table(run: RunRecord) -> Table:
     rows = []
     for f in figs:
         s = f.result.stats
-        row: list[CellLike] = [str(f.index), f.label, _status_cell(f.result.status),
+        row: list[CellLike] = [shape_number(f.index), f.label, _status_cell(f.result.status),
                                str(s.runs) if s else "", fmt_us(s.mean_ns) if s else "",
                                fmt_us(s.std_ns) if s else "", fmt_pm(f.ci), fmt_us(s.best_ns) if s else "",
-                               _num(f.tflops)]
+                               fmt_tflops(f.tflops)]
         if peaks:
-            row += [fmt_us(f.sol_here_ns), _num(f.pct_sol_here)]
+            row += [fmt_us(f.sol_here_ns), fmt_pct(f.pct_sol_here)]
         first = f.result.message.splitlines()[0] if f.result.message else ""
         row.append(fmt_us(f.sol_task_ns))
         if messages:
@@ -359,32 +413,41 @@ def _case_table(run: RunRecord) -> Table:
     iv = run_geomean_ci(run)
     caption = ""
     if run.geomean_ns is not None:
-        caption = f"geomean of per-shape means: {fmt_us(run.geomean_ns)} us, 95% CI {fmt_interval_us(iv)} us"
+        caption = (f"geomean of per-shape means over {plural(len(run.cases), 'shape')}: {fmt_us(run.geomean_ns)} us, "
+                   f"95% CI {fmt_interval_us(iv)} us")
         if peaks:
             sol_g = geomean([sol_ns(c.case, peaks) for c in run.cases])
-            caption += f"; {100 * sol_g / run.geomean_ns:.1f} % of {peaks.model} SOL (geomean)"
+            caption += f"; {fmt_pct(100 * sol_g / run.geomean_ns)} % of {peaks.model} SOL (geomean)"
     return Table(cols, rows, numeric, caption)
 
 
+#: Under every ranking: how ranks and ties are decided.
+RANK_NOTE = "rank = 1 + number of variants detectably faster; overlapping 95% intervals are ties (shown =N)"
+
+
 def _board_table(board: Board, ids: bool = True) -> Table:
-    cols = ["rank", "variant", "geomean us", "95% CI us"]
-    if board.peaks:
-        cols.append(f"% SOL {board.peaks.model}")
-    cols += [f"{shape_label(c)} us" for c in board.cases] + ["tied with"] + (["run", "commit"] if ids else [])
+    """The ranking: one row per variant (rank, geomean, interval, % SOL, ties, and with ``ids`` run and commit)."""
+    cols = ["rank", "variant", "geomean us", "95% CI us"] + ([f"% SOL {board.peaks.model}"] if board.peaks else [])
+    cols += ["tied with"] + (["run", "commit"] if ids else [])
     rows = []
     for e in board.entries:
         row: list[CellLike] = [rank_text(e, board), e.variant, fmt_us(e.interval.estimate),
                                fmt_interval_us(e.interval)]
         if board.peaks:
-            row.append(_num(e.pct_sol))
-        row += [fmt_us(c.stats.mean_ns) for c in e.run.cases]
+            row.append(fmt_pct(e.pct_sol))
         row.append(Cell(", ".join(e.tied_with) or "-", "muted"))
         if ids:
             row += [Cell(e.run.run_id, "id"), Cell(short_commit(e.run.git_commit), "id")]
         rows.append(row)
-    n_num = 4 + (1 if board.peaks else 0) + len(board.cases)
-    return Table(cols, rows, set(range(2, n_num)) | {0},
-                 "rank = 1 + number of variants detectably faster; overlapping 95% intervals are ties")
+    return Table(cols, rows, {0, 2, 3} | ({4} if board.peaks else set()), RANK_NOTE)
+
+
+def _board_shapes_table(board: Board) -> Table:
+    """Per-shape mean times (us) on a board: shapes as rows, variants (in rank order) as columns."""
+    rows = [[shape_number(i), shape_label(case)] + [fmt_us(e.run.cases[i].stats.mean_ns) for e in board.entries]
+            for i, case in enumerate(board.cases)]
+    return Table(["#", "shape"] + [f"{e.variant} us" for e in board.entries], rows,
+                 {0} | set(range(2, 2 + len(board.entries))))
 
 
 def _across_table(runs: Sequence[RunRecord], labels: Sequence[str]) -> Table:
@@ -393,8 +456,8 @@ def _across_table(runs: Sequence[RunRecord], labels: Sequence[str]) -> Table:
         for c in run.cases:
             specs.setdefault(c.case.text(), c.case)
     rows = []
-    for spec, case in specs.items():
-        row: list[CellLike] = [shape_label(case)]
+    for i, (spec, case) in enumerate(specs.items()):
+        row: list[CellLike] = [shape_number(i), shape_label(case)]
         for run in runs:
             r = next((c for c in run.cases if c.case.text() == spec), None)
             if r is None:
@@ -404,8 +467,8 @@ def _across_table(runs: Sequence[RunRecord], labels: Sequence[str]) -> Table:
             else:
                 row.append(_status_cell(r.status))
         rows.append(row)
-    rows.append([Cell("geomean", "strong")] + [fmt_us(r.geomean_ns) for r in runs])
-    return Table(["shape"] + [f"{lb} mean us" for lb in labels], rows, set(range(1, len(runs) + 1)))
+    rows.append(["", Cell("geomean", "strong")] + [fmt_us(r.geomean_ns) for r in runs])
+    return Table(["#", "shape"] + [f"{lb} mean us" for lb in labels], rows, {0} | set(range(2, len(runs) + 2)))
 
 
 def _sol_sections(cases: Sequence[Case]) -> list:
@@ -464,16 +527,21 @@ def _pictures(runs: Sequence[RunRecord], labels: Sequence[str]) -> list:
         png = plots.shape_bars_png([shape_label(c) for c in specs.values()], [lb for _, lb in timed], bars,
                                    sol_us, sol_label)
         items.append(Image(png, "Per-shape mean time for each run, with 95% confidence intervals"))
-    points = []
-    for run, lb in timed:
-        for f in case_figures(run):
-            if f.result.passed and f.tflops:
-                points.append(plots.RoofPoint(lb, f.label, f.intensity, f.tflops))
-    model_names = [TASK_GPU] + sorted({run_peaks(r).model for r, _ in timed if run_peaks(r)} - {TASK_GPU})
-    roofs = [p for name in model_names for p in GPU_PEAKS if p.model == name]
+    on_gpu = [(run, lb) for run, lb in timed if run_peaks(run)]
+    on_cpu = [lb for run, lb in timed if not run_peaks(run)]
+    if on_cpu:
+        items.append(Para(f"Not on the roofline: {', '.join(on_cpu)}, timed on the CPU (or a GPU without known "
+                          f"peaks), which has no roof to draw against."))
+    if not on_gpu:
+        return items
+    points = [plots.RoofPoint(lb, f.label, f.intensity, f.tflops) for run, lb in on_gpu for f in case_figures(run)
+              if f.result.passed and f.tflops]
+    models = {run_peaks(run).model for run, _ in on_gpu}
+    roofs = [p for p in GPU_PEAKS if p.model in models]
     shape_ai = [(shape_label(c), flops(c) / bytes_moved(c)) for c in specs.values()]
     items.append(Image(plots.roofline_png(roofs, points, shape_ai),
-                       "Roofline with each shape's arithmetic intensity and the measured TFLOP/s"))
+                       f"Roofline of {', '.join(p.model for p in roofs)}, the GPU the runs were timed on, with "
+                       f"each shape's arithmetic intensity and the measured TFLOP/s"))
     return items
 
 
@@ -730,7 +798,7 @@ def leaderboard_report(boards: Sequence[Board], fmt: str = "md") -> str:
     if not boards:
         secs[0].items.append(Para("No passing runs to rank yet.", "warn"))
     for b in boards:
-        secs.append(Section(b.title, 2, [_board_table(b)]))
+        secs.append(Section(b.title, 2, [_board_table(b), _board_shapes_table(b)]))
     return _render_md(secs) if fmt == "md" else _render_html(secs, "fp4bench leaderboard")
 
 
@@ -752,63 +820,46 @@ class NoRatio:
 CompareRow = tuple[Union[Case, str], Union[Comparison, NoRatio]]
 
 
-def _verdict_text(c: Comparison, a_name: str, b_name: str) -> str:
+#: Under every comparison table: what A/B is and why it can differ from the ratio of the two means shown.
+COMPARE_NOTE = ("A/B = A's time / B's time (below 1: A is faster). Per shape it is the geometric mean of the "
+                "per-pair ratios (pair i of A and B timed back to back on identical inputs), so it can differ from "
+                "the ratio of the two means; the geomean row divides the geomeans of the shapes' means.")
+
+
+def verdict_text(c: Comparison, a_name: str = "A") -> str:
+    """The verdict in words: ``A is 1.63x faster`` (B's time / A's time), ``A is 1.22x slower`` (A's time /
+    B's time), or ``no detectable difference`` when the interval holds 1."""
     if c.verdict is Verdict.FASTER:
-        return f"{a_name} faster, {c.speedup:.3g}x"
+        return f"{a_name} is {c.speedup:.3g}x faster"
     if c.verdict is Verdict.SLOWER:
-        return f"{a_name} slower, {c.speedup:.3g}x"
+        return f"{a_name} is {c.ratio:.3g}x slower"
     return "no detectable difference"
 
 
-def _ratio_ci(c: Comparison) -> str:
+def ratio_ci_text(c: Comparison) -> str:
+    """The ratio's confidence interval, ``[0.4982, 0.5019]``, or ``unbounded``."""
     return f"[{c.low:.4g}, {c.high:.4g}]" if math.isfinite(c.high) else "unbounded"
 
 
-def _side_cell(status: str, ns: float | None) -> str:
-    """A side's time (us) when it passed, else its status (``fail``, ``skipped``, ...)."""
+def side_cell(status: str, ns: float | None) -> str:
+    """A side's mean time (us) when it passed (``-`` without samples), else its status (``fail``, ...)."""
     return (fmt_us(ns) or "-") if status == Status.PASS.value else status
 
 
-def _compare_rows(rows: Sequence[CompareRow], overall: Comparison | None, overall_label: str
-                  ) -> list[tuple[str, Comparison | NoRatio]]:
-    out = [(shape_label(s) if isinstance(s, Case) else str(s), c) for s, c in rows]
+def compare_items(rows: Sequence[CompareRow], overall: Comparison | None, overall_label: str
+                  ) -> list[tuple[str, str, Comparison | NoRatio]]:
+    """(number, label, comparison) per row of a comparison table: shapes numbered from 1, then the overall
+    row numbered ``all``."""
+    out = [(shape_number(i), shape_label(s) if isinstance(s, Case) else str(s), c) for i, (s, c) in enumerate(rows)]
     if overall is not None:
-        out.append((overall_label, overall))
+        out.append(("all", overall_label, overall))
     return out
 
 
-def _first_line(text: str, width: int = 160) -> str:
+def first_line(text: str, width: int = 160) -> str:
+    """The first line of ``text``, cut at ``width`` characters with ``...``."""
     first = text.splitlines()[0] if text else ""
     return first[:width] + ("..." if len(first) > width else "")
-
-
-def compare_rich_table(a_name: str, b_name: str, rows: Sequence[CompareRow], overall: Comparison | None = None,
-                       title: str | None = None, overall_label: str = "geomean"):
-    """A rich Table (fits 80 columns; the title names A and B): per shape A and B mean us, time ratio A/B with
-    its 95 % CI, and the verdict (green when A is faster, red when slower). ``rows``: (case or label, Comparison from harness.ranking.compare_samples, or
-    NoRatio for a shape that has none: the failed side shows its status, the verdict column the reason);
-    ``overall``: the whole-set Comparison (harness.ranking.compare_geomeans), shown as a last row labelled
-    ``overall_label``."""
-    from rich.markup import escape
-    from rich.table import Table as RichTable
-
-    level = next((c.level for _, c in rows if isinstance(c, Comparison)), overall.level if overall else 0.95)
-    table = RichTable(title=escape(title or f"{a_name} (A) vs {b_name} (B)"),
-                      caption="ratio = A time / B time; below 1: A is faster")
-    table.add_column("shape", overflow="fold", max_width=26)
-    for col in ("A us", "B us", "A/B", f"{level:.0%} CI"):
-        table.add_column(col, justify="right", no_wrap=True)
-    table.add_column("verdict", overflow="fold")
-    for label, c in _compare_rows(rows, overall, overall_label):
-        if isinstance(c, NoRatio):
-            table.add_row(escape(label), _side_cell(c.a_status, c.a_ns), _side_cell(c.b_status, c.b_ns), "", "",
-                          f"[red]{escape(_first_line(c.note))}[/]")
-            continue
-        style = {Verdict.FASTER: "green", Verdict.SLOWER: "red"}.get(c.verdict, "")
-        verdict = _verdict_text(c, "A", "B")
-        table.add_row(escape(label), fmt_us(c.a_ns), fmt_us(c.b_ns), f"{c.ratio:.4f}", _ratio_ci(c),
-                      f"[{style}]{verdict}[/]" if style else verdict, end_section=label == overall_label)
-    return table
 
 
 def _compare_record(label: str, c: Comparison | NoRatio) -> dict:
@@ -828,17 +879,18 @@ def compare_table(a_name: str, b_name: str, rows: Sequence[CompareRow], overall:
     """An A-versus-B comparison as text: ``text`` (the rich table, plain characters, 120 columns), ``md``,
     ``csv`` (columns shape, a_mean_us, b_mean_us, ratio, ci_low, ci_high, level, dof, verdict, method,
     a_status, b_status, note; a NoRatio row leaves the ratio columns empty) or ``json`` (``{"a", "b", "rows":
-    [those objects, null for empty]}`` plus the keys of ``extra``). ``rows`` as in ``compare_rich_table``.
+    [those objects, null for empty]}`` plus the keys of ``extra``). ``rows``: (case or label, Comparison from
+    harness.ranking.compare_samples, or NoRatio); ``overall``: the whole-set Comparison, shown last as
+    ``overall_label``; the text form is harness.console.compare_rich_table at 120 columns.
 
     Raises ReportError for an unknown format."""
-    items = _compare_rows(rows, overall, overall_label)
+    items = compare_items(rows, overall, overall_label)
     if fmt == "text":
-        from rich.console import Console
+        from harness.console import compare_rich_table
+        from harness.stacked import render_text
 
-        console = Console(file=io.StringIO(), width=120, color_system=None, force_terminal=False)
-        console.print(compare_rich_table(a_name, b_name, rows, overall, overall_label=overall_label))
-        return console.file.getvalue()
-    records = [_compare_record(label, c) for label, c in items]
+        return render_text(compare_rich_table(a_name, b_name, rows, overall, overall_label=overall_label), 120)
+    records = [_compare_record(label, c) for _, label, c in items]
     if fmt == "json":
         return json.dumps({"a": a_name, "b": b_name, **(extra or {}), "rows": records}, indent=2,
                           allow_nan=False)
@@ -850,15 +902,15 @@ def compare_table(a_name: str, b_name: str, rows: Sequence[CompareRow], overall:
         return buf.getvalue()
     if fmt == "md":
         body = []
-        for label, c in items:
+        for number, label, c in items:
             if isinstance(c, NoRatio):
-                body.append([label, _side_cell(c.a_status, c.a_ns), _side_cell(c.b_status, c.b_ns), "", "",
-                             Cell(_first_line(c.note), "fail")])
+                body.append([number, label, side_cell(c.a_status, c.a_ns), side_cell(c.b_status, c.b_ns), "", "",
+                             Cell(first_line(c.note), "fail")])
             else:
-                body.append([label, fmt_us(c.a_ns), fmt_us(c.b_ns), f"{c.ratio:.4f}", _ratio_ci(c),
-                             _verdict_text(c, a_name, b_name)])
-        table = Table(["shape", f"{a_name} us", f"{b_name} us", "A/B time", "95% CI", "verdict"], body,
-                      {1, 2, 3, 4}, "ratio = A time / B time; below 1: A is faster")
+                body.append([number, label, fmt_us(c.a_ns), fmt_us(c.b_ns), f"{c.ratio:.4f}", ratio_ci_text(c),
+                             verdict_text(c, a_name)])
+        table = Table(["#", "shape", f"{a_name} us", f"{b_name} us", "A/B", "95% CI", "verdict"], body,
+                      {0, 2, 3, 4, 5}, COMPARE_NOTE)
         return _render_md([Section(f"{a_name} (A) vs {b_name} (B)", 2, [table])])
     raise ReportError(f"unknown compare format {fmt!r}; expected text, md, csv or json")
 

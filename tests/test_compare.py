@@ -10,9 +10,10 @@ from click.testing import CliRunner
 
 from harness import seeds as seedlib
 from harness.cli import main
-from harness.compare import MODE, compare
+from harness.compare import MIN_PAIRS, MODE, compare
 from harness.popcorn import ExitCode
 from harness.ranking import compare_geomeans, compare_samples
+from harness.report import fmt_us
 from harness.record import Status
 from harness.registry import read_variant, resolve
 from harness.runner import Observer, RunOptions, Session
@@ -120,15 +121,28 @@ def test_b_raising_fails_every_shape_for_b_only():
     assert result.overall is None and result.exit_code == 112
 
 
-def test_unmet_requirement_skips_both_sides_with_the_reason(tmp_path):
+def test_unmet_side_is_skipped_and_the_other_timed_alone(tmp_path):
+    """B needs a B200: it is skipped on every shape with the reason, and A still gets its correctness call,
+    warm-up and timed samples (every output checked), with a note saying it ran alone; no ratio."""
     f = tmp_path / "needs_b200.py"
     f.write_text("#!FP4BENCH requires sm_100a\nraise SystemExit('must never be imported')\n")
-    result = compare(REFERENCE, read_variant(f), TWO_CASES, OPTS)
+    result = compare(REFERENCE, read_variant(f), ShapeSet("t1", TWO_CASES.cases[1:]), OPTS)
     assert result.unmet.startswith("B (needs_b200) needs sm_100a; this ")
+    assert result.timed_alone == "A (torch_reference)" and len(result.shapes) == 1
     for shape in result.shapes:
-        assert shape.a.status is shape.b.status is Status.SKIPPED and shape.comparison is None
-        assert shape.b.message.startswith("needs sm_100a") and shape.a.message.startswith("not run: B (needs_b200)")
-        assert shape.note.startswith("B skipped: needs sm_100a")
+        assert shape.b.status is Status.SKIPPED and shape.b.message.startswith("needs sm_100a; this ")
+        assert shape.b.samples_ns == () and shape.b.calls_checked == 0
+        assert shape.a.status is Status.PASS and shape.a.message == ""
+        assert MIN_PAIRS <= len(shape.a.samples_ns) <= FAST.max_runs
+        assert shape.a.calls_checked == 1 + FAST.calls_per_sample * len(shape.a.samples_ns)
+        assert shape.comparison is None
+        assert shape.note.startswith("B skipped: needs sm_100a; this ")
+        assert shape.note.endswith("; A (torch_reference) timed alone")
+        _, no_ratio = shape.row
+        assert (no_ratio.a_status, no_ratio.b_status, no_ratio.b_ns) == ("pass", "skipped", None)
+        assert no_ratio.a_ns == pytest.approx(shape.a.stats.mean_ns)
+    assert result.overall is None and result.overall_label == "geomean (0 of 1 shape)"
+    assert result.a.geomean_ns > 0 and result.b.geomean_ns is None
     assert result.exit_code is ExitCode.OK                                    # as run: skipped shapes do not fail
 
 
@@ -154,8 +168,8 @@ def _settings_file(tmp_path):
     return str(path)
 
 
-def _cli(*args):
-    return CliRunner().invoke(main, ["compare", *args], env={"COLUMNS": "120", "FP4BENCH_DB": None})
+def _cli(*args, width=120):
+    return CliRunner().invoke(main, ["compare", *args], env={"COLUMNS": str(width), "FP4BENCH_DB": None})
 
 
 def test_cli_json_output_and_store(tmp_path):
@@ -194,3 +208,22 @@ def test_cli_failing_b_exit_code_and_formats(tmp_path, monkeypatch):
     assert text.exit_code == 112 and "B fail: output 0: dtype torch.float32" in text.stdout
     bad = _cli("torch_reference", "no_such_variant", "--no-store")
     assert bad.exit_code == ExitCode.BAD_SPEC and "not found" in bad.output
+
+
+def test_cli_times_the_side_that_can_run_and_says_so(tmp_path):
+    f = tmp_path / "needs_b200.py"
+    f.write_text("#!FP4BENCH requires sm_100a\nraise SystemExit('must never be imported')\n")
+    db = tmp_path / "r.sqlite"
+    res = _cli("torch_reference", str(f), "--shapes", "m: [64]; n: [128]; k: [256]; g: 1; seed: 5",
+               "--settings", _settings_file(tmp_path), "--db", str(db), width=80)
+    assert res.exit_code == 0, res.output
+    stderr = " ".join(res.stderr.split())
+    assert "cannot compare here: B (needs_b200) needs sm_100a; this " in stderr
+    assert stderr.split("recorded:")[0].rstrip().endswith("; A (torch_reference) timed alone")
+    with ResultStore(db) as store:
+        (a,) = store.runs(variant="torch_reference", mode="compare")
+    assert a.cases[0].status is Status.PASS and a.cases[0].stats.runs >= MIN_PAIRS
+    row = next(line for line in res.stdout.splitlines() if line.startswith("│ 1 "))
+    cells = [c.strip() for c in row.strip("│").split("│")]
+    assert cells[:4] == ["1", "G=1 M=64 N=128 K=256", fmt_us(a.cases[0].stats.mean_ns), "skipped"]
+    assert "B skipped: needs sm_100a; this" in res.stdout and "timed alone" in res.stdout

@@ -6,6 +6,7 @@ import csv
 import dataclasses
 import io
 import json
+import math
 import re
 
 import click
@@ -15,8 +16,9 @@ from click.testing import CliRunner
 from harness import cli_reports, plots
 from harness.ranking import Verdict, compare_geomeans, compare_samples
 from harness.record import CaseResult, Environment, RunRecord, Status, SubmissionInfo, run_from_dict
-from harness.report import (CSV_COLUMNS, ReportError, compare_table, fmt_us, history_rows, leaderboard_report,
-                            leaderboards, report, run_geomean_ci, run_status, shape_label)
+from harness.ranking import mean_ci
+from harness.report import (CSV_COLUMNS, ReportError, compare_table, fmt_change, fmt_pm, fmt_us, history_rows,
+                            leaderboard_report, leaderboards, report, run_geomean_ci, run_status, shape_label)
 from harness.stats import geomean, summarize
 from harness.store import ResultStore
 from task.cost import GPU_PEAKS, sol_ns, tflops_at
@@ -56,7 +58,7 @@ def test_markdown_has_per_shape_figures_and_sol():
     md = report(run, "md")
     mean = run.cases[0].stats.mean_ns
     assert mean == pytest.approx(40_000.0)
-    assert "| 0 | g2_n3072_k4096 | pass | 4 | 40.00 |" in md
+    assert "| 1 | g2_n3072_k4096 | pass | 4 | 40.00 |" in md             # shapes numbered from 1
     assert f"| {tflops_at(BENCH[0], mean):.1f} |" in md                                  # TFLOP/s
     assert f"| {100 * sol_ns(BENCH[0], PEAKS['H200']) / mean:.1f} |" in md               # % SOL H200
     assert "| 2.406 |" in md and "| 1.525 |" in md                                       # the task's B200 SOL
@@ -64,7 +66,7 @@ def test_markdown_has_per_shape_figures_and_sol():
     assert "## Speed of light by GPU model" in md
     assert "| B200 | 7274 | 7274 | 7.68 | 947 |" in md                                   # peaks table
     assert "| H200 | 989.4 | 1978.9 | 4.8 | 206 |" in md
-    assert f"geomean of per-shape means: {fmt_us(run.geomean_ns)} us" in md
+    assert f"geomean of per-shape means over 2 shapes: {fmt_us(run.geomean_ns)} us" in md
     assert "INCOMPLETE" not in md
 
 
@@ -185,9 +187,10 @@ def test_compare_table_renders_every_format():
     rows = [(BENCH[0], compare_samples(a, b)), ("second", compare_samples(same, b))]
     overall = compare_geomeans([summarize(a), summarize(same)], [summarize(b), summarize(b)])
     text = compare_table("mine", "ref", rows, overall)
-    assert "A faster, 2x" in text and "no detectable difference" in text and "geomean" in text
+    assert "A is 2x faster" in text and "no detectable difference" in text and "geomean" in text
     md = compare_table("mine", "ref", rows, overall, fmt="md")
-    assert "| g2_n3072_k4096 | 10.01 | 20.02 | 0.5000 |" in md and "mine faster, 2x" in md
+    assert "| 1 | g2_n3072_k4096 | 10.01 | 20.02 | 0.5000 |" in md and "| mine is 2x faster |" in md
+    assert "| all | geomean |" in md and "geometric mean of the per-pair ratios" in md      # the footer
     parsed = list(csv.DictReader(io.StringIO(compare_table("mine", "ref", rows, overall, fmt="csv"))))
     assert [r["verdict"] for r in parsed] == ["faster", "no detectable difference", "faster"]
     assert float(parsed[0]["ratio"]) == pytest.approx(0.5, rel=1e-3)
@@ -195,6 +198,68 @@ def test_compare_table_renders_every_format():
     assert doc["a"] == "mine" and len(doc["rows"]) == 2 and doc["rows"][0]["a_mean_us"] == pytest.approx(10.0125)
     with pytest.raises(ReportError, match="unknown compare format"):
         compare_table("a", "b", rows, fmt="pdf")
+
+
+def test_titles_name_the_device_once_and_cpu_rates_are_not_zero():
+    cpu = dataclasses.replace(CPU, driver="none")
+    run = make_run(env=cpu, scale=10_000.0)          # 400 ms per call for 12.9 GFLOP: 0.0322 TFLOP/s
+    md = report(run, "md")
+    assert "Environment: CPU (x86_64), torch 2.11.0+cu130," in md and "(none)" not in md
+    assert "times from a monotonic CPU clock" in md
+    rate = tflops_at(BENCH[0], 400_000_000.0)
+    assert f"{rate:.3g}" == "0.0322" and "| 0.0322 |" in md and "| 0.0 |" not in md
+    assert "Environment: NVIDIA H200 (sm_90, driver 580.159), torch" in report(make_run(), "md")
+    page = report(run, "html")
+    assert "<td class=\"num\">0.0322</td>" in page
+
+
+def test_an_interval_too_wide_to_mean_anything_says_too_few_samples():
+    """3 samples of a bimodal CPU run (the first cold): the 95 % interval spans thousands of percent."""
+    samples = (117e6, 0.55e6, 0.56e6)
+    stats = summarize(samples)
+    iv = mean_ci(stats)
+    assert iv.rel_half_width > 30                                            # about +3500 %
+    assert fmt_pm(iv) == "too few samples"
+    assert fmt_pm(mean_ci(summarize((1.0e6, 1.01e6, 0.99e6)))) == "±2.5 %"
+    run = make_run()
+    run = dataclasses.replace(run, cases=(dataclasses.replace(run.cases[0], samples_ns=samples, stats=stats),
+                                          run.cases[1]))
+    md = report(run, "md")
+    assert "| too few samples |" in md and "3547" not in md and "±" in md
+    change = compare_geomeans([stats], [summarize((1.0e6, 1.01e6, 0.99e6))])
+    assert fmt_change(change).endswith("(too few samples)")
+
+
+def test_roofline_is_drawn_only_under_the_roof_of_the_gpu_the_run_used(monkeypatch):
+    drawn = []
+    monkeypatch.setattr(plots, "roofline_png", lambda peaks, points, shapes: drawn.append(
+        ([p.model for p in peaks], {p.series for p in points})) or b"\x89PNG")
+    page = report([make_run(), make_run("r2", "cpu_one", env=CPU)], "html")
+    assert drawn == [(["H200"], {"baseline"})]                              # no B200 roof, no CPU points
+    assert "Not on the roofline: cpu_one, timed on the CPU" in page
+    assert 'alt="Roofline of H200, the GPU the runs were timed on' in page
+    drawn.clear()
+    page = report(make_run(env=CPU), "html")
+    assert drawn == [] and page.count("data:image/png;base64,") == 1         # the bars only
+    assert "Not on the roofline: baseline, timed on the CPU" in page
+
+
+def test_roofline_labels_of_nearby_shapes_share_one_label():
+    shapes = [("a", 100.0), ("b", 101.0), ("c", 300.0), ("d", 102.5), ("e", 1000.0)]
+    placed = plots.label_clusters(shapes, 10.0, 10_000.0, named=False)
+    assert [text for _, text in placed] == ["1, 2, 4", "3", "5"]             # numbered from 1, in x order
+    assert placed[0][0] == pytest.approx((100.0 * 101.0 * 102.5) ** (1 / 3))
+    assert [text for _, text in plots.label_clusters(shapes, 10.0, 10_000.0, named=True)][0] == "a, b, d"
+    xs = [x for x, _ in placed]
+    gaps = [math.log(b / a) / math.log(1000.0) for a, b in zip(xs, xs[1:])]
+    assert min(gaps) >= plots.LABEL_GAP
+
+
+def test_leaderboard_markdown_lists_shapes_as_rows():
+    boards = leaderboards([make_run("a1", "alpha"), make_run("b1", "beta", scale=2.0)])
+    md = leaderboard_report(boards, "md")
+    assert "| # | shape | alpha us | beta us |" in md
+    assert "| 1 | g2_n3072_k4096 | 40.00 | 80.00 |" in md and "| 2 | g2_n4096_k1536 | 25.00 | 50.00 |" in md
 
 
 # ------------------------------------------------------------------------------------------------ plots
@@ -239,7 +304,7 @@ def test_cli_leaderboard_shows_ranks_and_ties(cli, db):
     assert "benchmarks on H200 (leaderboard, official data)" in out
     assert out.index("alpha") < out.index("beta") < out.index("gamma")
     assert len(re.findall(r"=1", out)) == 2 and re.search(r"│\s+3 │ gamma", out)
-    assert "1 run(s) not ranked" in out
+    assert "1 run not ranked: incomplete or not every case passed" in out
     assert "no passing leaderboard runs" in cli("leaderboard", "--db", str(db), "--gpu", "B200").output
     md = cli("leaderboard", "--db", str(db), "--format", "md").output
     assert "| =1 | alpha |" in md
@@ -280,7 +345,7 @@ def test_cli_history_shows_change_verdicts(cli, tmp_path):
     assert "-20.0 %" in out and "faster" in out
 
 
-def test_cli_leaderboard_numbers_long_shape_labels_with_a_key(cli, tmp_path):
+def test_cli_leaderboard_lists_shapes_as_rows_numbered_from_1(cli, tmp_path):
     path = tmp_path / "u.sqlite"
     run = make_run("u1", "alpha")
     unnamed = dataclasses.replace(run, cases=tuple(dataclasses.replace(c, case=dataclasses.replace(c.case, name=""))
@@ -288,7 +353,8 @@ def test_cli_leaderboard_numbers_long_shape_labels_with_a_key(cli, tmp_path):
     with ResultStore(path) as store:
         store.save(unnamed)
     out = cli("leaderboard", "--db", str(path)).output
-    assert "shape 1: G=2 M=[192,320] N=3072 K=4096" in out and "shape 2: G=2 M=[128,384] N=4096 K=1536" in out
+    assert re.search(r"│ 1 │ G=2 M=\[192,320\] N=3072 K=4096 +│ +40\.00 │", out)
+    assert re.search(r"│ 2 │ G=2 M=\[128,384\] N=4096 K=1536 +│ +25\.00 │", out)
 
 
 def test_run_status_counts_skipped_cases_apart_from_failures():
