@@ -21,6 +21,9 @@ K_MULTIPLE = 64
 MN_MULTIPLE = 4
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "shapes"
+#: How a case's inputs are drawn: ``official`` (the official generator) or ``full-range`` (all 16 e2m1 codes,
+#: scales over e4m3fn's range; task.inputs). Kept here, free of torch, so the command line can offer them.
+DATA_MODES: tuple[str, ...] = ("official", "full-range")
 
 
 class SpecError(ValueError):

@@ -263,3 +263,18 @@ def test_time_below_the_physical_floor_fails_with_both_numbers(monkeypatch):
                                     f"{floor:.0f} ns (H200: FLOPs at 1978.9 TFLOP/s, bytes at 4.8 TB/s)")
     monkeypatch.setattr(runner, "_call", lambda case, seeds: {"elapsed_ns": 15 * (floor + 1), "calls": 15})
     assert runner.sample(0, case, case.seed, 0) == pytest.approx(floor + 1)
+
+
+def test_subnormal_ftz_passes_official_data_and_fails_full_range():
+    """subnormal_ftz.py flushes subnormal e4m3fn scales to zero. The official scales are 1 or 2, so it passes;
+    full-range data draws subnormal scales (one in 16), so its outputs differ and the check names them."""
+    if torch.cuda.is_available():
+        pytest.skip("the case indexes its CPU decode table with the inputs' device tensors: it runs on the CPU only")
+    official = _run(SHARED_CASES / "subnormal_ftz.py", shapes=TWO_CASES)
+    assert [c.status for c in official.cases] == [Status.PASS, Status.PASS]
+    full = _run(SHARED_CASES / "subnormal_ftz.py", shapes=TWO_CASES, data="full-range")
+    assert [c.status for c in full.cases] == [Status.FAIL, Status.FAIL]
+    for r in full.cases:
+        assert r.message.startswith("output ") and " elements differ (rtol=0.001, atol=0.001); first: [" in r.message
+    honest = _run(SHARED_CASES / "honest_torch.py", shapes=TWO_CASES, data="full-range")  # the control passes
+    assert [c.status for c in honest.cases] == [Status.PASS, Status.PASS]
