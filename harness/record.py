@@ -85,7 +85,7 @@ class RunRecord:
     started_at: str               # ISO 8601, UTC
     mode: str                     # test | benchmark | leaderboard | profile
     data: str                     # official | full-range
-    shape_set: str
+    shape_set: str                # the shape set's label (file stem or "inline"); shape_set_id identifies it
     secret_seed: int | None
     submission: SubmissionInfo
     environment: Environment
@@ -93,6 +93,7 @@ class RunRecord:
     complete: bool
     git_commit: str = ""
     geomean_ns: float | None = None   # leaderboard/benchmark: geometric mean of per-case mean_ns, all passed
+    shape_set_id: str = ""        # task.spec.shape_set_id of the cases run ("" in records from before it)
 
     @property
     def passed(self) -> bool:
@@ -128,4 +129,4 @@ def run_from_dict(d: dict) -> RunRecord:
         for c in d["cases"])
     return RunRecord(d["run_id"], d["started_at"], d["mode"], d["data"], d["shape_set"], d["secret_seed"],
                      SubmissionInfo(**d["submission"]), Environment(**d["environment"]), cases, d["complete"],
-                     d.get("git_commit", ""), d.get("geomean_ns"))
+                     d.get("git_commit", ""), d.get("geomean_ns"), d.get("shape_set_id", ""))
