@@ -125,8 +125,8 @@ def leaderboard_cmd(db, shapes, gpu, mode, data, fmt, out) -> None:
     confidence intervals; variants whose intervals overlap are shown as ties."""
     with _open(db) as store:
         where = shapes_filter(store, shapes)
-        runs = best_runs(store.runs(mode=mode, gpu=gpu, data=data, passed=True, with_samples=False, **where))
-        considered = len(store.runs(mode=mode, gpu=gpu, data=data, passed=True, with_samples=False, **where))
+        passing = store.runs(mode=mode, gpu=gpu, data=data, passed=True, with_samples=False, **where)
+        runs, considered = best_runs(passing), len(passing)
         everything = len(store.runs(mode=mode, gpu=gpu, data=data, with_samples=False, **where))
         path = store.path
     boards = leaderboards(runs)
