@@ -1,35 +1,75 @@
 """The fp4bench command line (click): ``run``, ``compare`` and ``list``; report commands come from
-harness.cli_reports."""
+harness.cli_reports.
+
+torch is imported only where it is needed: by ``run`` and ``compare`` once their options are read, and by
+``list`` on a machine that may have an NVIDIA GPU (harness.hostinfo). ``--help``, the report commands and
+``list`` on a CPU machine start without it (about 0.3 s instead of 2).
+"""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.text import Text
 
 from harness import cli_reports, popcorn, seeds
-from harness import compare as compare_mod
 from harness.console import (ProgressObserver, compare_rich_table, profile_section, results_table, side_by_side,
                              variants_table)
-from harness.environment import device_facts
+from harness.popcorn import MODES
 from harness.registry import RegistryError, find_variants, resolve
 from harness.report import compare_table
-from harness.runner import MODES, Observer, RunOptions, run as run_variant
 from harness.settings import SettingsError, load_settings
-from harness.store import ResultStore, StoreRecorder, resolve_db_path
-from task.inputs import DATA_MODES
-from task.spec import SpecError, load_shapes
+from harness.store import ResultStore, StoreError, StoreRecorder, resolve_db_path
+from task.spec import DATA_MODES, SpecError, load_shapes
+
+#: Exit code after Ctrl-C: 128 + SIGINT, what a shell reports for a program SIGINT ended.
+EXIT_INTERRUPTED = 130
+#: Exit code when the results store cannot be opened or written (as the report commands' errors).
+EXIT_STORE = 1
 
 
 def _fail(message: str, code: int) -> None:
-    Console(stderr=True).print(Text.assemble(("error:", "red"), " ", message))
+    """Print ``error: <message>`` on one line of stderr (never wrapped, markup in the message shown as is) and
+    exit with ``code``."""
+    Console(stderr=True).print(Text.assemble(("error:", "red"), " ", message), soft_wrap=True)
     sys.exit(code)
 
 
-@click.group()
+class _Group(click.Group):
+    """The fp4bench group: Ctrl-C exits 130 with one line (click alone prints "Aborted!" and exits 1)."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+
+
+class _Seed(click.ParamType):
+    """A secret seed: a non-negative integer (torch's limit is checked with the case seeds, in ``_prepare``)."""
+
+    name = "integer"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            try:
+                number = int(str(value).strip(), 10)
+            except ValueError:
+                self.fail(f"expected a non-negative integer, got {value!r} (not an integer)", param, ctx)
+        if number < 0:
+            self.fail(f"expected a non-negative integer, got {number}", param, ctx)
+        return number
+
+
+@click.group(cls=_Group)
 def main() -> None:
     """fp4bench: correctness and leaderboard-style timings for nvfp4_group_gemm kernel variants."""
 
@@ -41,7 +81,7 @@ def _run_options(fn):
                      help="tests | benchmarks | smoke | a .yml or text file | one inline case; auto: benchmarks "
                           "on a GPU, smoke on the CPU."),
         click.option("--data", type=click.Choice(DATA_MODES), default="official", show_default=True),
-        click.option("--seed", type=click.IntRange(min=0), default=None,
+        click.option("--seed", type=_Seed(), default=None,
                      help="Secret seed (a non-negative integer) combined into every case seed "
                           "(default: $POPCORN_SEED, else none)."),
         click.option("--settings", "settings_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -56,20 +96,97 @@ def _run_options(fn):
     return fn
 
 
-def _prepare(specs, shapes, settings_path, timeout, seed):
-    """Variants, shape set, settings and secret seed from the options; exits 113 (bad spec) on a bad one."""
+def _prepare(specs, shapes, settings_path, timeout, seed, mode, data, workers=1):
+    """Variants, shape set, settings and secret seed from the options; exits 113 (bad spec) on a bad one, on a
+    K that full-range data cannot draw, and on a case that cannot fit in memory (harness.memory), all before
+    anything is drawn or run. ``workers``: worker processes the run will start side by side."""
+    from harness.environment import device_facts
+    from harness.memory import check_fits
+    from task.inputs import check_full_range_k
+
     try:
         variants = [resolve(s) for s in specs]
+        cuda = device_facts().cuda
         if shapes == "auto":
-            shapes = "benchmarks" if device_facts().cuda else "smoke"
+            shapes = "benchmarks" if cuda else "smoke"
         shape_set = load_shapes(shapes)
         settings = load_settings(settings_path)
         secret = seed if seed is not None else seeds.secret_from_env()
         for case in shape_set.cases:  # a combined seed torch cannot take fails here, not mid-run
             seeds.case_seed(case.seed, secret)
-    except (RegistryError, SpecError, SettingsError, ValueError) as exc:
+        if data == "full-range":
+            for case in shape_set.cases:
+                for k in case.k:
+                    try:
+                        check_full_range_k(k)
+                    except ValueError as exc:
+                        raise SpecError(f"--data full-range: {exc} (case {case.text()})") from None
+        inputs = 1 if mode in ("test", "profile") else settings.calls_per_sample
+        check_fits(shape_set.cases, inputs, workers, cuda)
+    except (RegistryError, SpecError, SettingsError, ValueError, MemoryError) as exc:
         _fail(str(exc), popcorn.ExitCode.BAD_SPEC)
     return variants, shape_set, settings if timeout is None else settings.with_timeout(timeout), secret
+
+
+def _open_store(db: Path | None, no_store: bool) -> ResultStore | None:
+    """The results store a run records into (None with --no-store), checked writable before anything is
+    measured; exits 1 with one line when it cannot be opened or written. Says so when it created the folder."""
+    if no_store:
+        return None
+    try:
+        store = ResultStore(resolve_db_path(db))
+        store.check_writable()
+    except StoreError as exc:
+        _fail(str(exc), EXIT_STORE)
+    if store.created_folder is not None:
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            f"created folder {escape(str(store.created_folder))} for the results store {escape(str(store.path))}")
+    return store
+
+
+class _Kept:
+    """An observer that keeps the record begun and every case finished, forwarding each hook to ``inner``, so
+    that an interrupted run can still be written out (``partial``)."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.record, self.cases = inner, None, []
+
+    def on_start(self, record) -> None:
+        self.record = record
+        self.inner.on_start(record)
+
+    def on_case(self, index: int, result) -> None:
+        self.cases.append(result)
+        self.inner.on_case(index, result)
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def partial(self):
+        """The run as far as it got: the cases finished so far, marked incomplete (None if never begun)."""
+        if self.record is None:
+            return None
+        return dataclasses.replace(self.record, cases=tuple(self.cases), complete=False, geomean_ns=None)
+
+
+def _interrupted(kept: list[_Kept], recorders: list[StoreRecorder], store: ResultStore | None,
+                 json_targets: list[Path | None]) -> None:
+    """Ctrl-C during a run: keep what was measured (runs marked incomplete in the store, --json files written
+    with the cases finished), say where in one line each, exit 130."""
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    for recorder in recorders:
+        run_id = recorder.abandon()
+        if run_id is not None:
+            err.print(f"interrupted: run {run_id} kept as incomplete in {escape(str(store.path))}")
+    for observer, target in zip(kept, json_targets):
+        record = observer.partial()
+        if record is not None and target is not None:
+            target.write_text(record.to_json())
+            err.print(f"interrupted: wrote the {len(record.cases)} finished case(s) of "
+                      f"{escape(record.submission.name)} to {escape(str(target))}")
+    if not recorders and not any(json_targets):
+        err.print("interrupted: nothing recorded (--no-store and no --json)")
+    sys.exit(EXIT_INTERRUPTED)
 
 
 @main.command("run")
@@ -80,23 +197,37 @@ def _prepare(specs, shapes, settings_path, timeout, seed):
               help="Write every figure and the environment to this file (one submission) or FILE-<name>.json.")
 @_run_options
 def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, timeout, db, no_store) -> None:
-    """Run submissions over a shape set; exit code as the official runner (0, 110, 112, 113, 114)."""
+    """Run submissions over a shape set; exit code as the official runner (0, 110, 112, 113, 114; 130 after
+    Ctrl-C, with the cases measured so far kept in the store and the --json file)."""
     console = Console()
     variants, shape_set, settings, secret = _prepare([x.strip() for x in submissions.split(",") if x.strip()],
-                                                     shapes, settings_path, timeout, seed)
+                                                     shapes, settings_path, timeout, seed, mode, data)
+    store = _open_store(db, no_store)
+    from harness.runner import Observer, RunOptions, run as run_variant
+
     opts = RunOptions(mode, data, secret, settings)
-    store = None if no_store else ResultStore(resolve_db_path(db))
     records = []
     for variant in variants:
         label = f"{variant.name} {mode}"
-        if mode in ("benchmark", "leaderboard") and console.is_terminal:
-            with ProgressObserver(console, len(shape_set.cases), label) as obs:
-                record = run_variant(variant, shape_set, opts, StoreRecorder(store, obs) if store else obs)
-        else:
-            record = run_variant(variant, shape_set, opts, StoreRecorder(store, Observer()) if store else Observer())
-        records.append(record)
+        target, recorder, kept = None, None, None
         if json_path:
             target = json_path if len(variants) == 1 else json_path.with_name(f"{json_path.stem}-{variant.name}.json")
+        try:
+            if mode in ("benchmark", "leaderboard") and console.is_terminal:
+                with ProgressObserver(console, len(shape_set.cases), label) as obs:
+                    recorder = StoreRecorder(store, obs) if store else None
+                    kept = _Kept(recorder or obs)
+                    record = run_variant(variant, shape_set, opts, kept)
+            else:
+                recorder = StoreRecorder(store, Observer()) if store else None
+                kept = _Kept(recorder or Observer())
+                record = run_variant(variant, shape_set, opts, kept)
+        except KeyboardInterrupt:
+            _interrupted([kept] if kept else [], [recorder] if recorder else [], store, [target] if kept else [])
+        except StoreError as exc:
+            _fail(str(exc), EXIT_STORE)
+        records.append(record)
+        if target is not None:
             target.write_text(record.to_json())
         console.print(results_table(record))
         for i, r in enumerate(record.cases):
@@ -121,18 +252,27 @@ def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, 
     """Time submission A against B interleaved (A, B, A, B ... on identical inputs, every output checked) on
     each shape: ratio A/B of per-call times with a 95% CI and a verdict, plus the geomean. A and B as for
     run --submission. Exit code as run's: nonzero when either side failed a shape."""
-    (va, vb), shape_set, settings, secret = _prepare([a, b], shapes, settings_path, timeout, seed)
+    (va, vb), shape_set, settings, secret = _prepare([a, b], shapes, settings_path, timeout, seed, "compare", data,
+                                                     workers=2)
+    store = _open_store(db, no_store)
+    from harness import compare as compare_mod
+    from harness.runner import Observer, RunOptions
+
     opts = RunOptions(compare_mod.MODE, data, secret, settings)
     err = Console(stderr=True)
-    store = None if no_store else ResultStore(resolve_db_path(db))
     progress = (ProgressObserver(err, len(shape_set.cases), f"{va.name} vs {vb.name}", sides=2)
                 if err.is_terminal else None)
     observers = (progress or Observer(), progress or Observer())
-    if store:
-        observers = tuple(StoreRecorder(store, o) for o in observers)
+    recorders = [StoreRecorder(store, o) for o in observers] if store else []
+    if recorders:
+        observers = tuple(recorders)
     try:
         with progress or contextlib.nullcontext():
             result = compare_mod.compare(va, vb, shape_set, opts, observers)
+    except KeyboardInterrupt:
+        _interrupted([], recorders, store, [])
+    except StoreError as exc:
+        _fail(str(exc), EXIT_STORE)
     finally:
         if store:
             store.close()
@@ -144,6 +284,7 @@ def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, 
                                            overall_label=result.overall_label))
     else:
         extra = {"a_run_id": result.a.run_id, "b_run_id": result.b.run_id, "shape_set": shape_set.name,
+                 "shape_set_id": shape_set.id,
                  "data": data, "exit_code": int(result.exit_code), "unmet": result.unmet,
                  "timed_alone": result.timed_alone}
         cli_reports.emit(compare_table(va.name, vb.name, result.rows, result.overall, fmt, result.overall_label,
@@ -157,7 +298,14 @@ def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, 
 @main.command("list")
 def list_cmd() -> None:
     """Every variant under submissions/: its POPCORN headers, what it needs, whether it can run here."""
-    Console().print(variants_table(find_variants(), device_facts()))
+    from harness.hostinfo import cpu_facts, nvidia_gpu_present
+
+    if nvidia_gpu_present():
+        from harness.environment import device_facts
+        facts = device_facts()
+    else:
+        facts = cpu_facts()
+    Console().print(variants_table(find_variants(), facts))
 
 
 cli_reports.register(main)

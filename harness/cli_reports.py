@@ -7,6 +7,8 @@ click.
 """
 from __future__ import annotations
 
+import math
+import re
 from pathlib import Path
 from typing import Sequence
 
@@ -15,15 +17,22 @@ from rich.console import Console, Group
 from rich.text import Text
 
 from harness.console import SHAPE_KEY
-from harness.ranking import Verdict
+from harness.ranking import Verdict, best_runs
 from harness.report import (FORMATS, RANK_NOTE, Board, HistoryRow, ReportError, fmt_change, fmt_interval_us,
                             fmt_pct, fmt_pm, fmt_us, history_rows, leaderboard_report, leaderboards, plural,
                             rank_text, report, shape_label, shape_number, short_commit)
 from harness.stacked import Col, StackedTable
 from harness.store import ResultStore, StoreError, gpu_model, resolve_db_path
+from task.spec import SHAPE_SET_ID_DIGITS, SpecError, load_shapes
 
 _DB = click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
                    help="Results store (default: $FP4BENCH_DB, else results/fp4bench.sqlite).")
+
+
+_SHAPES_HELP = ("Only this shape set: what run --shapes takes (tests, a .yml or text file, an inline case; matched "
+                "by content), a stored shape-set id or its first 4+ digits, or a stored name.")
+#: A --shapes value that may be (the start of) a stored shape-set id.
+_ID_PREFIX = re.compile(rf"[0-9a-f]{{4,{SHAPE_SET_ID_DIGITS}}}")
 
 
 def _open(db: Path | None) -> ResultStore:
@@ -31,6 +40,31 @@ def _open(db: Path | None) -> ResultStore:
         return ResultStore(resolve_db_path(db), create=False)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def shapes_filter(store: ResultStore, spec: str | None) -> dict:
+    """``--shapes`` of a report command -> keyword filters for ``ResultStore.runs``. Tried in order: what
+    ``run --shapes`` takes (a name in configs/shapes, a .yml or text file, an inline case), matched by its
+    content (``task.spec.shape_set_id``), so another file that happens to share the name never matches; a stored
+    shape-set id or a unique prefix of it (4+ hex digits); a name stored with runs (e.g. of a file since
+    deleted). Raises click.UsageError saying what was tried when nothing or several ids match."""
+    if spec is None:
+        return {}
+    try:
+        return {"shape_set_id": load_shapes(spec).id}
+    except SpecError as exc:
+        problem = str(exc)
+    stored = store.shape_sets()
+    if _ID_PREFIX.fullmatch(spec):
+        ids = sorted({set_id for set_id, _ in stored if set_id.startswith(spec)})
+        if len(ids) == 1:
+            return {"shape_set_id": ids[0]}
+        if ids:
+            raise click.UsageError(f"--shapes {spec!r} starts {len(ids)} stored shape-set ids ({', '.join(ids)}); "
+                                   f"give more digits")
+    if any(label == spec for _, label in stored):
+        return {"shape_set": spec}
+    raise click.UsageError(f"{problem}; nor is {spec!r} a shape-set id or name stored in {store.path}")
 
 
 def emit(text: str, out: Path | None) -> None:
@@ -66,7 +100,7 @@ def board_rich_table(board: Board) -> Group:
 
 @click.command("leaderboard")
 @_DB
-@click.option("--shapes", default=None, help="Only this shape set (e.g. benchmarks).")
+@click.option("--shapes", default=None, help=_SHAPES_HELP)
 @click.option("--gpu", default=None, help="Only this GPU model (e.g. H200, B200), case-insensitive.")
 @click.option("--mode", default="leaderboard", show_default=True,
               help="Which runs to rank (leaderboard or benchmark).")
@@ -76,11 +110,14 @@ def board_rich_table(board: Board) -> Group:
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the --format output to this file.")
 def leaderboard_cmd(db, shapes, gpu, mode, data, fmt, out) -> None:
-    """Variants ranked by the geomean of their latest passing run, per GPU model and shape set, with 95%
+    """Variants ranked by the geomean of their best passing run (the fastest of their comparable runs: same
+    GPU model, shape set, data and mode; its run id is shown), per GPU model and shape set, with 95%
     confidence intervals; variants whose intervals overlap are shown as ties."""
     with _open(db) as store:
-        runs = store.runs(mode=mode, shape_set=shapes, gpu=gpu, data=data, passed=True, with_samples=False)
-        considered = len(store.runs(mode=mode, shape_set=shapes, gpu=gpu, data=data, with_samples=False))
+        where = shapes_filter(store, shapes)
+        passing = store.runs(mode=mode, gpu=gpu, data=data, passed=True, with_samples=False, **where)
+        runs, considered = best_runs(passing), len(passing)
+        everything = len(store.runs(mode=mode, gpu=gpu, data=data, with_samples=False, **where))
         path = store.path
     boards = leaderboards(runs)
     if fmt != "table":
@@ -90,13 +127,16 @@ def leaderboard_cmd(db, shapes, gpu, mode, data, fmt, out) -> None:
     if not boards:
         console.print(Text(f"no passing {mode} runs in {path}"
                            + (f" for shapes {shapes}" if shapes else "") + (f" on {gpu}" if gpu else "")
-                           + f" ({plural(considered, 'run')} considered)"))
+                           + f" ({plural(everything, 'run')} considered)"))
         return
     for board in boards:
         console.print(board_rich_table(board))
-    skipped = considered - len(runs)
+    skipped = everything - considered
     if skipped:
         console.print(Text(f"{plural(skipped, 'run')} not ranked: incomplete or not every case passed", style="dim"))
+    if considered > len(runs):
+        console.print(Text(f"{plural(considered - len(runs), 'slower passing run')} of the same variants not shown: "
+                           f"each variant is ranked by its fastest comparable run", style="dim"))
 
 
 @click.command("report")
@@ -106,8 +146,8 @@ def leaderboard_cmd(db, shapes, gpu, mode, data, fmt, out) -> None:
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the report here (default: standard output).")
 @click.option("--leaderboard", "board", is_flag=True,
-              help="Report on the runs the leaderboard ranks (latest passing run of each variant) instead.")
-@click.option("--shapes", default=None, help="With --leaderboard: only this shape set.")
+              help="Report on the runs the leaderboard ranks (best passing run of each variant) instead.")
+@click.option("--shapes", default=None, help="With --leaderboard: " + _SHAPES_HELP[0].lower() + _SHAPES_HELP[1:])
 @click.option("--gpu", default=None, help="With --leaderboard: only this GPU model.")
 @click.option("--mode", default="leaderboard", show_default=True, help="With --leaderboard: which runs.")
 def report_cmd(runs, db, fmt, out, board, shapes, gpu, mode) -> None:
@@ -120,7 +160,8 @@ def report_cmd(runs, db, fmt, out, board, shapes, gpu, mode) -> None:
     with _open(db) as store:
         try:
             if board:
-                boards = leaderboards(store.runs(mode=mode, shape_set=shapes, gpu=gpu, passed=True))
+                where = shapes_filter(store, shapes)
+                boards = leaderboards(best_runs(store.runs(mode=mode, gpu=gpu, passed=True, **where)))
                 records = [e.run for b in boards for e in b.entries]
                 if not records:
                     raise click.ClickException(f"no passing {mode} runs to report in {store.path}")
@@ -137,14 +178,15 @@ def report_cmd(runs, db, fmt, out, board, shapes, gpu, mode) -> None:
 @click.argument("variant")
 @_DB
 @click.option("--mode", default=None, help="Only runs of this mode (default: all).")
-@click.option("--shapes", default=None, help="Only this shape set.")
+@click.option("--shapes", default=None, help=_SHAPES_HELP)
 @click.option("--gpu", default=None, help="Only this GPU model.")
 @click.option("--limit", type=int, default=None, help="Only the newest LIMIT runs.")
 def history_cmd(variant, db, mode, shapes, gpu, limit) -> None:
     """A variant's runs over time and commits: result, geomean us with 95% CI, and the change against its
     previous comparable passing run (same GPU model, shapes, data and mode) with a verdict."""
     with _open(db) as store:
-        runs = store.runs(variant=variant, mode=mode, shape_set=shapes, gpu=gpu, limit=limit, with_samples=False)
+        where = shapes_filter(store, shapes)
+        runs = store.runs(variant=variant, mode=mode, gpu=gpu, limit=limit, with_samples=False, **where)
         path = store.path
     console = Console()
     if not runs:
@@ -157,7 +199,7 @@ def history_table(variant: str, rows: Sequence[HistoryRow]) -> StackedTable:
     """A variant's runs (report.HistoryRow, oldest first), keyed by run id: when it started, its commit, the
     mode / shapes / GPU where these differ between runs (else in the title), its result, geomean us with the
     95 % half-width, and the change against the previous comparable passing run with its verdict."""
-    context = {"mode": lambda r: r.mode, "shapes": lambda r: r.shape_set,
+    context = {"mode": lambda r: r.mode, "shapes": lambda r: f"{r.shape_set} {r.shape_set_id[:8]}".strip(),
                "GPU": lambda r: gpu_model(r.environment.device)}
     shared = {k: f(rows[0].run) for k, f in context.items() if len({f(r.run) for r in rows}) == 1}
     varying = [k for k in context if k not in shared]

@@ -7,6 +7,7 @@ from importlib import metadata
 
 import torch
 
+from harness.hostinfo import cpu_facts
 from harness.record import Environment
 from harness.registry import DeviceFacts
 
@@ -14,7 +15,7 @@ from harness.registry import DeviceFacts
 def device_facts() -> DeviceFacts:
     """The current CUDA device (name, compute capability), or CPU-only."""
     if not torch.cuda.is_available():
-        return DeviceFacts(False, f"CPU ({platform.processor() or platform.machine()})")
+        return cpu_facts()
     major, minor = torch.cuda.get_device_capability()
     return DeviceFacts(True, torch.cuda.get_device_name(), major, minor)
 

@@ -10,6 +10,9 @@ from enum import IntEnum
 
 from harness.record import RunRecord, Status
 
+#: The official evaluator's modes, as ``run --mode`` takes them (harness.runner runs them).
+MODES = ("test", "benchmark", "leaderboard", "profile")
+
 
 class ExitCode(IntEnum):
     OK = 0

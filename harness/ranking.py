@@ -39,11 +39,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
-from statistics import fmean, variance
-from typing import Mapping, Sequence
+from statistics import NormalDist, fmean, variance
+from typing import Iterable, Mapping, Sequence
 
-from harness.record import Stats
+from harness.record import RunRecord, Stats
 from harness.stats import geomean, summarize
+from harness.store import gpu_model
+from task.spec import shape_set_id
 
 #: Confidence level used everywhere unless a caller asks for another.
 LEVEL = 0.95
@@ -294,3 +296,25 @@ def compare_geomeans(a: Sequence[Stats], b: Sequence[Stats], level: float = LEVE
     return Comparison(math.exp(log_r), low, high, level, dof, _verdict(low, high),
                       geomean([x.mean_ns for x in a]), geomean([y.mean_ns for y in b]),
                       "ratio of geomeans, delta method in log space")
+
+
+# ------------------------------------------------------------------------------------------- run selection
+def comparable_key(run: RunRecord) -> tuple:
+    """What makes two runs' geomeans comparable: the GPU model, the shape set's identity (its cases, not its
+    label), the data mode and the mode."""
+    set_id = run.shape_set_id or shape_set_id(c.case for c in run.cases)
+    return gpu_model(run.environment.device), set_id, run.data, run.mode
+
+
+def best_runs(runs: Iterable[RunRecord]) -> list[RunRecord]:
+    """Each variant's best run per ``comparable_key``: the lowest ``geomean_ns`` (the latest of equal ones), so
+    a run slowed by a cold machine does not replace a better one. Runs without a geomean (failed, cut short,
+    untimed) are left out. Returned oldest first, by ``started_at``."""
+    best: dict[tuple, RunRecord] = {}
+    for run in sorted(runs, key=lambda r: r.started_at):
+        if run.geomean_ns is None:
+            continue
+        key = (run.submission.name, *comparable_key(run))
+        if key not in best or run.geomean_ns <= best[key].geomean_ns:
+            best[key] = run
+    return sorted(best.values(), key=lambda r: r.started_at)

@@ -94,7 +94,7 @@ class RunRecord:
     started_at: str               # ISO 8601, UTC
     mode: str                     # test | benchmark | leaderboard | profile
     data: str                     # official | full-range
-    shape_set: str
+    shape_set: str                # the shape set's label (file stem or "inline"); shape_set_id identifies it
     secret_seed: int | None
     submission: SubmissionInfo
     environment: Environment
@@ -104,6 +104,7 @@ class RunRecord:
     geomean_ns: float | None = None   # leaderboard/benchmark: geometric mean of per-case mean_ns, all passed
     wall_s: float = 0.0               # the whole run's wall time
     window: str = ""                  # where the timed window's marks were held: native | python
+    shape_set_id: str = ""        # task.spec.shape_set_id of the cases run ("" in records from before it)
 
     @property
     def passed(self) -> bool:
@@ -139,4 +140,5 @@ def run_from_dict(d: dict) -> RunRecord:
         for c in d["cases"])
     return RunRecord(d["run_id"], d["started_at"], d["mode"], d["data"], d["shape_set"], d["secret_seed"],
                      SubmissionInfo(**d["submission"]), Environment(**d["environment"]), cases, d["complete"],
-                     d.get("git_commit", ""), d.get("geomean_ns"), d.get("wall_s", 0.0), d.get("window", ""))
+                     d.get("git_commit", ""), d.get("geomean_ns"), d.get("wall_s", 0.0), d.get("window", ""),
+                     d.get("shape_set_id", ""))

@@ -13,6 +13,7 @@ Header lines at the top of the file declare metadata:
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,14 +91,15 @@ class Variant:
 
 
 def read_variant(path: Path, name: str | None = None) -> Variant:
-    """Read a submission's header lines (only ``#`` lines before the first code line). Raises RegistryError."""
+    """Read a submission's header lines (only ``#`` lines before the first code line; a UTF-8 byte-order mark
+    before them is skipped, as Python's import skips it). Raises RegistryError."""
     path = Path(path).resolve()
     if not path.is_file():
         raise RegistryError(f"no submission file at {path}")
     raw = path.read_bytes()
     popcorn: dict[str, str] = {}
     requires = Requirement()
-    for lineno, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), 1):
+    for lineno, line in enumerate(raw.decode("utf-8-sig", errors="replace").splitlines(), 1):
         if line.strip() and not line.startswith("#"):
             break
         match = _HEADER.match(line)
@@ -126,12 +128,20 @@ def find_variants(root: Path = SUBMISSIONS_DIR) -> list[Variant]:
 def resolve(spec: str, root: Path = SUBMISSIONS_DIR) -> Variant:
     """``--submission`` value -> Variant: a folder name under submissions/, a folder, or a .py path.
 
-    Raises RegistryError listing the known variants when nothing matches.
+    Raises RegistryError: "no such file" for a .py path that does not exist, "no such folder" for a path to a
+    missing folder, a list of the known variants when nothing matches.
     """
     candidates = [Path(root) / spec / ENTRY_FILE, Path(spec) / ENTRY_FILE, Path(spec)]
     for cand in candidates:
         if cand.is_file():
             return read_variant(cand)
+    path = Path(spec)
+    if path.suffix == ".py" and not path.exists():
+        raise RegistryError(f"submission file {spec}: no such file")
+    if path.is_dir():
+        raise RegistryError(f"submission folder {spec} has no {ENTRY_FILE}")
+    if "/" in spec or os.sep in spec:
+        raise RegistryError(f"submission {spec}: no such file or folder")
     known = ", ".join(v.name for v in find_variants(root)) or "none"
     raise RegistryError(f"submission {spec!r} not found: expected a folder under {root} with {ENTRY_FILE} "
                         f"(known: {known}) or a path to a .py file")

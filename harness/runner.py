@@ -17,6 +17,7 @@ import torch
 from harness import seeds as seedlib
 from harness.environment import device_facts, environment
 from harness import protocol as P
+from harness.popcorn import MODES
 from harness.process import WorkerDied, WorkerProcess, WorkerTimeout
 from harness.record import CaseResult, RunRecord, Status, SubmissionInfo
 from harness.registry import ROOT, Variant
@@ -27,8 +28,6 @@ from task.arena import Layout
 from task.cost import peaks_for, sol_ns
 from task.inputs import default_device
 from task.spec import Case, ShapeSet
-
-MODES = ("test", "benchmark", "leaderboard", "profile")
 
 
 @dataclass(frozen=True)
@@ -357,7 +356,7 @@ def new_record(variant: Variant, shapes: ShapeSet, opts: RunOptions) -> RunRecor
         run_id=uuid.uuid4().hex[:12], started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         mode=opts.mode, data=opts.data, shape_set=shapes.name, secret_seed=opts.secret,
         submission=SubmissionInfo(variant.name, str(variant.path), variant.sha256, dict(variant.popcorn)),
-        environment=environment(), cases=(), complete=False, git_commit=git_commit())
+        environment=environment(), cases=(), complete=False, git_commit=git_commit(), shape_set_id=shapes.id)
 
 
 def close_record(record: RunRecord, results: list[CaseResult], observer: Observer,

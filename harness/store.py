@@ -20,9 +20,10 @@ Layout (schema version in ``PRAGMA user_version``, file marked with ``PRAGMA app
 - ``samples``: one row a timed sample, keyed (run_id, idx, sample_idx): ``duration_ns`` per call.
 
 Records are rebuilt with ``harness.record.run_from_dict``, so fields added to the records later load from old
-rows through that function's defaults. Schema changes go in ``MIGRATIONS`` (step i takes version i to i+1);
-opening an older file applies the missing steps in order, each in its own transaction; a newer or foreign
-file is refused with ``StoreError``.
+rows through that function's defaults. ``runs.shape_set_id`` (schema v2) identifies a run's shape set by its
+content (``task.spec.shape_set_id``); ``shape_set`` is only its label. Schema changes go in ``MIGRATIONS`` (step
+i takes version i to i+1); opening an older file applies the missing steps in order, each in its own
+transaction; a newer or foreign file is refused with ``StoreError``.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from typing import Callable, Iterator, Sequence
 
 from harness.record import CaseResult, RunRecord, Status, run_from_dict
 from task.cost import peaks_for
+from task import spec as task_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The store used when neither ``--db`` nor ``$FP4BENCH_DB`` says otherwise.
@@ -124,8 +126,20 @@ def _v1(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX runs_by_group ON runs(gpu_model, shape_set, mode, started_at)")
 
 
+def _v2(conn: sqlite3.Connection) -> None:
+    """Shape-set identity: ``runs.shape_set_id``. Runs already stored complete get the id of their cases' spec
+    lines (all their cases are stored); a run never finished keeps '' (its case list may be partial)."""
+    conn.execute("ALTER TABLE runs ADD COLUMN shape_set_id TEXT NOT NULL DEFAULT ''")
+    for (run_id,) in conn.execute("SELECT run_id FROM runs WHERE complete = 1").fetchall():
+        specs = [r[0] for r in conn.execute("SELECT spec FROM cases WHERE run_id = ? ORDER BY idx", (run_id,))]
+        if specs:
+            conn.execute("UPDATE runs SET shape_set_id = ? WHERE run_id = ?",
+                         (task_spec.shape_set_id(task_spec.parse_case_line(x) for x in specs), run_id))
+    conn.execute("CREATE INDEX runs_by_shape_set_id ON runs(shape_set_id, mode, started_at)")
+
+
 #: Migration steps: ``MIGRATIONS[i]`` takes a store at schema version i to version i + 1. Append, never edit.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2]
 
 
 def schema_version() -> int:
@@ -138,17 +152,31 @@ class ResultStore:
     """A results store file. Open with ``ResultStore(path)``; the file and its folder are created (and brought
     to the current schema) unless ``create=False``, which raises StoreError for a missing file.
 
-    Raises StoreError for a file that is not SQLite, not an fp4bench store, or written by a newer schema.
-    Usable as a context manager (closes the connection)."""
+    Raises StoreError for a folder, a file that is not SQLite, not an fp4bench store, or written by a newer
+    schema, and for a folder that cannot be created. Usable as a context manager (closes the connection).
+    ``created_folder`` is the folder this call created for the file, if any (callers say so)."""
 
     def __init__(self, path: str | os.PathLike, create: bool = True) -> None:
         self.path = Path(path)
+        self.created_folder: Path | None = None
+        if self.path.is_dir():
+            raise StoreError(f"{self.path} is a folder; a results store is a file "
+                             f"(e.g. {self.path / 'fp4bench.sqlite'})")
         if not self.path.exists():
             if not create:
                 raise StoreError(f"no results store at {self.path} (record a run first, or pass --db / set "
                                  f"${ENV_VAR})")
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            missing = next((p for p in reversed(self.path.parents) if not p.exists()), None)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create the folder for results store {self.path}: "
+                                 f"{exc.strerror or exc}") from None
+            self.created_folder = missing
+        try:
+            self._conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot open the results store ({exc})") from None
         try:
             self._conn.row_factory = sqlite3.Row
             self._conn.execute("PRAGMA foreign_keys = ON")
@@ -172,13 +200,37 @@ class ResultStore:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        self._conn.execute("BEGIN IMMEDIATE")
+        """One write transaction. SQLite's own failures (a read-only file or folder, a full disk, a lock held
+        longer than BUSY_TIMEOUT_S) come out as StoreError naming the file."""
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"{self.path}: cannot write to the results store ({exc})") from None
         try:
             yield self._conn
+            self._conn.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            self._rollback()
+            raise StoreError(f"{self.path}: cannot write to the results store ({exc})") from None
         except BaseException:
-            self._conn.execute("ROLLBACK")
+            self._rollback()
             raise
-        self._conn.execute("COMMIT")
+
+    def _rollback(self) -> None:
+        if self._conn.in_transaction:  # SQLite may have rolled back already (e.g. a failed COMMIT)
+            self._conn.execute("ROLLBACK")
+
+    def check_writable(self) -> None:
+        """Try a write and undo it, so a run learns before measuring anything that its results could not be
+        kept. Raises StoreError naming the file and SQLite's reason (e.g. a read-only file or folder)."""
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.execute("CREATE TABLE fp4bench_write_probe (x INTEGER)")
+            finally:
+                self._conn.execute("ROLLBACK")
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"{self.path}: cannot write to the results store ({exc})") from None
 
     def _migrate(self) -> None:
         version = self._conn.execute("PRAGMA user_version").fetchone()[0]
@@ -273,11 +325,11 @@ class ResultStore:
         try:
             conn.execute(
                 "INSERT INTO runs (run_id, started_at, mode, data, shape_set, secret_seed, variant, submission_path,"
-                " submission_sha256, git_commit, device, gpu_model, complete, geomean_ns, record_json)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL, ?)",
+                " submission_sha256, git_commit, device, gpu_model, complete, geomean_ns, record_json, shape_set_id)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL, ?, ?)",
                 (run.run_id, run.started_at, run.mode, run.data, run.shape_set, run.secret_seed,
                  run.submission.name, run.submission.path, run.submission.sha256, run.git_commit,
-                 run.environment.device, gpu_model(run.environment.device), json.dumps(meta)))
+                 run.environment.device, gpu_model(run.environment.device), json.dumps(meta), run.shape_set_id))
         except sqlite3.IntegrityError:
             raise StoreError(f"run {run.run_id!r} is already in {self.path}") from None
 
@@ -323,7 +375,8 @@ class ResultStore:
             body = json.loads(c["record_json"])
             body["samples_ns"] = samples.get(c["idx"], [])
             cases.append(body)
-        d.update(cases=cases, complete=bool(row["complete"]), geomean_ns=row["geomean_ns"])
+        d.update(cases=cases, complete=bool(row["complete"]), geomean_ns=row["geomean_ns"],
+                 shape_set_id=row["shape_set_id"])
         try:
             return run_from_dict(d)
         except (KeyError, TypeError, ValueError) as exc:
@@ -354,13 +407,16 @@ class ResultStore:
 
     def runs(self, variant: str | None = None, mode: str | None = None, shape_set: str | None = None,
              gpu: str | None = None, data: str | None = None, complete: bool | None = None,
-             passed: bool | None = None, limit: int | None = None, with_samples: bool = True) -> list[RunRecord]:
+             passed: bool | None = None, limit: int | None = None, with_samples: bool = True,
+             shape_set_id: str | None = None) -> list[RunRecord]:
         """Stored runs matching every filter given, oldest first (by ``started_at``).
 
+        ``shape_set`` matches the label, ``shape_set_id`` the identity (task.spec.shape_set_id) of the shape set.
         ``gpu`` matches the GPU model ("H200", case-insensitive; see ``gpu_model``). ``passed=True`` keeps runs
         that finished complete with every case passing. ``limit`` keeps the newest ``limit`` runs."""
         where, args = [], []
-        for column, value in (("variant", variant), ("mode", mode), ("shape_set", shape_set), ("data", data)):
+        for column, value in (("variant", variant), ("mode", mode), ("shape_set", shape_set), ("data", data),
+                              ("shape_set_id", shape_set_id)):
             if value is not None:
                 where.append(f"{column} = ?")
                 args.append(value)
@@ -385,10 +441,18 @@ class ResultStore:
 
     def latest(self, variant: str | None = None, mode: str | None = None, shape_set: str | None = None,
                gpu: str | None = None, data: str | None = None, complete: bool | None = None,
-               passed: bool | None = None, with_samples: bool = True) -> RunRecord | None:
+               passed: bool | None = None, with_samples: bool = True,
+               shape_set_id: str | None = None) -> RunRecord | None:
         """The most recently started run matching the filters (as in ``runs``), or None."""
-        found = self.runs(variant, mode, shape_set, gpu, data, complete, passed, limit=1, with_samples=with_samples)
+        found = self.runs(variant, mode, shape_set, gpu, data, complete, passed, limit=1, with_samples=with_samples,
+                          shape_set_id=shape_set_id)
         return found[0] if found else None
+
+    def shape_sets(self) -> list[tuple[str, str]]:
+        """Every (shape_set_id, label) pair stored, sorted; the id is "" for runs recorded before ids existed
+        and never finished."""
+        return [(r[0], r[1]) for r in self._conn.execute(
+            "SELECT DISTINCT shape_set_id, shape_set FROM runs ORDER BY shape_set_id, shape_set")]
 
     def finished_at(self, run_id: str) -> str | None:
         """When ``finish`` was called for the run (ISO 8601 UTC), or None if never. Raises StoreError if unknown."""
@@ -409,6 +473,7 @@ class StoreRecorder:
     def __init__(self, store: ResultStore, inner=None) -> None:
         self.store, self.inner = store, inner
         self.run_id: str | None = None
+        self.finished = False
 
     def _forward(self, name: str, *args) -> None:
         if self.inner is not None:
@@ -431,4 +496,14 @@ class StoreRecorder:
 
     def on_finish(self, record: RunRecord) -> None:
         self.store.finish(record.run_id, record.geomean_ns, record.complete, [c.message for c in record.cases])
+        self.finished = True
         self._forward("on_finish", record)
+
+    def abandon(self) -> str | None:
+        """After an interruption (Ctrl-C): mark the run begun here finished and incomplete, keeping every case
+        stored so far. Returns its run id, or None when no run was begun or it had already finished."""
+        if self.run_id is None or self.finished:
+            return None
+        self.store.finish(self.run_id, None, complete=False)
+        self.finished = True
+        return self.run_id

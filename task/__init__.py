@@ -14,18 +14,30 @@ Meaning (shared/docs/nvfp4_group_gemm.md, GPU MODE reference-kernels problems/nv
 
 ``output_t`` is a list of G float16 tensors C_g [M, N, 1] on the inputs' device, with
 ``C_g = (A_g * SFA_g) @ (B_g * SFB_g)^T`` accumulated in fp32 and rounded once to fp16.
+
+The types are built on first use (PEP 562 ``__getattr__``), so ``task.spec`` and ``task.cost`` load without
+torch: commands that only read shape sets or the results store start in a fraction of a second.
 """
 from typing import List, Tuple
 
-import torch
-
 ProblemSize = Tuple[int, int, int, int]
-input_t = Tuple[
-    List[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
-    List[Tuple[torch.Tensor, torch.Tensor]],
-    List[Tuple[torch.Tensor, torch.Tensor]],
-    List[ProblemSize],
-]
-output_t = List[torch.Tensor]
 
 __all__ = ["input_t", "output_t", "ProblemSize"]
+
+
+def __getattr__(name: str):
+    if name not in ("input_t", "output_t"):
+        raise AttributeError(f"module 'task' has no attribute {name!r}")
+    import torch
+
+    types = {
+        "input_t": Tuple[
+            List[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+            List[Tuple[torch.Tensor, torch.Tensor]],
+            List[Tuple[torch.Tensor, torch.Tensor]],
+            List[ProblemSize],
+        ],
+        "output_t": List[torch.Tensor],
+    }
+    globals().update(types)
+    return types[name]

@@ -16,15 +16,22 @@ import torch
 
 from task import input_t
 from task.formats import BLOCKED_PERMUTE, SF_VEC, blocked_index, blocked_shape
+from task.spec import DATA_MODES, K_MULTIPLE
 
 DataMode = Literal["official", "full-range"]
-DATA_MODES: tuple[str, ...] = ("official", "full-range")
 #: The official generator keeps each nibble's sign bit and two low bits: codes 0..3 and 8..11
 #: (0, +-0.5, +-1, +-1.5).
 OFFICIAL_NIBBLE_MASK = 0b1011_1011
 #: Full-range scale bound: 36 * (15/8)^2, the largest |e2m1 product| times the largest mantissa product.
 _FULL_RANGE_PRODUCT = 36.0 * (15.0 / 8.0) ** 2
 FP16_MAX = 65504.0
+#: e4m3fn's normal exponents: 2^-6 (code 0x08) .. 2^8 (448 = 0x7E).
+E4M3FN_MIN_EXP, E4M3FN_MAX_EXP = -6, 8
+#: Full-range scales: one in FULL_RANGE_SCALE_CLASSES is zero (0x00, a block a quantiser found all zero), one is
+#: subnormal (exponent field 0, mantissa 1..7: 2^-9 .. 7 * 2^-9, a block of tiny values), the rest normal.
+FULL_RANGE_SCALE_CLASSES = 16
+FULL_RANGE_ZERO_SHARE = 1 / FULL_RANGE_SCALE_CLASSES
+FULL_RANGE_SUBNORMAL_SHARE = 1 / FULL_RANGE_SCALE_CLASSES
 
 
 def default_device() -> torch.device:
@@ -53,25 +60,56 @@ def full_range_scale_exponent(k: int) -> int:
     return math.floor(math.log2(FP16_MAX / (_FULL_RANGE_PRODUCT * k)))
 
 
+#: The smallest S full-range scales can reach: both sides' exponents t - 1 and S - t - 1 must stay normal.
+_FULL_RANGE_MIN_S = 2 * (E4M3FN_MIN_EXP + 1)
+
+
+def full_range_max_k() -> int:
+    """The largest K (a multiple of task.spec.K_MULTIPLE) for which full-range scales can keep the fp16 output
+    bounded: 529,920 (S = -10). Larger K would need scales below e4m3fn's normal range."""
+    k = int(FP16_MAX / (_FULL_RANGE_PRODUCT * 2.0**_FULL_RANGE_MIN_S)) // K_MULTIPLE * K_MULTIPLE
+    while full_range_scale_exponent(k) < _FULL_RANGE_MIN_S:  # float rounding at the boundary
+        k -= K_MULTIPLE
+    while full_range_scale_exponent(k + K_MULTIPLE) >= _FULL_RANGE_MIN_S:
+        k += K_MULTIPLE
+    return k
+
+
+def check_full_range_k(k: int) -> None:
+    """Raises ValueError, naming ``k`` and the limit, when full-range data cannot be drawn for this K."""
+    if k > full_range_max_k():
+        raise ValueError(f"full-range data cannot bound the fp16 output for K={k}: its scales keep |C| <= 65504 "
+                         f"only up to K={full_range_max_k()}")
+
+
 def _full_range_scales(rows_a: int, rows_b: int, sf_cols: int, k: int, device: torch.device,
                        gen: torch.Generator):
-    """Scales over e4m3fn's positive normal range, anti-correlated per 16-block so no output can overflow.
+    """Scales over e4m3fn's whole range, anti-correlated per 16-block so no output can overflow.
 
-    Per scale-column j a shared exponent t_j is drawn; sfa exponents are t_j + {-1, 0}, sfb exponents
+    Normals: per scale-column j a shared exponent t_j is drawn; sfa exponents are t_j + {-1, 0}, sfb exponents
     S - t_j + {-1, 0}, mantissas uniform over 0..7. t_j is drawn from [max(-5, S - 8), min(8, S + 5)] so both
-    stay within e4m3fn's normal exponents [-6, 8] (2^-6 .. 448).
+    stay within e4m3fn's normal exponents [-6, 8] (2^-6 .. 448). Then each scale independently becomes zero
+    (share FULL_RANGE_ZERO_SHARE) or a subnormal m * 2^-9, m uniform over 1..7 (share
+    FULL_RANGE_SUBNORMAL_SHARE). A subnormal is below 2^-6, the smallest normal either side can draw, and zero
+    is below everything, so the bound sfa * sfb <= 2^S * (15/8)^2 still holds for every block.
+
+    Returns (sfa, sfb): CPU float8_e4m3fn tensors [rows_a, sf_cols, 1] and [rows_b, sf_cols, 1]. Raises
+    ValueError when K is too large to bound (``check_full_range_k``).
     """
+    check_full_range_k(k)
     s = full_range_scale_exponent(k)
-    lo, hi = max(-5, s - 8), min(8, s + 5)
-    if lo > hi:
-        raise ValueError(f"full-range data cannot bound fp16 output for K={k} (scale exponent {s})")
+    lo, hi = max(E4M3FN_MIN_EXP + 1, s - E4M3FN_MAX_EXP), min(E4M3FN_MAX_EXP, s - E4M3FN_MIN_EXP - 1)
     t = torch.randint(lo, hi + 1, (sf_cols,), device=device, generator=gen)
 
     def draw(rows: int, centre: torch.Tensor) -> torch.Tensor:
-        exp = centre + torch.randint(-1, 1, (rows, sf_cols), device=device, generator=gen)
-        man = torch.randint(0, 8, (rows, sf_cols), device=device, generator=gen)
+        shape = (rows, sf_cols)
+        exp = centre + torch.randint(-1, 1, shape, device=device, generator=gen)
+        man = torch.randint(0, 8, shape, device=device, generator=gen)
         man = torch.where((exp == 8) & (man == 7), 6, man)  # exponent 8, mantissa 7 is e4m3fn's NaN: use 448
         bits = ((exp + 7) << 3) | man
+        kind = torch.randint(0, FULL_RANGE_SCALE_CLASSES, shape, device=device, generator=gen)
+        subnormal = torch.randint(1, 8, shape, device=device, generator=gen)  # exponent field 0
+        bits = torch.where(kind == 1, subnormal, torch.where(kind == 0, 0, bits))
         return bits.to(torch.uint8).view(torch.float8_e4m3fn).cpu().unsqueeze(-1)
 
     return draw(rows_a, t), draw(rows_b, s - t)
@@ -82,8 +120,9 @@ def generate_input(m: Sequence[int], n: Sequence[int], k: Sequence[int], g: int,
     """Build one nvfp4_group_gemm input (see task.input_t for shapes, dtypes and devices).
 
     ``data="official"`` reproduces the official generator draw for draw (bit-identical on CUDA for the same
-    seed); ``data="full-range"`` draws all 16 e2m1 codes and scales over e4m3fn's normal range (bounds in
-    ``_full_range_scales``), same layouts. Raises ValueError for an unknown data mode or inconsistent sizes.
+    seed); ``data="full-range"`` draws all 16 e2m1 codes and scales over e4m3fn's range, zeros and subnormals
+    included (shares and bounds in ``_full_range_scales``), same layouts. Raises ValueError for an unknown data
+    mode, inconsistent sizes, or a K too large for full-range data (``check_full_range_k``).
     """
     if data not in DATA_MODES:
         raise ValueError(f"data mode must be one of {DATA_MODES}, got {data!r}")

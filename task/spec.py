@@ -7,6 +7,7 @@ line, ``key: value`` pairs separated by ``;``, values an integer or a bracketed 
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,12 @@ K_MULTIPLE = 64
 MN_MULTIPLE = 4
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "shapes"
+#: How a case's inputs are drawn: ``official`` (the official generator) or ``full-range`` (all 16 e2m1 codes,
+#: scales over e4m3fn's range; task.inputs). Kept here, free of torch, so the command line can offer them.
+DATA_MODES: tuple[str, ...] = ("official", "full-range")
+#: Hex digits of a shape set's id (``shape_set_id``): 48 bits, short enough to type, and two sets in one store
+#: collide with odds of about n^2 / 2^49.
+SHAPE_SET_ID_DIGITS = 12
 
 
 class SpecError(ValueError):
@@ -70,12 +77,25 @@ class Case:
         return Case(self.m, self.n, self.k, self.g, seed, self.name)
 
 
+def shape_set_id(cases: Iterable[Case]) -> str:
+    """A shape set's identity: the first ``SHAPE_SET_ID_DIGITS`` hex digits of the sha256 of its cases' official
+    lines (``Case.text()``: sizes and seeds, not names) joined by newlines, in order. Two files with the same cases
+    share an id whatever they are called; two files called ``smoke.yml`` with different cases do not."""
+    text = "\n".join(c.text() for c in cases)
+    return hashlib.sha256(text.encode()).hexdigest()[:SHAPE_SET_ID_DIGITS]
+
+
 @dataclass(frozen=True)
 class ShapeSet:
-    """A named list of cases (``name`` is the file stem or ``inline``)."""
+    """A list of cases, identified by its content (``id``, see ``shape_set_id``); ``name`` is only a label (the
+    file stem, or ``inline``)."""
 
     name: str
     cases: tuple[Case, ...]
+
+    @property
+    def id(self) -> str:
+        return shape_set_id(self.cases)
 
 
 def case_from_mapping(d: Mapping, where: str = "") -> Case:

@@ -10,12 +10,14 @@ ROOT = Path(__file__).resolve().parent.parent
 CASES = Path(__file__).resolve().parent / "cases"
 SHARED_CASES = CASES / "shared"
 ADVERSARIAL = CASES / "adversarial"
+#: Why a test marked ``gpu`` is skipped on a machine without CUDA.
+GPU_SKIP_REASON = "needs a CUDA GPU (sm_90)"
 
 
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the H200 through the device tool)")
+    skip = pytest.mark.skip(reason=GPU_SKIP_REASON)
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)

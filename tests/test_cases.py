@@ -289,3 +289,34 @@ def test_warmup_runs_until_two_samples_agree(monkeypatch, times, runs):
         next(it), 15, (), (), ()))
     assert runner.warmup(TWO_GROUPS.cases[0], 7) == runs
     assert len(set(seen)) == runs
+
+
+def test_bom_header_is_skipped_exactly_as_without_the_mark(tmp_path):
+    """bom_header.py: a B200-only file saved with a UTF-8 byte-order mark before its `#!` headers. The mark must
+    not hide them: same headers, same skip and reason as the same file without it (its kernel never runs)."""
+    with_bom = SHARED_CASES / "bom_header.py"
+    assert with_bom.read_bytes().startswith(b"\xef\xbb\xbf#!POPCORN")
+    without = tmp_path / "bom_header.py"
+    without.write_bytes(with_bom.read_bytes()[3:])
+    read = read_variant(with_bom)
+    assert (read.requires.text, read.popcorn) == ("sm_100a", {"leaderboard": "nvfp4_group_gemm", "gpu": "B200"})
+    assert (read.requires, read.popcorn) == (read_variant(without).requires, read_variant(without).popcorn)
+    rec, plain = _run(with_bom, shapes=TWO_CASES), _run(without, shapes=TWO_CASES)
+    assert [c.status for c in rec.cases] == [Status.SKIPPED, Status.SKIPPED]
+    assert [c.message for c in rec.cases] == [c.message for c in plain.cases]
+    assert rec.cases[0].message.startswith("needs sm_100a; this ")
+
+
+def test_subnormal_ftz_passes_official_data_and_fails_full_range():
+    """subnormal_ftz.py flushes subnormal e4m3fn scales to zero. The official scales are 1 or 2, so it passes;
+    full-range data draws subnormal scales (one in 16), so its outputs differ and the check names them."""
+    if torch.cuda.is_available():
+        pytest.skip("the case indexes its CPU decode table with the inputs' device tensors: it runs on the CPU only")
+    official = _run(SHARED_CASES / "subnormal_ftz.py", shapes=TWO_CASES)
+    assert [c.status for c in official.cases] == [Status.PASS, Status.PASS]
+    full = _run(SHARED_CASES / "subnormal_ftz.py", shapes=TWO_CASES, data="full-range")
+    assert [c.status for c in full.cases] == [Status.FAIL, Status.FAIL]
+    for r in full.cases:
+        assert r.message.startswith("output ") and " elements differ (rtol=0.001, atol=0.001); first: [" in r.message
+    honest = _run(SHARED_CASES / "honest_torch.py", shapes=TWO_CASES, data="full-range")  # the control passes
+    assert [c.status for c in honest.cases] == [Status.PASS, Status.PASS]

@@ -2,10 +2,22 @@
 malformed option), before anything runs."""
 from __future__ import annotations
 
+import json
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 from click.testing import CliRunner
 
 from harness.cli import main
+from harness.store import ResultStore
 
 
 def _run(*args):
@@ -16,7 +28,7 @@ def _run(*args):
     (["--seed", "99999999999999999999999999"], 113, "combined with the secret seed gives"),
     (["--shapes", "m: [64]; n: [128]; k: [256]; g: 1; seed: 99999999999999999999999"], 113,
      "case seed 99999999999999999999999 does not fit torch.manual_seed (expected < 2**64)"),
-    (["--seed", "-5"], 2, "-5 is not in the range x>=0"),
+    (["--seed", "-5"], 2, "Invalid value for '--seed': expected a non-negative integer, got -5"),
     (["--timeout", "0"], 2, "0.0 is not in the range x>0"),
     (["--shapes", "configs/shapes/nothere.yml"], 113, "shape file configs/shapes/nothere.yml does not exist"),
 ])
@@ -50,3 +62,165 @@ def test_settings_keys_keep_their_kinds(tmp_path):
         path.write_text(text)
         with pytest.raises(SettingsError, match=message):
             load_settings(path)
+
+
+# --- errors a new user meets: one line, a clear exit code, before anything is measured --------------------
+TINY = "m: [64]; n: [128]; k: [256]; g: 1; seed: 1"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _store_run(*args):
+    return CliRunner().invoke(main, ["run", "--submission", "torch_reference", "--shapes", TINY, *args])
+
+
+def test_seed_that_is_not_an_integer_says_so():
+    result = _run("--seed", "abc")
+    assert result.exit_code == 2
+    assert "Invalid value for '--seed': expected a non-negative integer, got 'abc' (not an integer)" in _flat(
+        result.output)
+
+
+def test_missing_submission_file_says_no_such_file():
+    result = CliRunner().invoke(main, ["run", "--submission", "kernels/my_kernel.py", "--no-store"])
+    assert result.exit_code == 113
+    assert result.output == "error: submission file kernels/my_kernel.py: no such file\n"
+
+
+def test_full_range_with_a_k_too_large_is_refused_up_front():
+    result = _run("--data", "full-range", "--shapes", "m: [4]; n: [4]; k: [600000]; g: 1; seed: 1")
+    assert result.exit_code == 113
+    assert result.output == ("error: --data full-range: full-range data cannot bound the fp16 output for K=600000: "
+                             "its scales keep |C| <= 65504 only up to K=529920 (case m: [4]; n: [4]; k: [600000]; "
+                             "g: 1; seed: 1)\n")
+
+
+def test_a_case_too_large_for_memory_is_refused_naming_it():
+    result = _run("--shapes", "m: [128]; n: [100000000000]; k: [256]; g: 1; seed: 1")  # about 840 TiB
+    assert result.exit_code == 113
+    assert re.fullmatch(r"error: case m: \[128\]; n: \[100000000000\]; k: \[256\]; g: 1; seed: 1 needs about "
+                        r"\d+\.\d GiB of (CPU|GPU) memory \(1 input a request, with their outputs and the exact "
+                        r"reference, in fp4bench and 1 worker\); \d+\.\d GiB available\n", result.output), result.output
+
+
+def test_db_that_is_not_a_store_is_refused_in_one_line(tmp_path):
+    corrupt = tmp_path / "r.sqlite"
+    corrupt.write_text("not a database " * 200)
+    result = _store_run("--db", str(corrupt))
+    assert result.exit_code == 1
+    assert result.output == f"error: {corrupt}: not a usable SQLite results store (file is not a database)\n"
+
+
+@pytest.fixture
+def read_only(tmp_path):
+    """A current results store that this process cannot write: immutable when running as root (root ignores
+    file modes), mode 0444 otherwise."""
+    path = tmp_path / "ro.sqlite"
+    ResultStore(path).close()
+    if os.geteuid() == 0:
+        if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+            pytest.skip("running as root on a filesystem without chattr +i: no file here is read-only")
+        yield path
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+    else:
+        path.chmod(0o444)
+        yield path
+
+
+def test_read_only_db_is_refused_before_measuring(read_only):
+    result = _store_run("--db", str(read_only))
+    assert result.exit_code == 1
+    assert result.output == (f"error: {read_only}: cannot write to the results store (attempt to write a readonly "
+                             f"database)\n")
+
+
+def test_db_that_is_a_folder_is_refused(tmp_path, monkeypatch):
+    result = _store_run("--db", str(tmp_path))
+    assert result.exit_code == 2 and f"Invalid value for '--db': File '{tmp_path}' is a directory." in result.output
+    monkeypatch.setenv("FP4BENCH_DB", str(tmp_path))
+    result = _store_run()
+    assert result.exit_code == 1
+    assert result.output == (f"error: {tmp_path} is a folder; a results store is a file (e.g. "
+                             f"{tmp_path / 'fp4bench.sqlite'})\n")
+
+
+def test_db_in_a_missing_folder_is_created_and_said(tmp_path):
+    db = tmp_path / "new" / "deeper" / "r.sqlite"
+    result = _store_run("--db", str(db))
+    assert result.exit_code == 0, result.output
+    assert f"created folder {tmp_path / 'new'} for the results store {db}\n" in result.output
+    with ResultStore(db, create=False) as store:
+        assert [r.submission.name for r in store.runs()] == ["torch_reference"]
+
+
+def test_ctrl_c_outside_a_run_exits_130(monkeypatch):
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("harness.cli.find_variants", interrupt)
+    result = CliRunner().invoke(main, ["list"])
+    assert (result.exit_code, result.output) == (130, "interrupted\n")
+
+
+_SECOND_CASE_HANGS = """
+import time
+from honest_torch import custom_kernel as honest
+
+def custom_kernel(data):
+    if len(data[3]) == 1:  # the second case (one group) never returns
+        time.sleep(3600)
+    return honest(data)
+"""
+
+
+def test_ctrl_c_mid_run_exits_130_and_keeps_what_was_measured(tmp_path):
+    """SIGINT to fp4bench while its worker is busy on case 2: exit 130; case 1 stays in the store (the run
+    marked finished, incomplete) and in the --json file; stderr says where each went."""
+    shutil.copy(ROOT / "tests" / "cases" / "shared" / "honest_torch.py", tmp_path)
+    sub = tmp_path / "second_hangs.py"
+    sub.write_text(_SECOND_CASE_HANGS)
+    shapes = tmp_path / "two.txt"
+    shapes.write_text("m: [64, 40]; n: [128, 256]; k: [256, 512]; g: 2; seed: 7\n"
+                      "m: [32]; n: [128]; k: [128]; g: 1; seed: 8\n")
+    db, out = tmp_path / "r.sqlite", tmp_path / "out.json"
+    env = {k: v for k, v in os.environ.items() if k not in ("FP4BENCH_DB", "POPCORN_FD", "POPCORN_SEED")}
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "--submission", str(sub), "--shapes",
+                             str(shapes), "--db", str(db), "--json", str(out)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not _cases_stored(db):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        time.sleep(1.0)  # the worker is now inside case 2
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    with ResultStore(db, create=False) as store:
+        (run,) = store.runs()
+        assert run.complete is False and store.finished_at(run.run_id) is not None
+        assert [c.status.value for c in run.cases] == ["pass"]
+    assert f"interrupted: run {run.run_id} kept as incomplete in {db}" in stderr
+    assert f"interrupted: wrote the 1 finished case(s) of second_hangs to {out}" in stderr
+    saved = json.loads(out.read_text())
+    assert saved["complete"] is False and [c["status"] for c in saved["cases"]] == ["pass"]
+    assert "Traceback" not in stderr
+
+
+def _cases_stored(db: Path) -> bool:
+    if not db.exists():
+        return False
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
+        try:
+            return conn.execute("SELECT count(*) FROM cases").fetchone()[0] >= 1
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return False

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from task.formats import SF_VEC, blocked_offset, decode_e2m1, decode_e4m3fn, unblock
-from task.inputs import default_device, full_range_scale_exponent, generate_input
+from task.inputs import (FULL_RANGE_SUBNORMAL_SHARE, FULL_RANGE_ZERO_SHARE, check_full_range_k, default_device,
+                         full_range_max_k, full_range_scale_exponent, generate_input)
 
 M, N, K = (64, 40, 132), (128, 256, 128), (256, 512, 64)
 
@@ -93,13 +94,57 @@ def test_full_range_uses_all_codes_and_bounds_fp16():
     s = full_range_scale_exponent(k)
     assert s == -4 and full_range_scale_exponent(256) == 1
     va, vb = decode_e4m3fn(sfa)[:, :, 0], decode_e4m3fn(sfb)[:, :, 0]
-    assert float(va.min()) >= 2.0**-6 and float(vb.min()) >= 2.0**-6  # positive normals only
+    assert float(va.min()) == 0.0 and float(vb.min()) == 0.0  # zeros, and nothing negative
+    assert float(va[va > 0].min()) == 2.0**-9 and float(vb[vb > 0].min()) == 2.0**-9  # subnormals
     assert float(va.max()) <= 448 and float(vb.max()) <= 448
-    assert len(set(torch.log2(va).floor().unique().tolist())) >= 6  # spread over many binades
+    assert len(set(torch.log2(va[va >= 2.0**-6]).floor().unique().tolist())) >= 6  # spread over many binades
     worst = k * 36 * float((va.max(0).values * vb.max(0).values).max())
     assert worst <= 65504
     mantissas = (sfa.view(torch.uint8) & 7).unique().tolist()
     assert mantissas == list(range(8))
+
+
+def test_full_range_draws_zero_and_subnormal_scales_at_their_shares():
+    """One scale in 16 is zero (0x00) and one in 16 a subnormal (exponent field 0, every mantissa 1..7); the
+    rest are normals. Counted over 2 x 512 x 448 = 458,752 scales: each share within 4 % of 1/16 (the binomial
+    standard deviation is under 1 %)."""
+    data = generate_input((512,), (512,), (7168,), 1, 11, data="full-range")
+    codes = torch.cat([sf.view(torch.uint8).flatten() for sf in data[1][0]]).long()
+    total = codes.numel()
+    zeros, subnormal = int((codes == 0).sum()), codes[(codes >= 1) & (codes <= 7)]
+    assert FULL_RANGE_ZERO_SHARE == FULL_RANGE_SUBNORMAL_SHARE == 1 / 16
+    assert abs(zeros / total - FULL_RANGE_ZERO_SHARE) < 0.04 * FULL_RANGE_ZERO_SHARE
+    assert abs(subnormal.numel() / total - FULL_RANGE_SUBNORMAL_SHARE) < 0.04 * FULL_RANGE_SUBNORMAL_SHARE
+    assert sorted(subnormal.unique().tolist()) == [1, 2, 3, 4, 5, 6, 7]
+    assert int((codes >= 0x80).sum()) == 0  # no negative scales, no -0
+
+
+def test_full_range_keeps_every_block_bounded_with_zeros_and_subnormals():
+    """The no-overflow bound holds block by block: sfa[r, j] * sfb[c, j] <= 2^S * (15/8)^2 for every row pair,
+    so |C| <= K * 36 * max product <= 65504 (checked exactly in fp64, for small and large K)."""
+    for k, seed in ((64, 1), (256, 2), (7168, 3)):
+        data = generate_input((256,), (256,), (k,), 1, seed, data="full-range")
+        va, vb = (decode_e4m3fn(sf)[:, :, 0] for sf in data[1][0])
+        largest = float((va.max(0).values * vb.max(0).values).max())
+        assert largest <= 2.0 ** full_range_scale_exponent(k) * (15 / 8) ** 2
+        assert k * 36 * largest <= 65504
+
+
+def test_full_range_refuses_a_k_it_cannot_bound():
+    """The scale exponent S falls by one each time K doubles; below S = -10 one side's scales would have to leave
+    e4m3fn's normal range. 529,920 is the largest multiple of 64 with S = -10."""
+    limit = full_range_max_k()
+    assert limit == 529_920 and limit % 64 == 0
+    assert full_range_scale_exponent(limit) == -10 and full_range_scale_exponent(limit + 64) == -11
+    check_full_range_k(limit)
+    with pytest.raises(ValueError) as info:
+        check_full_range_k(limit + 64)
+    assert str(info.value) == ("full-range data cannot bound the fp16 output for K=529984: its scales keep "
+                               "|C| <= 65504 only up to K=529920")
+    with pytest.raises(ValueError, match="cannot bound the fp16 output for K=529984"):
+        generate_input((4,), (4,), (limit + 64,), 1, 1, data="full-range")
+    data = generate_input((4,), (4,), (limit,), 1, 1, data="full-range")  # the limit itself is drawn
+    assert data[1][0][0].shape == (4, limit // 16, 1)
 
 
 def test_bad_arguments_are_named():

@@ -41,3 +41,23 @@ def test_find_and_resolve():
     assert resolve("torch_reference").path.name == "submission.py"
     with pytest.raises(RegistryError, match="submission 'nope' not found.*known: .*torch_reference"):
         resolve("nope")
+
+
+def test_byte_order_mark_does_not_hide_the_headers(tmp_path):
+    f = tmp_path / "k.py"
+    f.write_bytes(b"\xef\xbb\xbf#!POPCORN gpu B200\n#!FP4BENCH requires sm_100a\nimport torch\n")
+    v = read_variant(f)
+    assert v.popcorn == {"gpu": "B200"} and v.requires.text == "sm_100a"
+    assert v.requires.unmet_reason(H200) == "needs sm_100a; this is NVIDIA H200, sm_90"
+
+
+def test_missing_paths_say_no_such_file(tmp_path):
+    with pytest.raises(RegistryError) as info:
+        resolve(str(tmp_path / "my_kernel.py"))
+    assert str(info.value) == f"submission file {tmp_path / 'my_kernel.py'}: no such file"
+    with pytest.raises(RegistryError) as info:
+        resolve(str(tmp_path / "kernels" / "v1"))
+    assert str(info.value) == f"submission {tmp_path / 'kernels' / 'v1'}: no such file or folder"
+    with pytest.raises(RegistryError) as info:
+        resolve(str(tmp_path))
+    assert str(info.value) == f"submission folder {tmp_path} has no submission.py"

@@ -1,0 +1,132 @@
+"""Memory a run needs, estimated from the case sizes before any input is drawn, against what the machine has free.
+
+A request of n inputs (1 for a correctness call, ``calls_per_sample`` for a timed sample) holds at once, on the
+device the inputs live on: in the parent, the n inputs it draws for the expected outputs, those outputs, the
+outputs received back from the worker, and the exact reference's fp64 workspace for the largest group; in each
+worker, its own n inputs and n outputs. The outputs also cross the pipe as bytes (a copy on each side, host
+memory). A case that cannot fit is refused before anything is drawn (exit 113), instead of the parent dying of
+an out-of-memory error halfway through a run.
+
+The figures are estimates (allocator slack, the CUDA contexts and Python itself are not counted), so only a case
+that cannot fit is refused.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from task.cost import bytes_moved
+from task.formats import SF_VEC, blocked_shape
+from task.spec import Case
+
+GIB = 1024**3
+#: Bytes per element of the exact reference's decode (fp64).
+_REF_ELEMENT = 8
+
+
+def input_bytes(case: Case) -> int:
+    """Bytes of one ``input_t`` of ``case``: a, b, c and the plain scales (``task.cost.bytes_moved``) plus the
+    scales' blocked copies (padded: ``task.formats.blocked_shape``)."""
+    blocked = sum(math.prod(blocked_shape(rows, k // SF_VEC))
+                  for m, n, k in zip(case.m, case.n, case.k) for rows in (m, n))
+    return bytes_moved(case) + blocked
+
+
+def output_bytes(case: Case) -> int:
+    """Bytes of one call's outputs: G fp16 tensors [M, N, 1]."""
+    return sum(m * n * 2 for m, n in zip(case.m, case.n))
+
+
+def reference_bytes(case: Case) -> int:
+    """The exact reference's working set for its largest group (fp64): A and B decoded, each beside a decode
+    temporary of its own size, and the fp64 product beside its fp32 rounding temporaries (task.reference)."""
+    return max(2 * (m + n) * k * _REF_ELEMENT + 3 * m * n * _REF_ELEMENT
+               for m, n, k in zip(case.m, case.n, case.k))
+
+
+@dataclass(frozen=True)
+class Need:
+    """Estimated bytes one request of a case needs: ``device`` where the inputs live (the GPU, or the CPU when
+    there is none), ``host`` the outputs crossing the pipe (host memory in every case)."""
+
+    device: int
+    host: int
+
+
+def case_need(case: Case, inputs_per_request: int, workers: int = 1) -> Need:
+    """What one request of ``inputs_per_request`` inputs of ``case`` needs with ``workers`` worker processes
+    (``compare`` runs two). Bytes; see the module docstring for what is counted."""
+    n = inputs_per_request
+    one = input_bytes(case) + output_bytes(case)
+    device = (workers + 1) * n * one + n * output_bytes(case) + reference_bytes(case)
+    return Need(device, 2 * workers * n * output_bytes(case))
+
+
+def _proc_meminfo_available() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _cgroup_available() -> int | None:
+    """Room left under this process's cgroup v2 memory limit, or None without a limit."""
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        return int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def host_available() -> int | None:
+    """Bytes of host memory free for new allocations (Linux MemAvailable, capped by a cgroup limit; elsewhere
+    the free physical pages), or None when the system does not say."""
+    found = [x for x in (_proc_meminfo_available(), _cgroup_available()) if x is not None]
+    if not found:
+        try:
+            found = [os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")]
+        except (ValueError, OSError, AttributeError):
+            return None
+    return max(0, min(found))
+
+
+def cuda_available() -> int:
+    """Bytes free on the current CUDA device (``torch.cuda.mem_get_info``)."""
+    import torch
+
+    return torch.cuda.mem_get_info()[0]
+
+
+def fmt_gib(nbytes: float) -> str:
+    """Bytes as GiB with one decimal, or MiB below 1 GiB (``12.3 GiB``, ``512 MiB``)."""
+    if nbytes >= GIB:
+        return f"{nbytes / GIB:.1f} GiB"
+    return f"{math.ceil(nbytes / 1024**2)} MiB"
+
+
+def check_fits(cases, inputs_per_request: int, workers: int, cuda: bool) -> None:
+    """Refuse a shape set with a case whose estimated need exceeds free memory. ``cuda``: the inputs live on the
+    current CUDA device (else on the CPU, where device and host needs add up).
+
+    Raises MemoryError naming the first case that cannot fit, the memory it needs and the memory available."""
+    host_free = host_available()
+    device_free = cuda_available() if cuda else host_free
+    for case in cases:
+        need = case_need(case, inputs_per_request, workers)
+        checks = [("GPU", need.device, device_free), ("CPU", need.host, host_free)] if cuda else \
+                 [("CPU", need.device + need.host, host_free)]
+        for where, needed, free in checks:
+            if free is not None and needed > free:
+                label = f"{case.name} ({case.text()})" if case.name else case.text()
+                raise MemoryError(
+                    f"case {label} needs about {fmt_gib(needed)} of {where} memory ({inputs_per_request} "
+                    f"input{'s' if inputs_per_request != 1 else ''} a request, with their outputs and the exact "
+                    f"reference, in fp4bench and {workers} worker{'s' if workers != 1 else ''}); "
+                    f"{fmt_gib(free)} available")
