@@ -11,6 +11,7 @@ sees a seed), and the worker answers ``RunReply`` after copying what each call r
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import typing
 from dataclasses import dataclass
@@ -170,14 +171,20 @@ def _coerce(value, hint, where: str):
     raise ProtocolError(f"{where}: unsupported field type {hint}")
 
 
+@functools.lru_cache(maxsize=None)
+def _fields(cls) -> tuple[dict, frozenset, tuple]:
+    """(type hints, field names, fields) of a message class: resolved once (get_type_hints is slow)."""
+    fields = dataclasses.fields(cls)
+    return typing.get_type_hints(cls), frozenset(f.name for f in fields), fields
+
+
 def _build(cls, d: dict, where: str):
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
+    hints, names, fields = _fields(cls)
     unknown = set(d) - names
     if unknown:
         raise ProtocolError(f"{where}: unknown field(s) {sorted(unknown)}")
     kwargs = {}
-    for f in dataclasses.fields(cls):
+    for f in fields:
         if f.name in d:
             kwargs[f.name] = _coerce(d[f.name], hints[f.name], f"{where}.{f.name}")
         elif f.default is dataclasses.MISSING:
