@@ -384,8 +384,10 @@ def _run_cases(cases, opts, session, runner, observer, finish) -> None:
     try:
         session.load()
     except CaseFailed as exc:  # import error or no entry point: fail before generating any data
-        for case in cases:
-            finish(CaseResult(case, exc.status, exc.message))
+        for i, case in enumerate(cases):  # the error (a traceback) once, on the first shape
+            finish(CaseResult(case, exc.status, exc.message if i == 0 else
+                              f"not run: the submission could not be loaded ({exc.message.splitlines()[0]}; "
+                              f"the whole message is on shape 1)"))
         return
     seeds = [seedlib.case_seed(c.seed, opts.secret) for c in cases]
     warmed: set[int] = set()
