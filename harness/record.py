@@ -104,6 +104,7 @@ class RunRecord:
     geomean_ns: float | None = None   # leaderboard/benchmark: geometric mean of per-case mean_ns, all passed
     wall_s: float = 0.0               # the whole run's wall time
     window: str = ""                  # where the timed window's marks were held: native | python
+    sandbox: str = ""                 # how workers were confined: "off", or what held (harness.sandbox)
 
     @property
     def passed(self) -> bool:
@@ -139,4 +140,5 @@ def run_from_dict(d: dict) -> RunRecord:
         for c in d["cases"])
     return RunRecord(d["run_id"], d["started_at"], d["mode"], d["data"], d["shape_set"], d["secret_seed"],
                      SubmissionInfo(**d["submission"]), Environment(**d["environment"]), cases, d["complete"],
-                     d.get("git_commit", ""), d.get("geomean_ns"), d.get("wall_s", 0.0), d.get("window", ""))
+                     d.get("git_commit", ""), d.get("geomean_ns"), d.get("wall_s", 0.0), d.get("window", ""),
+                     d.get("sandbox", ""))
