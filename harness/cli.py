@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from harness import cli_reports, popcorn, seeds
+from harness import cli_reports, popcorn, sandbox as sandbox_mod, seeds
 from harness import compare as compare_mod
 from harness.console import ProgressObserver, results_table, side_by_side
 from harness.environment import device_facts
@@ -51,6 +51,9 @@ def _run_options(fn):
         click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
                      help="Results store (default $FP4BENCH_DB, else results/fp4bench.sqlite)."),
         click.option("--no-store", is_flag=True, help="Do not record this run in the results store."),
+        click.option("--sandbox", type=click.Choice(sandbox_mod.MODES), default="auto", show_default=True,
+                     help="Confine each worker: auto uses what this machine has and records it; strict refuses "
+                          "to run unless every protection holds; off runs it unconfined (fp4bench doctor)."),
     )):
         fn = option(fn)
     return fn
@@ -72,6 +75,15 @@ def _prepare(specs, shapes, settings_path, timeout, seed):
     return variants, shape_set, settings if timeout is None else settings.with_timeout(timeout), secret
 
 
+def _sandbox(mode, variants, settings, db, no_store) -> sandbox_mod.Sandbox:
+    """--sandbox as a request that hides the store, checked for every variant; exits 113 when strict cannot hold."""
+    try:
+        return sandbox_mod.checked(mode, variants, settings, device_facts().cuda,
+                                   None if no_store else resolve_db_path(db))
+    except sandbox_mod.SandboxError as exc:
+        _fail(str(exc), popcorn.ExitCode.BAD_SPEC)
+
+
 @main.command("run")
 @click.option("--submission", "submissions", required=True,
               help="A folder under submissions/, a folder, or a .py file; several separated by commas.")
@@ -79,12 +91,12 @@ def _prepare(specs, shapes, settings_path, timeout, seed):
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write every figure and the environment to this file (one submission) or FILE-<name>.json.")
 @_run_options
-def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, timeout, db, no_store) -> None:
+def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, timeout, db, no_store, sandbox) -> None:
     """Run submissions over a shape set; exit code as the official runner (0, 110, 112, 113, 114)."""
     console = Console()
     variants, shape_set, settings, secret = _prepare([x.strip() for x in submissions.split(",") if x.strip()],
                                                      shapes, settings_path, timeout, seed)
-    opts = RunOptions(mode, data, secret, settings)
+    opts = RunOptions(mode, data, secret, settings, _sandbox(sandbox, variants, settings, db, no_store))
     store = None if no_store else ResultStore(resolve_db_path(db))
     records = []
     for variant in variants:
@@ -118,12 +130,12 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
               show_default=True, help="How to write the comparison table (text: a table in the terminal).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the comparison table to this file instead of standard output.")
-def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, fmt, out) -> None:
+def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, sandbox, fmt, out) -> None:
     """Time submission A against B interleaved (A, B, A, B ... on identical inputs, every output checked) on
     each shape: ratio A/B of per-call times with a 95% CI and a verdict, plus the geomean. A and B as for
     run --submission. Exit code as run's: nonzero when either side failed a shape."""
     (va, vb), shape_set, settings, secret = _prepare([a, b], shapes, settings_path, timeout, seed)
-    opts = RunOptions(compare_mod.MODE, data, secret, settings)
+    opts = RunOptions(compare_mod.MODE, data, secret, settings, _sandbox(sandbox, (va, vb), settings, db, no_store))
     err = Console(stderr=True)
     store = None if no_store else ResultStore(resolve_db_path(db))
     progress = ProgressObserver(err, len(shape_set.cases), f"{va.name} vs {vb.name}") if err.is_terminal else None
@@ -165,6 +177,13 @@ def list_cmd() -> None:
         table.add_row(v.name, v.popcorn.get("leaderboard", ""), v.popcorn.get("gpu", ""), v.requires.text,
                       "[green]yes[/]" if reason is None else f"[yellow]no[/]: {reason}")
     Console().print(table)
+
+
+@main.command("doctor")
+def doctor_cmd() -> None:
+    """What this machine offers to confine a worker (bwrap, Landlock, namespaces, non-dumpable parent) and
+    which protections a run would get."""
+    click.echo("\n".join(sandbox_mod.doctor_lines(load_settings(), device_facts().cuda)))
 
 
 cli_reports.register(main)
