@@ -4,13 +4,14 @@ Started by the parent (harness.sandbox builds the command line) inside bubblewra
 reads its orders from the environment variable FP4BENCH_CONFINE (JSON, removed before the worker runs), applies
 them in this order, and only then imports the worker (before any submission code exists):
 
-1. resource limits (setrlimit; never raised above the current hard limit);
-2. Landlock (``landlock``: ``full``: reads only beneath ``read``, writes only beneath ``write``, read+write on the
+1. no new privileges (PR_SET_NO_NEW_PRIVS: no set-user-ID or file-capability gains from here on);
+2. resource limits (setrlimit; never raised above the current hard limit);
+3. Landlock (``landlock``: ``full``: reads only beneath ``read``, writes only beneath ``write``, read+write on the
    ``devices`` files, everything beneath ``hide`` unreadable even inside a read root; ``scope``: no file rules;
    either way no ptrace/``/proc/<pid>/mem`` of a process outside this domain, and from ABI 6 no signals to them
    and no abstract Unix sockets outside it);
-3. every capability dropped (bounding, ambient, effective, permitted, inheritable), when ``drop_caps``;
-4. this process made non-dumpable.
+4. every capability dropped (bounding, ambient, effective, permitted, inheritable), when ``drop_caps``;
+5. this process made non-dumpable (``/proc/<pid>/mem`` and ``environ`` closed to other processes of its user).
 
 Any step that fails ends the process with exit code ``EXIT_REFUSED`` and one line on stderr naming the step: a
 worker never runs less confined than the parent was told. Leaf module: the standard library only.

@@ -4,8 +4,8 @@ A worker (``python -m harness.worker``, the untrusted side) runs confined by a w
 of ours that a submission could argue with:
 
 - ``bwrap`` (bubblewrap) where it is installed and works: a new mount namespace holding read-only binds of what
-  the worker may read, read-write binds of what it may write, a minimal /dev with the GPU nodes, its own /proc
-  and network namespace, every capability dropped;
+  the worker may read, read-write binds of what it may write, a minimal /dev with the GPU nodes, a fresh /proc,
+  its own network namespace, every capability dropped;
 - otherwise Landlock (kernel >= 5.13), applied by the worker's first code (``harness.confine``), with ``unshare``
   for the network (and PID/IPC) namespaces.
 
@@ -14,14 +14,17 @@ no ptrace, ``/proc/<pid>/mem`` or signals outside the sandbox), drops capabiliti
 non-dumpable, all before the worker imports anything of the submission. The parent makes itself non-dumpable
 (``protect_parent``) before it starts a confined worker.
 
-What a worker may touch (``Plan``): read the checkout, its submission's folder, Python's and torch's installs
-(``sys.prefix``, ``sys.path``), the system folders (/usr, /etc, /opt, ...), /sys and its own /proc, the GPU device
-nodes; write only a scratch folder (``TMPDIR``, removed when the worker ends) and its own variant's caches:
-``$FP4BENCH_CACHE`` is a per-variant root (``<cache>/sandbox/<variant>-<hash of its path>``, read-only) holding
-``<variant name>/`` (its own build folder), ``_jit/{triton,inductor,torch_extensions,cuda}`` (TRITON_CACHE_DIR,
-TORCHINDUCTOR_CACHE_DIR, TORCH_EXTENSIONS_DIR, CUDA_CACHE_PATH) and ``_home`` (HOME), all writable, and
-``native`` (the parent's built timing window, read-only). The results store, $HOME and other variants' caches
-are not visible.
+What a worker may touch (``Plan``): read the checkout (other variants' folders under submissions/ excepted), its
+submission's folder, Python's and torch's installs (``sys.prefix``, ``sys.path``), the system folders (/usr, /etc,
+/opt, ...), /sys and /proc, the GPU device nodes; write only a scratch folder (``TMPDIR``, removed when the
+worker ends) and its own variant's caches: ``$FP4BENCH_CACHE`` is a per-variant root, read-only
+(``<cache>/sandbox/<variant>-<hash of its path>``), holding ``<variant name>/`` (its own build folder),
+``_jit/{triton,inductor,torch_extensions,cuda}`` (TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, TORCH_EXTENSIONS_DIR,
+CUDA_CACHE_PATH) and ``_home`` (HOME), all writable, and
+``native`` (a link to the parent's built timing window, read-only). The results store, $HOME and other
+variants' caches are not visible. The PID and IPC namespaces (and /dev/shm) are the worker's own unless the run
+uses CUDA (settings ``isolate_pid_ipc``): legacy CUDA IPC, which maps the parent's sample buffers, needs the
+parent's.
 
 Modes (``--sandbox``): ``auto`` uses what the machine has and records which protections held; ``strict``
 refuses to run (SandboxError naming each missing protection) unless all of them hold; ``off`` starts the worker
@@ -43,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import confine
-from harness.registry import ROOT, Variant
+from harness.registry import ROOT, SUBMISSIONS_DIR, Variant
 from harness.settings import Settings
 
 MODES = ("auto", "strict", "off")
@@ -389,7 +392,8 @@ def _read_roots(variant: Variant) -> list[str]:
 
 def _hidden(read: tuple[str, ...], extra: tuple[Path, ...]) -> list[str]:
     """Existing paths inside the read roots that the worker must not see: the store (its folder when that is a
-    ``results`` folder of its own), $HOME, the build cache, and ``extra``."""
+    ``results`` folder of its own), $HOME, the build cache, and ``extra`` (the plan's: other variants' folders
+    under submissions/, the request's own)."""
     store = _default_store()
     folder = store.parent if store.parent != ROOT and store.parent.name == "results" else None
     wanted = [folder] if folder else [store, Path(f"{store}-wal"), Path(f"{store}-shm"), Path(f"{store}-journal")]
@@ -465,10 +469,12 @@ def plan_for(variant: Variant, request: Sandbox, settings: Settings, cuda: bool)
     read = _read_roots(variant)
     own = variant.name if variant.name != _NATIVE else ""
     _make_cache(cache, own)
+    folder = Path(variant.path).resolve().parent
+    others = [d for d in SUBMISSIONS_DIR.iterdir() if d.is_dir() and d != folder] if SUBMISSIONS_DIR.is_dir() else []
     return Plan(request.mode, offer.mechanism, tuple(held), tuple(missing), isolate and "pid-ipc" in held,
                 _limits(settings, cuda), cache, own, tuple(read),
                 tuple(str(Path(w).resolve()) for w in request.writable),
-                tuple(Path(h).resolve() for h in request.hide), offer)
+                tuple(Path(h).resolve() for h in [*request.hide, *others]), offer)
 
 
 def checked(mode: str, variants, settings: Settings, cuda: bool, store: Path | None = None) -> Sandbox:

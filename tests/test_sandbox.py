@@ -53,6 +53,18 @@ def listener():
         yield s.getsockname()[1]
 
 
+@pytest.fixture
+def store_folder():
+    """The checkout's default store folder, made if missing (so that "write store" can only fail for the
+    sandbox's sake) and removed again if it was made and stayed empty; yields it."""
+    results = ROOT / "results"
+    made = not results.exists()
+    results.mkdir(exist_ok=True)
+    yield results
+    if made and not any(results.iterdir()):
+        results.rmdir()
+
+
 def _report(path) -> dict[str, str]:
     """escape.py's report: attempt -> 'ok' or 'blocked'."""
     out = {}
@@ -67,7 +79,7 @@ def _tree(folder) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("offer", _mechanisms())
-def test_escape_is_blocked_under_strict_and_nothing_lands(offer, tmp_path, monkeypatch, listener):
+def test_escape_is_blocked_under_strict_and_nothing_lands(offer, tmp_path, monkeypatch, listener, store_folder):
     """Every attempt blocked and reported, the honest computation passes, the checkout and the default store
     unchanged, and the run records that every protection held."""
     monkeypatch.setattr(sandbox, "probe", lambda: offer)
@@ -77,18 +89,11 @@ def test_escape_is_blocked_under_strict_and_nothing_lands(offer, tmp_path, monke
     monkeypatch.setenv("ESCAPE_REPORT", str(logs / "report.txt"))
     monkeypatch.setenv("ESCAPE_PORT", str(listener))
     monkeypatch.delenv("FP4BENCH_DB", raising=False)
-    results = ROOT / "results"
-    made = not results.exists()
-    results.mkdir(exist_ok=True)  # so that "write store" fails for the sandbox's sake, not a missing folder
-    try:
-        before = (_tree(ROOT / "task"), _tree(results))
-        store = ResultStore(tmp_path / "r.sqlite")
-        rec = run(read_variant(SHARED_CASES / "escape.py"), ONE,
-                  RunOptions("test", settings=FAST, sandbox=Sandbox("strict", writable=(logs,))), StoreRecorder(store))
-        after = (_tree(ROOT / "task"), _tree(results))
-    finally:
-        if made and not any(results.iterdir()):
-            results.rmdir()
+    before = (_tree(ROOT / "task"), _tree(store_folder))
+    store = ResultStore(tmp_path / "r.sqlite")
+    rec = run(read_variant(SHARED_CASES / "escape.py"), ONE,
+              RunOptions("test", settings=FAST, sandbox=Sandbox("strict", writable=(logs,))), StoreRecorder(store))
+    after = (_tree(ROOT / "task"), _tree(store_folder))
     assert [c.status for c in rec.cases] == [Status.PASS]
     assert _report(logs / "report.txt") == {a: "blocked" for a in ATTEMPTS}
     assert after == before
@@ -159,9 +164,9 @@ _CACHE_PROBE = '''
 import os, json, pathlib, resource
 from honest_torch import custom_kernel  # noqa: F401
 
-def _try(path):
+def _try(path, read=False):
     try:
-        pathlib.Path(path).write_text("x")
+        pathlib.Path(path).read_text() if read else pathlib.Path(path).write_text("x")
         return "ok"
     except OSError as exc:
         return type(exc).__name__
@@ -177,7 +182,8 @@ out = {"own": _try(f"{cache}/{os.environ['VARIANT']}/built.cubin"),
        "triton": _try(os.environ["TRITON_CACHE_DIR"] + "/k"),
        "home": _try(os.environ["HOME"] + "/.nv"), "tmp": _try(os.environ["TMPDIR"] + "/t"),
        "native": _try(f"{cache}/native/guard.so"), "cache root": _try(f"{cache}/x"),
-       "other": _try(os.environ["OTHER"]), "fsize": fsize,
+       "other": _try(os.environ["OTHER"]), "fsize": fsize, "read README": _try("README.md", read=True),
+       "read other source": _try("submissions/torch_reference/submission.py", read=True),
        "limits": {n: resource.getrlimit(getattr(resource, n))[0] for n in ("RLIMIT_AS", "RLIMIT_FSIZE",
                                                                             "RLIMIT_NPROC", "RLIMIT_CPU")},
        "env": {k: os.environ[k] for k in ("FP4BENCH_CACHE", "HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
@@ -189,7 +195,8 @@ pathlib.Path(os.environ["LOG"]).write_text(json.dumps(out))
 @pytest.mark.parametrize("offer", _mechanisms())
 def test_a_variant_writes_its_own_cache_only_within_its_limits(offer, tmp_path, monkeypatch):
     """Its own build folder, JIT caches, HOME and TMPDIR are writable; the cache root, the native build and
-    another variant's cache are not; the file-size limit bites; the limits are those of the settings."""
+    another variant's cache are not, nor are other variants' sources readable (the checkout is); the file-size
+    limit bites; the limits are those of the settings."""
     monkeypatch.setattr(sandbox, "probe", lambda: offer)
     monkeypatch.setenv("FP4BENCH_CACHE", str(tmp_path / "cache"))
     (tmp_path / "cache" / "native").mkdir(parents=True)
@@ -212,6 +219,8 @@ def test_a_variant_writes_its_own_cache_only_within_its_limits(offer, tmp_path, 
     assert {k: seen[k] for k in ("own", "triton", "home", "tmp", "native", "cache root", "other")} == {
         "own": "ok", "triton": "ok", "home": "ok", "tmp": "ok", "native": denied, "cache root": denied,
         "other": "FileNotFoundError" if offer.mechanism == "bwrap" else denied}
+    assert (seen["read README"], seen["read other source"]) == ("ok", "FileNotFoundError" if offer.mechanism ==
+                                                                "bwrap" else "PermissionError")
     assert seen["fsize"] == "File too large"
     assert seen["limits"] == {"RLIMIT_AS": 40000 << 20, "RLIMIT_FSIZE": 1 << 20, "RLIMIT_NPROC": 4096,
                               "RLIMIT_CPU": 5000}
@@ -265,3 +274,42 @@ def test_doctor_reports_what_this_machine_offers():
     assert f"running as root: {'yes' if os.geteuid() == 0 else 'no'}" in lines
     assert f"a run (--sandbox auto) would use {offer.mechanism}:" in lines
     assert lines[-1] == "--sandbox strict would run" or lines[-1].startswith("--sandbox strict would refuse: ")
+
+
+# --- on the H200 (the device tool): CUDA inside the sandbox ------------------------------------------------------
+#: Which protection stops each of escape.py's attempts.
+STOPPED_BY = {"write task/": "writes", "write store": "reads", "read parent environ": "parent",
+              "open parent mem": "parent", "connect 127.0.0.1": "network"}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["torch_reference", "triton_grouped", "wgmma_sm90"])
+def test_gpu_variants_pass_inside_the_sandbox(name):
+    """CUDA, CUDA IPC of the sample buffers, and the JIT caches (Triton, nvcc output, torch extensions) work
+    inside: every official test shape passes, and the record says what held."""
+    from harness.registry import resolve
+    from task.spec import load_shapes
+
+    rec = run(resolve(name), load_shapes("tests"), RunOptions("test"))
+    assert [c.status for c in rec.cases] == [Status.PASS] * len(rec.cases), [c.message for c in rec.cases]
+    assert rec.sandbox.startswith("auto via ") and " held " in rec.sandbox, rec.sandbox
+    if sandbox.probe().mechanism != "none":
+        assert "held writes, reads, network, parent" in rec.sandbox, rec.sandbox
+
+
+@pytest.mark.gpu
+def test_gpu_escape_is_blocked_where_the_protection_holds(tmp_path, monkeypatch, listener, store_folder):
+    """escape.py on the GPU under auto: each attempt blocked exactly where the run says its protection held."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    monkeypatch.setenv("ESCAPE_ROOT", str(ROOT))
+    monkeypatch.setenv("ESCAPE_REPORT", str(logs / "report.txt"))
+    monkeypatch.setenv("ESCAPE_PORT", str(listener))
+    rec = run(read_variant(SHARED_CASES / "escape.py"), ONE, RunOptions("test", sandbox=Sandbox(writable=(logs,))))
+    assert [c.status for c in rec.cases] == [Status.PASS]
+    held = rec.sandbox.split(": held ")[1].split(";")[0].split(", ")
+    escaped = ROOT / "task" / "ESCAPED.txt"
+    landed = escaped.exists()
+    escaped.unlink(missing_ok=True)
+    assert _report(logs / "report.txt") == {a: "blocked" if p in held else "ok" for a, p in STOPPED_BY.items()}
+    assert landed == ("writes" not in held)
