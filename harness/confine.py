@@ -161,7 +161,9 @@ def _add_rule(ruleset: int, path: str, rights: int) -> None:
 def apply_limits(limits: dict[str, int]) -> None:
     """setrlimit for each ``{"RLIMIT_AS": bytes, ...}``: soft and hard, never above the current hard limit."""
     for name, value in limits.items():
-        which = getattr(resource, name)
+        which = getattr(resource, name, None)
+        if not name.startswith("RLIMIT_") or which is None:
+            raise Refused(f"setrlimit: no resource limit named {name!r} here")
         _, hard = resource.getrlimit(which)
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)
         try:
@@ -206,17 +208,21 @@ def confine(orders: dict) -> None:
 
 
 def main() -> None:
+    raw = os.environ.pop(ENV, None)
     try:
-        orders = json.loads(os.environ.pop(ENV))
-        confine(orders)
-    except (KeyError, ValueError) as exc:
-        sys.stderr.write(f"fp4bench sandbox: bad or missing {ENV}: {exc}\n")
+        orders = json.loads(raw) if raw is not None else None
+    except ValueError:
+        orders = None
+    if not isinstance(orders, dict):
+        got = "nothing" if raw is None else repr(raw[:60])
+        sys.stderr.write(f"fp4bench sandbox: expected the parent's orders (a JSON object) in {ENV}, got {got}\n")
         os._exit(EXIT_REFUSED)
-    except Refused as exc:
+    try:
+        confine(orders)
+    except (Refused, OSError) as exc:
         sys.stderr.write(f"fp4bench sandbox: refused to run the worker: {exc}\n")
         os._exit(EXIT_REFUSED)
     runpy.run_module("harness.worker", run_name="__main__", alter_sys=True)
-
 
 if __name__ == "__main__":
     main()

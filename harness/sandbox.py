@@ -378,16 +378,18 @@ def _device_files() -> list[str]:
 
 
 def _read_roots(variant: Variant) -> list[str]:
-    """What a worker may read: existing absolute paths (symbolic links as links), shortest first; never "/".
-    What they hold but the worker must not see is hidden at launch (``_hidden``)."""
+    """What a worker may read: existing absolute paths (symbolic links as links), shortest first; never "/" nor
+    the temporary folder or an ancestor of it (a script's folder on sys.path can be /tmp: the worker's /tmp is its
+    scratch). What they hold but the worker must not see is hidden at launch (``_hidden``)."""
     candidates = [Path(p) for p in _SYSTEM_READ]
     candidates += [Path(p) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}]
     candidates += [Path(sys.executable).resolve().parent, ROOT, Path(variant.path).resolve().parent]
     candidates += [Path(p) for p in sys.path if p and os.path.isabs(p)]
     if site.USER_SITE:
         candidates.append(Path(site.USER_SITE))
+    tmp = Path(tempfile.gettempdir()).resolve()
     roots = {str(c) if c.is_symlink() else str(c.resolve()) for c in candidates if c.exists()}
-    return sorted(roots - {"/"}, key=lambda r: (len(r), r))
+    return sorted((r for r in roots if not _within(tmp, Path(r))), key=lambda r: (len(r), r))
 
 
 def _hidden(read: tuple[str, ...], extra: tuple[Path, ...]) -> list[str]:

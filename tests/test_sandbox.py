@@ -241,6 +241,24 @@ def test_wrapper_exit_status_reads_back_as_the_workers():
     assert plain.exit_code(134) == 134
 
 
+def test_the_worker_refuses_to_start_less_confined_than_ordered():
+    """harness.confine fails closed: a step it cannot take ends the process (exit 111) with one line naming it,
+    before the worker (or any submission) is imported."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), confine.ENV: json.dumps({"limits": {"RLIMIT_BOGUS": 1}})}
+    done = subprocess.run([sys.executable, "-m", "harness.confine"], env=env, capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert (done.returncode, done.stderr) == (confine.EXIT_REFUSED, "fp4bench sandbox: refused to run the worker: "
+                                              "setrlimit: no resource limit named 'RLIMIT_BOGUS' here\n")
+    del env[confine.ENV]
+    done = subprocess.run([sys.executable, "-m", "harness.confine"], env=env, capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert (done.returncode, done.stderr) == (confine.EXIT_REFUSED, "fp4bench sandbox: expected the parent's "
+                                              "orders (a JSON object) in FP4BENCH_CONFINE, got nothing\n")
+
+
 def test_hidden_paths_split_a_landlock_grant(tmp_path):
     """A hidden folder inside a read root: the grant covers its siblings (files with file rights only) instead."""
     for d in ("a", "b", "results"):
