@@ -108,6 +108,8 @@ class Offer:
     user_namespaces: bool      # an unprivileged user namespace can be made (what non-root needs)
     cap_drop: bool             # a worker can drop its capabilities (always for non-root: it has none)
     non_dumpable: bool         # prctl(PR_SET_DUMPABLE) works here
+    bwrap_user_ns: bool = False    # bwrap works only with --unshare-user (non-root, or root without CAP_SYS_ADMIN)
+    unshare_user_ns: bool = False  # unshare works only with --user --map-root-user
 
     @property
     def mechanism(self) -> str:
@@ -126,34 +128,46 @@ def _run_ok(argv: list[str]) -> tuple[bool, str]:
     return done.returncode == 0, "" if done.returncode == 0 else last
 
 
-def _user_ns_flags(root: bool) -> list[str]:
-    return [] if root else ["--unshare-user"]
-
-
 @functools.lru_cache(maxsize=1)
 def probe() -> Offer:
-    """Probe this machine once: bwrap (installed, and able to make the sandbox), Landlock's ABI, namespaces by
-    ``unshare``, capabilities, prctl. Starts a few short processes; never raises."""
+    """Probe this machine once: bwrap (installed, and able to make the sandbox: as root first without a user
+    namespace, then with one, as a container without CAP_SYS_ADMIN needs), Landlock's ABI, namespaces by
+    ``unshare`` (likewise), capabilities, prctl. Starts a few short processes; never raises."""
     root = os.geteuid() == 0
-    bwrap_path, bwrap, bwrap_error, bwrap_pid = shutil.which("bwrap"), "", "not installed", False
+    bwrap_path, bwrap, bwrap_error, bwrap_pid, bwrap_user = shutil.which("bwrap"), "", "not installed", False, False
     if bwrap_path:
         bwrap = f"{_run_text([bwrap_path, '--version']) or 'bubblewrap'} ({bwrap_path})"
         base = [bwrap_path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-net",
-                "--cap-drop", "ALL", *_user_ns_flags(root)]
-        ok, err = _run_ok([*base, "--", "/bin/true"])
-        bwrap_error = "" if ok else f"it fails here: {err}"
-        bwrap_pid = ok and _run_ok([*base, "--unshare-pid", "--unshare-ipc", "--", "/bin/true"])[0]
+                "--cap-drop", "ALL"]
+        bwrap_user, bwrap_error = _first_working(base, ["--unshare-user"], root)
+        if bwrap_user is not None:
+            user = ["--unshare-user"] if bwrap_user else []
+            bwrap_pid = _run_ok([*base, *user, "--unshare-pid", "--unshare-ipc", "--", "/bin/true"])[0]
     unshare = shutil.which("unshare")
-    net = pid = False
+    net = pid = unshare_user = False
     unshare_error = "not installed"
     if unshare:
-        base = [unshare, *([] if root else ["--user", "--map-root-user"]), "--net"]
-        net, unshare_error = _run_ok([*base, "--", "/bin/true"])
-        pid = net and _run_ok([*base, "--pid", "--fork", "--mount-proc", "--ipc", "--kill-child", "--",
-                               "/bin/true"])[0]
+        unshare_user, unshare_error = _first_working([unshare, "--net"], ["--user", "--map-root-user"], root)
+        net = unshare_user is not None
+        if net:
+            user = ["--user", "--map-root-user"] if unshare_user else []
+            pid = _run_ok([unshare, "--net", *user, "--pid", "--fork", "--mount-proc", "--ipc", "--kill-child",
+                           "--", "/bin/true"])[0]
     user_ns = bool(unshare) and _run_ok([unshare, "--user", "--", "/bin/true"])[0]
     return Offer(root, bwrap, bwrap_error, bwrap_pid, confine.landlock_abi(), net, pid, unshare_error, user_ns,
-                 not root or _has_capability(_CAP_SETPCAP), _dumpable() is not None)
+                 not root or _has_capability(_CAP_SETPCAP), _dumpable() is not None, bool(bwrap_user),
+                 bool(unshare_user))
+
+
+def _first_working(base: list[str], user_ns: list[str], root: bool) -> tuple[bool | None, str]:
+    """Whether ``base -- /bin/true`` needs the ``user_ns`` flags (False: works without; True: only with; None:
+    fails either way) and, when it fails, why (its last line of output). Root tries without them first."""
+    error = ""
+    for with_user in ((False, True) if root else (True,)):
+        ok, error = _run_ok([*base, *(user_ns if with_user else []), "--", "/bin/true"])
+        if ok:
+            return with_user, ""
+    return None, f"it fails here: {error}"
 
 
 def _run_text(argv: list[str]) -> str:
@@ -308,7 +322,7 @@ class Plan:
     # -- command lines
     def _bwrap(self, writable: list[str], scratch: Path, cwd: Path, hide: list[str]) -> list[str]:
         cmd = [shutil.which("bwrap"), "--die-with-parent", "--unshare-net", "--cap-drop", "ALL",
-               *_user_ns_flags(self.offer.root)]
+               *(["--unshare-user"] if self.offer.bwrap_user_ns else [])]
         if self.isolate_pid_ipc:
             cmd += ["--unshare-pid", "--unshare-ipc"]
         cmd += ["--bind", str(scratch), "/tmp"]  # first: later binds inside /tmp (pytest's folders) go on top
@@ -345,7 +359,8 @@ class Plan:
     def _unshare(self) -> list[str]:
         if "network" not in self.held:
             return []
-        cmd = [shutil.which("unshare"), *([] if self.offer.root else ["--user", "--map-root-user"]), "--net"]
+        cmd = [shutil.which("unshare"), "--net", *(["--user", "--map-root-user"] if self.offer.unshare_user_ns
+                                                   else [])]
         if not self.isolate_pid_ipc:
             return cmd + ["--"]
         # The first process of a PID namespace ignores its own fatal signals (abort() would not kill it): a shell
@@ -496,10 +511,11 @@ def doctor_lines(settings: Settings, cuda: bool) -> list[str]:
         f"running as root: {yes(offer.root)}",
         f"bubblewrap: {offer.bwrap or 'not installed'}" + (f"; unusable: {offer.bwrap_error}"
                                                           if offer.bwrap and offer.bwrap_error else ""),
-        f"  with PID/IPC namespaces: {yes(offer.bwrap_pid_ipc)}",
+        f"  with PID/IPC namespaces: {yes(offer.bwrap_pid_ipc)}; needs a user namespace: {yes(offer.bwrap_user_ns)}",
         f"Landlock: " + (f"ABI {offer.landlock_abi}" if offer.landlock_abi else "not available"),
         f"unshare: network namespace {yes(offer.unshare_net)}, PID/IPC namespaces {yes(offer.unshare_pid_ipc)}"
-        + (f" ({offer.unshare_error})" if offer.unshare_error else ""),
+        + (f" ({offer.unshare_error})" if offer.unshare_error else "")
+        + ("; needs a user namespace" if offer.unshare_user_ns else ""),
         f"unprivileged user namespaces: {yes(offer.user_namespaces)}",
         f"capabilities can be dropped: {yes(offer.cap_drop)}",
         f"non-dumpable parent (prctl): {yes(offer.non_dumpable)}",

@@ -34,13 +34,17 @@ BARE = sandbox.Offer(root=True, bwrap="", bwrap_error="not installed", bwrap_pid
 
 
 def _mechanisms():
-    """The file-system mechanisms this machine has, each forced in turn (landlock: as if bwrap were absent)."""
+    """The file-system mechanisms this machine has, each forced in turn (landlock: as if bwrap were absent), and
+    as root each also inside a user namespace (what a container without CAP_SYS_ADMIN gets)."""
     offer = sandbox.probe()
     out = []
     if offer.mechanism == "bwrap":
         out.append(pytest.param(offer, id="bwrap"))
     if offer.landlock_abi:
         out.append(pytest.param(dataclasses.replace(offer, bwrap_error="set aside by the test"), id="landlock"))
+    if offer.root and offer.user_namespaces:
+        out += [pytest.param(dataclasses.replace(p.values[0], bwrap_user_ns=True, unshare_user_ns=True),
+                             id=f"{p.id}-userns") for p in list(out)]
     return out or [pytest.param(None, id="none", marks=pytest.mark.skip(reason="neither bwrap nor Landlock here"))]
 
 
