@@ -279,12 +279,12 @@ class Plan:
 
     def launch(self, argv: list[str], env: dict, cwd: Path) -> Launch:
         """The confined form of starting ``argv`` (a ``python -m harness.worker`` command) with ``env`` in
-        ``cwd``: a fresh scratch folder, the variant's cache folders made, the parent made non-dumpable, and the
-        command wrapped. Off: ``argv``, ``env``, ``cwd`` unchanged."""
+        ``cwd``: a fresh scratch folder, the parent made non-dumpable, the environment pointed at the variant's
+        caches and the scratch folder, and the command wrapped. Off: ``argv``, ``env``, ``cwd`` unchanged."""
         if self.mode == "off":
             return Launch(list(argv), dict(env), Path(cwd))
         protect_parent()
-        writable = self._writable_caches()
+        writable = self._writable_caches() + [w for w in self.write if os.path.isdir(w)]
         hide = _hidden(self.read, self.hide)  # now: the store's folder may have been made since the plan
         scratch = Path(tempfile.mkdtemp(prefix="fp4bench-worker-")).resolve()
         env = {**env, **self._cache_env()}
@@ -293,7 +293,7 @@ class Plan:
                   "drop_caps": self.mechanism != "bwrap" and self.offer.root and self.offer.cap_drop}
         if self.offer.landlock_abi and self.mechanism == "landlock":
             orders.update(landlock="full", read=[*self.read, *_PROCESS_READ, str(self.cache / _NATIVE)],
-                          write=[*writable, str(scratch), *self.write, "/dev/shm"], devices=_device_files(),
+                          write=[*writable, str(scratch), "/dev/shm"], devices=_device_files(),
                           hide=hide)
         elif self.offer.landlock_abi:
             orders["landlock"] = "scope"
@@ -340,7 +340,7 @@ class Plan:
             cmd += ["--tmpfs", h] if h in hidden_dirs else ["--ro-bind", "/dev/null", h]
         cmd += self._bind_read(inner)
         cmd += ["--ro-bind", str(self.cache), str(self.cache)]  # its native link and the folders below
-        for w in [*writable, *self.write]:
+        for w in writable:
             cmd += ["--bind", w, w]
         native = cache_base() / _NATIVE
         if native.is_dir():
