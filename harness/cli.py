@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from harness import cli_reports, popcorn, seeds
+from harness import cli_reports, popcorn, sandbox as sandbox_mod, seeds
 from harness.console import (ProgressObserver, compare_rich_table, profile_section, results_table, side_by_side,
                              variants_table)
 from harness.popcorn import MODES
@@ -91,6 +91,9 @@ def _run_options(fn):
         click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
                      help="Results store (default $FP4BENCH_DB, else results/fp4bench.sqlite)."),
         click.option("--no-store", is_flag=True, help="Do not record this run in the results store."),
+        click.option("--sandbox", type=click.Choice(sandbox_mod.MODES), default="auto", show_default=True,
+                     help="Confine each worker: auto uses what this machine has and records it; strict refuses "
+                          "to run unless every protection holds; off runs it unconfined (fp4bench doctor)."),
     )):
         fn = option(fn)
     return fn
@@ -189,6 +192,17 @@ def _interrupted(kept: list[_Kept], recorders: list[StoreRecorder], store: Resul
     sys.exit(EXIT_INTERRUPTED)
 
 
+def _sandbox(mode, variants, settings, db, no_store) -> sandbox_mod.Sandbox:
+    """--sandbox as a request that hides the store, checked for every variant; exits 113 when strict cannot hold."""
+    from harness.environment import device_facts
+
+    try:
+        return sandbox_mod.checked(mode, variants, settings, device_facts().cuda,
+                                   None if no_store else resolve_db_path(db))
+    except sandbox_mod.SandboxError as exc:
+        _fail(str(exc), popcorn.ExitCode.BAD_SPEC)
+
+
 @main.command("run")
 @click.option("--submission", "submissions", required=True,
               help="A folder under submissions/, a folder, or a .py file; several separated by commas.")
@@ -196,7 +210,7 @@ def _interrupted(kept: list[_Kept], recorders: list[StoreRecorder], store: Resul
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write every figure and the environment to this file (one submission) or FILE-<name>.json.")
 @_run_options
-def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, timeout, db, no_store) -> None:
+def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, timeout, db, no_store, sandbox) -> None:
     """Run submissions over a shape set; exit code as the official runner (0, 110, 112, 113, 114; 130 after
     Ctrl-C, with the cases measured so far kept in the store and the --json file)."""
     console = Console()
@@ -205,7 +219,7 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
     store = _open_store(db, no_store)
     from harness.runner import Observer, RunOptions, run as run_variant
 
-    opts = RunOptions(mode, data, secret, settings)
+    opts = RunOptions(mode, data, secret, settings, _sandbox(sandbox, variants, settings, db, no_store))
     records = []
     for variant in variants:
         label = f"{variant.name} {mode}"
@@ -248,7 +262,7 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
               show_default=True, help="How to write the comparison table (text: a table in the terminal).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the comparison table to this file instead of standard output.")
-def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, fmt, out) -> None:
+def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, sandbox, fmt, out) -> None:
     """Time submission A against B interleaved (A, B, A, B ... on identical inputs, every output checked) on
     each shape: ratio A/B of per-call times with a 95% CI and a verdict, plus the geomean. A and B as for
     run --submission. Exit code as run's: nonzero when either side failed a shape."""
@@ -258,7 +272,7 @@ def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, 
     from harness import compare as compare_mod
     from harness.runner import Observer, RunOptions
 
-    opts = RunOptions(compare_mod.MODE, data, secret, settings)
+    opts = RunOptions(compare_mod.MODE, data, secret, settings, _sandbox(sandbox, (va, vb), settings, db, no_store))
     err = Console(stderr=True)
     progress = (ProgressObserver(err, len(shape_set.cases), f"{va.name} vs {vb.name}", sides=2)
                 if err.is_terminal else None)
@@ -306,6 +320,13 @@ def list_cmd() -> None:
     else:
         facts = cpu_facts()
     Console().print(variants_table(find_variants(), facts))
+
+
+@main.command("doctor")
+def doctor_cmd() -> None:
+    """What this machine offers to confine a worker (bwrap, Landlock, namespaces, non-dumpable parent) and
+    which protections a run would get."""
+    click.echo("\n".join(sandbox_mod.doctor_lines(load_settings(), device_facts().cuda)))
 
 
 cli_reports.register(main)

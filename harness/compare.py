@@ -111,7 +111,7 @@ class _Side:
 
     def __init__(self, letter: str, variant: Variant, opts: RunOptions, observer: Observer, device: torch.device):
         self.letter, self.variant, self.observer = letter, variant, observer
-        self.session = Session(variant, opts.settings)
+        self.session = Session(variant, opts.settings, sandbox=opts.sandbox)
         self.runner = CaseRunner(self.session, opts, observer, device)
         self.results: list[CaseResult] = []
         self.samples: list[float] = []

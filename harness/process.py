@@ -15,6 +15,7 @@ from harness.buffers import send_fds
 from harness.channel import ChannelClosed, ChannelTimeout, Reader
 from harness.protocol import Exit, encode
 from harness.registry import ROOT
+from harness.sandbox import Launch, Plan
 from harness.worker import native
 
 #: Removed from the worker's environment: the secret seed and the official result pipe.
@@ -55,7 +56,8 @@ def native_window() -> str:
 class WorkerProcess:
     """``python -m harness.worker`` in its own session, talking JSON on stdin and authenticated frames back."""
 
-    def __init__(self, env: dict | None = None):
+    def __init__(self, env: dict | None = None, sandbox: Plan | None = None):
+        """``sandbox``: the confinement to start the worker under (harness.sandbox.plan_for); None: none."""
         native_window()
         self._key = secrets.token_bytes(32)
         read_fd, write_fd = os.pipe()
@@ -65,10 +67,11 @@ class WorkerProcess:
         child_env["FP4BENCH_FD_SOCKET"] = str(child_sock.fileno())
         child_env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [child_env.get("PYTHONPATH")] if p])
         self._stderr = tempfile.TemporaryFile()
+        argv = [sys.executable, "-m", "harness.worker"]
+        self._launch = sandbox.launch(argv, child_env, ROOT) if sandbox else Launch(argv, child_env, ROOT)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.worker"], stdin=subprocess.PIPE, stdout=self._stderr,
-            stderr=self._stderr, cwd=ROOT, env=child_env, pass_fds=(write_fd, child_sock.fileno()),
-            start_new_session=True)
+            self._launch.argv, stdin=subprocess.PIPE, stdout=self._stderr, stderr=self._stderr, cwd=self._launch.cwd,
+            env=self._launch.env, pass_fds=(write_fd, child_sock.fileno()), start_new_session=True)
         os.close(write_fd)
         child_sock.close()
         self._reader = Reader(read_fd, self._key)
@@ -110,6 +113,7 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
                 code = self.proc.returncode
+            code = self._launch.exit_code(code)
             raise WorkerDied(f"the worker process {_how_it_ended(code)}{self._stderr_tail()}") from None
 
     def _stderr_tail(self, lines: int = 6) -> str:
@@ -138,7 +142,8 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 pass
         self.kill()
-        for closer in (lambda: os.close(self._read_fd), self._stderr.close, self.proc.stdin.close, self._fd_sock.close):
+        for closer in (lambda: os.close(self._read_fd), self._stderr.close, self.proc.stdin.close, self._fd_sock.close,
+                       self._launch.close):
             try:
                 closer()
             except OSError:

@@ -105,6 +105,7 @@ class RunRecord:
     wall_s: float = 0.0               # the whole run's wall time
     window: str = ""                  # where the timed window's marks were held: native | python
     shape_set_id: str = ""        # task.spec.shape_set_id of the cases run ("" in records from before it)
+    sandbox: str = ""                 # how workers were confined: "off", or what held (harness.sandbox)
 
     @property
     def passed(self) -> bool:
@@ -141,4 +142,5 @@ def run_from_dict(d: dict) -> RunRecord:
     return RunRecord(d["run_id"], d["started_at"], d["mode"], d["data"], d["shape_set"], d["secret_seed"],
                      SubmissionInfo(**d["submission"]), Environment(**d["environment"]), cases, d["complete"],
                      d.get("git_commit", ""), d.get("geomean_ns"), d.get("wall_s", 0.0), d.get("window", ""),
-                     d.get("shape_set_id", ""))
+                     d.get("shape_set_id", ""),
+                     d.get("sandbox", ""))

@@ -21,6 +21,7 @@ from harness.popcorn import MODES
 from harness.process import WorkerDied, WorkerProcess, WorkerTimeout
 from harness.record import CaseResult, RunRecord, Status, SubmissionInfo
 from harness.registry import ROOT, Variant
+from harness.sandbox import Sandbox, plan_for
 from harness.settings import Settings
 from harness.samples import ReferenceError, Sample, SharedSet
 from harness.stats import geomean, summarize
@@ -32,12 +33,14 @@ from task.spec import Case, ShapeSet
 
 @dataclass(frozen=True)
 class RunOptions:
-    """What to run: ``mode`` (one of MODES), ``data`` (official | full-range), ``secret`` (None: no secret)."""
+    """What to run: ``mode`` (one of MODES), ``data`` (official | full-range), ``secret`` (None: no secret),
+    ``sandbox`` (how workers are confined: harness.sandbox)."""
 
     mode: str
     data: str = "official"
     secret: int | None = None
     settings: Settings = Settings()
+    sandbox: Sandbox = Sandbox()
 
 
 class Observer:
@@ -62,9 +65,11 @@ class Session:
     """A worker with the submission loaded, and the sample buffers it maps; the worker is started on demand and
     restarted after any fault (the buffers stay: a new worker maps them again)."""
 
-    def __init__(self, variant: Variant, settings: Settings, device: torch.device | None = None):
+    def __init__(self, variant: Variant, settings: Settings, device: torch.device | None = None,
+                 sandbox: Sandbox = Sandbox()):
         self.variant, self.settings = variant, settings
         self.device = device or default_device()
+        self.sandbox = plan_for(variant, sandbox, settings, self.device.type == "cuda")
         self.proc: WorkerProcess | None = None
         self.first_call = True
         self.stray_bytes = 0
@@ -76,7 +81,7 @@ class Session:
         """Start a worker and import the submission. Raises CaseFailed(ERROR) if the import fails."""
         if self.proc is not None:
             return
-        self.proc = WorkerProcess()
+        self.proc = WorkerProcess(sandbox=self.sandbox)
         self.first_call = True
         self._mapped = -1
         self.proc.send(P.Load(str(self.variant.path)))
@@ -315,7 +320,8 @@ def run(variant: Variant, shapes: ShapeSet, opts: RunOptions, observer: Observer
     """Run ``variant`` on every case of ``shapes`` in ``opts.mode``; returns the whole RunRecord.
 
     Never raises for a submission's fault: each case ends as pass/fail/error/crash/timeout/skipped.
-    Raises ValueError for an unknown mode or data mode.
+    Raises ValueError for an unknown mode or data mode, SandboxError when ``opts.sandbox`` is strict and a
+    protection is missing here.
     """
     if opts.mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {opts.mode!r}")
@@ -339,7 +345,7 @@ def run(variant: Variant, shapes: ShapeSet, opts: RunOptions, observer: Observer
             finish(CaseResult(case, Status.SKIPPED, reason))
         return close_record(record, results, observer, started=started)
 
-    session = Session(variant, opts.settings, device)
+    session = Session(variant, opts.settings, device, opts.sandbox)
     runner = CaseRunner(session, opts, observer, device)
     try:
         session.reserve(sample_layouts(shapes.cases, opts))
@@ -351,12 +357,15 @@ def run(variant: Variant, shapes: ShapeSet, opts: RunOptions, observer: Observer
 
 def new_record(variant: Variant, shapes: ShapeSet, opts: RunOptions) -> RunRecord:
     """A fresh RunRecord for ``variant`` on ``shapes`` in ``opts.mode``: no cases yet, not complete; a new run id,
-    the start time (UTC), this machine's environment and the repository's commit."""
+    the start time (UTC), this machine's environment, the repository's commit and the sandbox's summary.
+    Raises SandboxError when ``opts.sandbox`` is strict and a protection is missing here."""
+    plan = plan_for(variant, opts.sandbox, opts.settings, default_device().type == "cuda")
     return RunRecord(
         run_id=uuid.uuid4().hex[:12], started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         mode=opts.mode, data=opts.data, shape_set=shapes.name, secret_seed=opts.secret,
         submission=SubmissionInfo(variant.name, str(variant.path), variant.sha256, dict(variant.popcorn)),
-        environment=environment(), cases=(), complete=False, git_commit=git_commit(), shape_set_id=shapes.id)
+        environment=environment(), cases=(), complete=False, git_commit=git_commit(), shape_set_id=shapes.id,
+        sandbox=plan.summary)
 
 
 def close_record(record: RunRecord, results: list[CaseResult], observer: Observer,

@@ -11,6 +11,12 @@ from harness.stats import StoppingRule
 DEFAULT_FILE = Path(__file__).resolve().parent.parent / "configs" / "run.yml"
 
 
+SECTIONS = ("timeouts", "timing", "sandbox")
+#: Settings that take one of a few words instead of a number.
+CHOICES = {"isolate_pid_ipc": ("auto", "always", "never")}
+_SECTION_LIST = ", ".join(repr(s) for s in SECTIONS[:-1]) + f" and {SECTIONS[-1]!r}"
+
+
 class SettingsError(ValueError):
     """configs/run.yml (or --settings) holds an unknown key or a value of the wrong kind."""
 
@@ -30,6 +36,11 @@ class Settings:
     max_runs: int = 100
     max_wall_s: float = 120.0
     budget_s: tuple = (("benchmark", 10.0), ("leaderboard", 30.0), ("profile", 1.0), ("compare", 10.0))
+    limit_address_space_mb: int = 32768   # sandbox: the worker's limits (harness/sandbox.py)
+    limit_file_size_mb: int = 16384
+    limit_processes: int = 4096
+    limit_cpu_s: float = 36000.0
+    isolate_pid_ipc: str = "auto"
 
     def stopping_rule(self, mode: str) -> StoppingRule:
         """The official stopping rule with this run's numbers; ``mode`` picks the time budget."""
@@ -54,12 +65,12 @@ def load_settings(path: Path | None = None) -> Settings:
     except yaml.YAMLError as exc:
         raise SettingsError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(doc, dict):
-        raise SettingsError(f"{path}: expected a mapping with sections 'timeouts' and 'timing', "
+        raise SettingsError(f"{path}: expected a mapping with sections {_SECTION_LIST}, "
                             f"got {type(doc).__name__}")
     flat: dict = {}
     for section, values in doc.items():
-        if section not in ("timeouts", "timing") or not isinstance(values, dict):
-            raise SettingsError(f"{path}: expected sections 'timeouts' and 'timing', got {section!r}")
+        if section not in SECTIONS or not isinstance(values, dict):
+            raise SettingsError(f"{path}: expected sections {_SECTION_LIST}, got {section!r}")
         flat.update(values)
     defaults = Settings()
     out = {}
@@ -70,6 +81,11 @@ def load_settings(path: Path | None = None) -> Settings:
             if not isinstance(value, dict):
                 raise SettingsError(f"{path}: budget_s must map mode -> seconds, got {value!r}")
             out[key] = tuple((str(k), float(v)) for k, v in value.items())
+            continue
+        if key in CHOICES:
+            if value not in CHOICES[key]:
+                raise SettingsError(f"{path}: {key} must be one of {', '.join(CHOICES[key])}, got {value!r}")
+            out[key] = value
             continue
         want = type(getattr(defaults, key))
         if not isinstance(value, (int, float)) or isinstance(value, bool) or (want is int and not isinstance(value, int)):

@@ -11,6 +11,7 @@ import torch
 from harness.record import Status
 from harness.registry import read_variant
 from harness.runner import RunOptions, run
+from harness.sandbox import Sandbox
 from harness.settings import Settings
 from harness.store import ResultStore, StoreRecorder
 from task.spec import Case, ShapeSet
@@ -138,7 +139,7 @@ def test_pointer_cache_never_passes_a_replay(tmp_path, monkeypatch):
     assert r.status is Status.PASS or (r.status is Status.FAIL and " elements differ " in r.message)
     log = tmp_path / "hits"
     monkeypatch.setenv("REPLAY_LOG", str(log))
-    r = _only(_run(ADVERSARIAL / "pointer_replay_logged.py", "benchmark"))
+    r = _only(_run(ADVERSARIAL / "pointer_replay_logged.py", "benchmark", sandbox=Sandbox(writable=(tmp_path,))))
     hits = int(log.read_text())
     assert (r.status is Status.PASS and hits == 0) or (r.status is Status.FAIL and hits > 0), (r.status, hits)
 
@@ -213,7 +214,7 @@ def test_gc_reach_into_worker_detected():
 def test_content_replay_gets_no_hits(tmp_path, monkeypatch):
     log = tmp_path / "replay.log"
     monkeypatch.setenv("REPLAY_LOG", str(log))
-    r = _only(_run(ADVERSARIAL / "content_replay.py", "benchmark"))
+    r = _only(_run(ADVERSARIAL / "content_replay.py", "benchmark", sandbox=Sandbox(writable=(tmp_path,))))
     hits, distinct = map(int, log.read_text().split())
     assert r.status is Status.PASS and hits == 0
     assert distinct == 1 + 15 + 15 * r.stats.runs  # every input it ever saw was new
@@ -248,7 +249,7 @@ def test_secret_seed_changes_every_input(tmp_path, monkeypatch):
     log = tmp_path / "replay.log"
     monkeypatch.setenv("REPLAY_LOG", str(log))
     monkeypatch.setenv("POPCORN_SEED", "should-not-be-seen")  # the worker never sees it
-    rec = _run(ADVERSARIAL / "content_replay.py", secret=12345)
+    rec = _run(ADVERSARIAL / "content_replay.py", secret=12345, sandbox=Sandbox(writable=(tmp_path,)))
     assert _only(rec).status is Status.PASS and rec.secret_seed == 12345
 
 

@@ -58,7 +58,8 @@ def test_settings_keys_keep_their_kinds(tmp_path):
     assert load_settings(path) == Settings(max_runs=5)
     for text, message in (("timing:\n  max_runs: 2.5\n", "max_runs must be an int, got 2.5"),
                           ("timing:\n  max_runs: 0\n", "max_runs must be positive, got 0"),
-                          ("- timing\n", "expected a mapping with sections 'timeouts' and 'timing', got list")):
+                          ("- timing\n",
+                           "expected a mapping with sections 'timeouts', 'timing' and 'sandbox', got list")):
         path.write_text(text)
         with pytest.raises(SettingsError, match=message):
             load_settings(path)

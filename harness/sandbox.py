@@ -1,0 +1,537 @@
+"""The worker's confinement: what this machine offers, what one worker may touch, and the command that starts it.
+
+A worker (``python -m harness.worker``, the untrusted side) runs confined by a well-kept mechanism, never by code
+of ours that a submission could argue with:
+
+- ``bwrap`` (bubblewrap) where it is installed and works: a new mount namespace holding read-only binds of what
+  the worker may read, read-write binds of what it may write, a minimal /dev with the GPU nodes, a fresh /proc,
+  its own network namespace, every capability dropped;
+- otherwise Landlock (kernel >= 5.13), applied by the worker's first code (``harness.confine``), with ``unshare``
+  for the network (and PID/IPC) namespaces.
+
+Either way ``harness.confine`` then sets resource limits, a Landlock domain (bwrap: for its process scoping:
+no ptrace, ``/proc/<pid>/mem`` or signals outside the sandbox), drops capabilities and makes the worker
+non-dumpable, all before the worker imports anything of the submission. The parent makes itself non-dumpable
+(``protect_parent``) before it starts a confined worker.
+
+What a worker may touch (``Plan``): read the checkout (other variants' folders under submissions/ excepted), its
+submission's folder, Python's and torch's installs (``sys.prefix``, ``sys.path``), the system folders (/usr, /etc,
+/opt, ...), /sys and /proc, the GPU device nodes; write only a scratch folder (``TMPDIR``, removed when the
+worker ends) and its own variant's caches: ``$FP4BENCH_CACHE`` is a per-variant root, read-only
+(``<cache>/sandbox/<variant>-<hash of its path>``), holding ``<variant name>/`` (its own build folder),
+``_jit/{triton,inductor,torch_extensions,cuda}`` (TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, TORCH_EXTENSIONS_DIR,
+CUDA_CACHE_PATH) and ``_home`` (HOME), all writable, and
+``native`` (a link to the parent's built timing window, read-only). The results store, $HOME and other
+variants' caches are not visible. The PID and IPC namespaces (and /dev/shm) are the worker's own unless the run
+uses CUDA (settings ``isolate_pid_ipc``): legacy CUDA IPC, which maps the parent's sample buffers, needs the
+parent's.
+
+Modes (``--sandbox``): ``auto`` uses what the machine has and records which protections held; ``strict``
+refuses to run (SandboxError naming each missing protection) unless all of them hold; ``off`` starts the worker
+as before, unconfined.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import site
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import confine
+from harness.registry import ROOT, SUBMISSIONS_DIR, Variant
+from harness.settings import Settings
+
+MODES = ("auto", "strict", "off")
+
+#: Every protection a confined worker can get, by the name the run record lists it under.
+PROTECTIONS = {
+    "writes": "writes only to its scratch folder and its own variant's caches",
+    "reads": "no view of the results store, $HOME beyond its caches, or other variants' caches",
+    "network": "no network (a network namespace of its own: loopback only)",
+    "parent": "cannot read the parent process's memory or environment (/proc/<parent>/mem, environ)",
+    "processes": "cannot trace, read or signal any process outside its sandbox (other workers included)",
+    "capabilities": "no capabilities and no set-user-ID gains (root's powers dropped)",
+    "limits": "resource limits: address space, file size, processes, CPU time (configs/run.yml sandbox:)",
+    "pid-ipc": "its own PID and IPC namespaces and /dev/shm (other processes invisible)",
+}
+_SYSTEM_READ = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
+                "/run/nvidia-persistenced")
+#: Read by a Landlock-confined worker besides its read roots (bwrap mounts its own /proc and /sys instead).
+_PROCESS_READ = ("/proc", "/sys")
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
+_JIT = ("triton", "inductor", "torch_extensions", "cuda")
+_NATIVE = "native"
+_CAP_SETPCAP = 8
+_PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 3, 4
+
+
+class SandboxError(RuntimeError):
+    """``--sandbox strict`` cannot be honoured here, or a mode is unknown; the message is one line and names
+    each missing protection and why."""
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """What the user asked for: ``mode`` (auto | strict | off), ``writable`` extra folders the worker may write
+    (for logs a test reads back; the organiser's choice), ``hide`` extra paths it must not see (e.g. a --db
+    store inside the checkout). The default store ($FP4BENCH_DB, else results/) is always hidden."""
+
+    mode: str = "auto"
+    writable: tuple[Path, ...] = ()
+    hide: tuple[Path, ...] = ()
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise SandboxError(f"--sandbox must be one of {', '.join(MODES)}, got {self.mode!r}")
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What this machine offers a worker, probed once per process (``probe()``)."""
+
+    root: bool                 # the parent runs as uid 0
+    bwrap: str                 # "bubblewrap 0.8.0 (/usr/bin/bwrap)", or "" when absent
+    bwrap_error: str           # why bwrap cannot confine a worker here ("" when it can)
+    bwrap_pid_ipc: bool        # bwrap can also unshare the PID and IPC namespaces
+    landlock_abi: int          # 0: no Landlock
+    unshare_net: bool          # `unshare` can give a process its own network namespace
+    unshare_pid_ipc: bool      # ... and its own PID and IPC namespaces
+    unshare_error: str         # why not ("" when it can)
+    user_namespaces: bool      # an unprivileged user namespace can be made (what non-root needs)
+    cap_drop: bool             # a worker can drop its capabilities (always for non-root: it has none)
+    non_dumpable: bool         # prctl(PR_SET_DUMPABLE) works here
+    bwrap_user_ns: bool = False    # bwrap works only with --unshare-user (non-root, or root without CAP_SYS_ADMIN)
+    unshare_user_ns: bool = False  # unshare works only with --user --map-root-user
+
+    @property
+    def mechanism(self) -> str:
+        """``bwrap``, ``landlock`` or ``none``: what would confine the worker's file system view."""
+        if not self.bwrap_error:
+            return "bwrap"
+        return "landlock" if self.landlock_abi else "none"
+
+
+def _run_ok(argv: list[str]) -> tuple[bool, str]:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, str(exc)
+    last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+    return done.returncode == 0, "" if done.returncode == 0 else last
+
+
+@functools.lru_cache(maxsize=1)
+def probe() -> Offer:
+    """Probe this machine once: bwrap (installed, and able to make the sandbox: as root first without a user
+    namespace, then with one, as a container without CAP_SYS_ADMIN needs), Landlock's ABI, namespaces by
+    ``unshare`` (likewise), capabilities, prctl. Starts a few short processes; never raises."""
+    root = os.geteuid() == 0
+    bwrap_path, bwrap, bwrap_error, bwrap_pid, bwrap_user = shutil.which("bwrap"), "", "not installed", False, False
+    if bwrap_path:
+        bwrap = f"{_run_text([bwrap_path, '--version']) or 'bubblewrap'} ({bwrap_path})"
+        base = [bwrap_path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-net",
+                "--cap-drop", "ALL"]
+        bwrap_user, bwrap_error = _first_working(base, ["--unshare-user"], root)
+        if bwrap_user is not None:
+            user = ["--unshare-user"] if bwrap_user else []
+            bwrap_pid = _run_ok([*base, *user, "--unshare-pid", "--unshare-ipc", "--", "/bin/true"])[0]
+    unshare = shutil.which("unshare")
+    net = pid = unshare_user = False
+    unshare_error = "not installed"
+    if unshare:
+        unshare_user, unshare_error = _first_working([unshare, "--net"], ["--user", "--map-root-user"], root)
+        net = unshare_user is not None
+        if net:
+            user = ["--user", "--map-root-user"] if unshare_user else []
+            pid = _run_ok([unshare, "--net", *user, "--pid", "--fork", "--mount-proc", "--ipc", "--kill-child",
+                           "--", "/bin/true"])[0]
+    user_ns = bool(unshare) and _run_ok([unshare, "--user", "--", "/bin/true"])[0]
+    return Offer(root, bwrap, bwrap_error, bwrap_pid, confine.landlock_abi(), net, pid, unshare_error, user_ns,
+                 not root or _has_capability(_CAP_SETPCAP), _dumpable() is not None, bool(bwrap_user),
+                 bool(unshare_user))
+
+
+def _first_working(base: list[str], user_ns: list[str], root: bool) -> tuple[bool | None, str]:
+    """Whether ``base -- /bin/true`` needs the ``user_ns`` flags (False: works without; True: only with; None:
+    fails either way) and, when it fails, why (its last line of output). Root tries without them first."""
+    error = ""
+    for with_user in ((False, True) if root else (True,)):
+        ok, error = _run_ok([*base, *(user_ns if with_user else []), "--", "/bin/true"])
+        if ok:
+            return with_user, ""
+    return None, f"it fails here: {error}"
+
+
+def _run_text(argv: list[str]) -> str:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=20).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def _has_capability(cap: int) -> bool:
+    try:
+        with open("/proc/self/status") as f:
+            eff = next(line for line in f if line.startswith("CapEff:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(int(eff.split()[1], 16) >> cap & 1)
+
+
+def _dumpable() -> int | None:
+    """PR_GET_DUMPABLE of this process (1 dumpable, 0 not), None when prctl is unavailable."""
+    value = confine._libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)
+    return None if value < 0 else int(value)
+
+
+def protect_parent() -> bool:
+    """Make this process non-dumpable (prctl PR_SET_DUMPABLE 0): a process of the same user without
+    CAP_SYS_PTRACE can no longer read its /proc/<pid>/mem or environ. Returns whether it now is."""
+    confine._libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    return _dumpable() == 0
+
+
+def cache_base() -> Path:
+    """The parent's build cache: ``$FP4BENCH_CACHE``, else ``~/.cache/fp4bench``."""
+    return Path(os.environ.get("FP4BENCH_CACHE") or Path.home() / ".cache" / "fp4bench").resolve()
+
+
+def variant_cache(variant: Variant) -> Path:
+    """The variant's own cache root (its ``$FP4BENCH_CACHE`` inside the sandbox): one per submission file."""
+    digest = hashlib.sha256(str(Path(variant.path).resolve()).encode()).hexdigest()[:10]
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", variant.name)
+    return cache_base() / "sandbox" / f"{safe}-{digest}"
+
+
+def _default_store() -> Path:
+    db = os.environ.get("FP4BENCH_DB")
+    return Path(db).resolve() if db else ROOT / "results" / "fp4bench.sqlite"
+
+
+def _within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to start one worker: ``argv``, ``env`` and ``cwd`` for Popen, its ``scratch`` folder (None when
+    unconfined; removed by ``close``) and whether ``argv`` runs the worker under a wrapper that reports a
+    signal death as exit code 128 + signal (bwrap)."""
+
+    argv: list[str]
+    env: dict
+    cwd: Path
+    scratch: Path | None = None
+    wrapped: bool = False
+
+    def exit_code(self, code: int | None) -> int | None:
+        """The worker's own exit status from the wrapper's (``-N`` for a death by signal N, as Popen says)."""
+        if self.wrapped and code is not None and 128 < code < 128 + 65:
+            return -(code - 128)
+        return code
+
+    def close(self) -> None:
+        """Remove the scratch folder (after the worker has ended)."""
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One variant's confinement, resolved against this machine: ``mechanism`` (bwrap | landlock | none | off),
+    ``held`` protections (keys of PROTECTIONS) and ``missing`` ones with the reason, the paths and limits.
+    Build it with ``plan_for``; start workers with ``launch``."""
+
+    mode: str
+    mechanism: str
+    held: tuple[str, ...]
+    missing: tuple[tuple[str, str], ...]
+    isolate_pid_ipc: bool = False
+    limits: tuple[tuple[str, int], ...] = ()
+    cache: Path | None = None
+    own_folder: str = ""
+    read: tuple[str, ...] = ()
+    write: tuple[str, ...] = ()
+    hide: tuple[Path, ...] = ()
+    offer: Offer | None = field(default=None, compare=False)
+
+    @property
+    def summary(self) -> str:
+        """One line for the run record: ``off``, or the mode, the mechanism, what held and what did not."""
+        if self.mode == "off":
+            return "off"
+        abi = self.offer.landlock_abi if self.offer else 0
+        how = self.mechanism
+        if abi and self.mechanism != "none":
+            how = f"landlock{abi}" if self.mechanism == "landlock" else f"bwrap+landlock{abi}"
+        text = f"{self.mode} via {how}: held {', '.join(self.held) or 'nothing'}"
+        if self.missing:
+            text += "; not held: " + "; ".join(f"{p} ({why})" for p, why in self.missing)
+        return text
+
+    def launch(self, argv: list[str], env: dict, cwd: Path) -> Launch:
+        """The confined form of starting ``argv`` (a ``python -m harness.worker`` command) with ``env`` in
+        ``cwd``: a fresh scratch folder, the parent made non-dumpable, the environment pointed at the variant's
+        caches and the scratch folder, and the command wrapped. Off: ``argv``, ``env``, ``cwd`` unchanged."""
+        if self.mode == "off":
+            return Launch(list(argv), dict(env), Path(cwd))
+        protect_parent()
+        writable = self._writable_caches() + [w for w in self.write if os.path.isdir(w)]
+        hide = _hidden(self.read, self.hide)  # now: the store's folder may have been made since the plan
+        scratch = Path(tempfile.mkdtemp(prefix="fp4bench-worker-")).resolve()
+        env = {**env, **self._cache_env()}
+        python = [argv[0], "-m", "harness.confine"]
+        orders = {"limits": dict(self.limits), "landlock": "none",
+                  "drop_caps": self.mechanism != "bwrap" and self.offer.root and self.offer.cap_drop}
+        if self.offer.landlock_abi and self.mechanism == "landlock":
+            orders.update(landlock="full", read=[*self.read, *_PROCESS_READ, str(self.cache / _NATIVE)],
+                          write=[*writable, str(scratch), "/dev/shm"], devices=_device_files(),
+                          hide=hide)
+        elif self.offer.landlock_abi:
+            orders["landlock"] = "scope"
+        env[confine.ENV] = json.dumps(orders)
+        if self.mechanism == "bwrap":
+            env["TMPDIR"] = "/tmp"
+            return Launch(self._bwrap(writable, scratch, Path(cwd), hide) + python, env, Path(cwd), scratch, True)
+        env["TMPDIR"] = str(scratch)
+        return Launch(self._unshare() + python, env, Path(cwd), scratch, self.isolate_pid_ipc)
+
+    # -- the variant's caches
+    def _cache_env(self) -> dict:
+        jit = self.cache / "_jit"
+        home = self.cache / "_home"
+        env = {"FP4BENCH_CACHE": str(self.cache), "HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"),
+               "TRITON_CACHE_DIR": str(jit / "triton"), "TORCHINDUCTOR_CACHE_DIR": str(jit / "inductor"),
+               "TORCH_EXTENSIONS_DIR": str(jit / "torch_extensions"), "CUDA_CACHE_PATH": str(jit / "cuda")}
+        if site.USER_BASE and os.path.isdir(site.USER_BASE):
+            env["PYTHONUSERBASE"] = site.USER_BASE  # the parent's user site stays on the path, read-only
+        return env
+
+    def _writable_caches(self) -> list[str]:
+        return [str(self.cache / "_jit"), str(self.cache / "_home")] + (
+            [str(self.cache / self.own_folder)] if self.own_folder else [])
+
+    # -- command lines
+    def _bwrap(self, writable: list[str], scratch: Path, cwd: Path, hide: list[str]) -> list[str]:
+        cmd = [shutil.which("bwrap"), "--die-with-parent", "--unshare-net", "--cap-drop", "ALL",
+               *(["--unshare-user"] if self.offer.bwrap_user_ns else [])]
+        if self.isolate_pid_ipc:
+            cmd += ["--unshare-pid", "--unshare-ipc"]
+        cmd += ["--bind", str(scratch), "/tmp"]  # first: later binds inside /tmp (pytest's folders) go on top
+        # Roots inside a hidden path (Python under $HOME, say) are bound after the hiding, on top of it.
+        inner = [r for r in self.read if any(_within(Path(r), Path(h)) for h in hide)]
+        cmd += self._bind_read([r for r in self.read if r not in inner])
+        cmd += ["--dev", "/dev"]
+        for dev in _device_files():
+            if dev not in _DEVICES:
+                cmd += ["--dev-bind", dev, dev]
+        cmd += ["--tmpfs", "/dev/shm"] if self.isolate_pid_ipc else ["--bind", "/dev/shm", "/dev/shm"]
+        cmd += ["--proc", "/proc", "--ro-bind", "/sys", "/sys"]
+        hidden_dirs = [h for h in hide if os.path.isdir(h)]
+        for h in hide:
+            cmd += ["--tmpfs", h] if h in hidden_dirs else ["--ro-bind", "/dev/null", h]
+        cmd += self._bind_read(inner)
+        cmd += ["--ro-bind", str(self.cache), str(self.cache)]  # its native link and the folders below
+        for w in writable:
+            cmd += ["--bind", w, w]
+        native = cache_base() / _NATIVE
+        if native.is_dir():
+            cmd += ["--ro-bind", str(native), str(native)]
+        for h in hidden_dirs:
+            cmd += ["--remount-ro", h]
+        return cmd + ["--remount-ro", "/", "--chdir", str(cwd), "--"]
+
+    @staticmethod
+    def _bind_read(paths: list[str]) -> list[str]:
+        cmd: list[str] = []
+        for path in paths:
+            cmd += ["--symlink", os.readlink(path), path] if os.path.islink(path) else ["--ro-bind", path, path]
+        return cmd
+
+    def _unshare(self) -> list[str]:
+        if "network" not in self.held:
+            return []
+        cmd = [shutil.which("unshare"), "--net", *(["--user", "--map-root-user"] if self.offer.unshare_user_ns
+                                                   else [])]
+        if not self.isolate_pid_ipc:
+            return cmd + ["--"]
+        # The first process of a PID namespace ignores its own fatal signals (abort() would not kill it): a shell
+        # is that process and the worker its child, whose death by signal N it reports as exit code 128 + N.
+        return cmd + ["--pid", "--fork", "--mount-proc", "--ipc", "--kill-child", "--", "/bin/sh", "-c",
+                      '"$@"; exit $?', "fp4bench-init"]
+
+
+def _make_cache(cache: Path, own_folder: str) -> None:
+    """Make a variant's cache folders and the link to the parent's native build. Raises SandboxError."""
+    folders = [cache / "_jit" / j for j in _JIT] + [cache / "_home" / ".cache"]
+    if own_folder:
+        folders.append(cache / own_folder)
+    try:
+        for f in folders:
+            f.mkdir(parents=True, exist_ok=True)
+        link = cache / _NATIVE
+        if not link.is_symlink():
+            link.symlink_to(cache_base() / _NATIVE)
+    except OSError as exc:
+        raise SandboxError(f"cannot make the variant's cache folder {exc.filename}: {exc.strerror} "
+                           f"(set $FP4BENCH_CACHE to a writable folder)") from None
+
+
+def _device_files() -> list[str]:
+    """The device files a worker may open read-write: /dev/null and kin, and every NVIDIA node."""
+    nvidia = sorted(str(p) for p in Path("/dev").glob("nvidia*") if not p.is_dir())
+    caps = sorted(str(p) for p in Path("/dev/nvidia-caps").glob("*")) if Path("/dev/nvidia-caps").is_dir() else []
+    return [d for d in _DEVICES if os.path.exists(d)] + nvidia + caps
+
+
+def _read_roots(variant: Variant) -> list[str]:
+    """What a worker may read: existing absolute paths (symbolic links as links), shortest first; never "/" nor
+    the temporary folder or an ancestor of it (a script's folder on sys.path can be /tmp: the worker's /tmp is its
+    scratch). What they hold but the worker must not see is hidden at launch (``_hidden``)."""
+    candidates = [Path(p) for p in _SYSTEM_READ]
+    candidates += [Path(p) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}]
+    candidates += [Path(sys.executable).resolve().parent, ROOT, Path(variant.path).resolve().parent]
+    candidates += [Path(p) for p in sys.path if p and os.path.isabs(p)]
+    if site.USER_SITE:
+        candidates.append(Path(site.USER_SITE))
+    tmp = Path(tempfile.gettempdir()).resolve()
+    roots = {str(c) if c.is_symlink() else str(c.resolve()) for c in candidates if c.exists()}
+    return sorted((r for r in roots if not _within(tmp, Path(r))), key=lambda r: (len(r), r))
+
+
+def _hidden(read: tuple[str, ...], extra: tuple[Path, ...]) -> list[str]:
+    """Existing paths inside the read roots that the worker must not see: the store (its folder when that is a
+    ``results`` folder of its own), $HOME, the build cache, and ``extra`` (the plan's: other variants' folders
+    under submissions/, the request's own)."""
+    store = _default_store()
+    folder = store.parent if store.parent != ROOT and store.parent.name == "results" else None
+    wanted = [folder] if folder else [store, Path(f"{store}-wal"), Path(f"{store}-shm"), Path(f"{store}-journal")]
+    wanted += [Path.home().resolve(), cache_base(), *extra]
+    inside = [str(w) for w in wanted if w.exists() and any(_within(w, Path(r)) for r in read)]
+    return sorted(set(inside))
+
+
+def _limits(settings: Settings, cuda: bool) -> tuple[tuple[str, int], ...]:
+    mib = 1 << 20
+    limits = [("RLIMIT_FSIZE", settings.limit_file_size_mb * mib), ("RLIMIT_NPROC", settings.limit_processes),
+              ("RLIMIT_CPU", int(settings.limit_cpu_s)), ("RLIMIT_CORE", 0)]
+    if not cuda:  # the CUDA driver reserves address ranges far beyond any memory it will use
+        limits.insert(0, ("RLIMIT_AS", settings.limit_address_space_mb * mib))
+    return tuple(limits)
+
+
+def _limit_text(name: str, value: int, root: bool) -> str:
+    text = {"RLIMIT_AS": f"address space {value >> 20} MiB", "RLIMIT_FSIZE": f"file size {value >> 20} MiB",
+            "RLIMIT_NPROC": f"processes {value}", "RLIMIT_CPU": f"CPU time {value} s",
+            "RLIMIT_CORE": "no core files"}[name]
+    return text + (" (not enforced: the kernel exempts root)" if name == "RLIMIT_NPROC" and root else "")
+
+
+def _isolate(settings: Settings, cuda: bool) -> bool:
+    """Whether the worker gets its own PID and IPC namespaces: settings.isolate_pid_ipc, ``auto`` = not on CUDA
+    (the worker maps the parent's sample buffers with legacy CUDA IPC, which needs the parent's)."""
+    return {"always": True, "never": False}.get(settings.isolate_pid_ipc, not cuda)
+
+
+def _protections(offer: Offer, isolate: bool) -> tuple[list[str], list[tuple[str, str]]]:
+    """(held, missing with reasons), in PROTECTIONS order, for a worker confined with what ``offer`` has and the
+    PID/IPC namespaces isolated or not (``isolate``; when not, ``pid-ipc`` is neither held nor missing)."""
+    mech = offer.mechanism
+    fs_why = f"no file-system confinement: bwrap {offer.bwrap_error} and no Landlock in this kernel"
+    caps = mech == "bwrap" or offer.cap_drop
+    pid_ns = isolate and (offer.bwrap_pid_ipc if mech == "bwrap" else offer.unshare_pid_ipc)
+    landlock = f"Landlock ABI {offer.landlock_abi}" if offer.landlock_abi else "no Landlock"
+    verdicts = {
+        "writes": (mech != "none", fs_why),
+        "reads": (mech != "none", fs_why),
+        "network": (mech == "bwrap" or offer.unshare_net,
+                    f"no network namespace: unshare {offer.unshare_error or 'failed'}"),
+        "parent": (offer.landlock_abi > 0 or pid_ns or (caps and offer.non_dumpable),
+                   "no Landlock, no PID namespace, and the worker keeps CAP_SYS_PTRACE or prctl is unavailable"),
+        "processes": (offer.landlock_abi >= 6 or pid_ns,
+                      f"needs Landlock ABI 6 (signal scoping) or a PID namespace; here: {landlock}"
+                      + ("" if isolate else ", PID namespace shared (isolate_pid_ipc)")),
+        "capabilities": (caps, "this process lacks CAP_SETPCAP, so the worker cannot drop its capabilities"),
+        "limits": (True, ""),
+        "pid-ipc": (pid_ns, "namespaces unavailable: " + (offer.bwrap_error or offer.unshare_error or "?")),
+    }
+    if not isolate:
+        del verdicts["pid-ipc"]
+    held = [name for name, (ok, _) in verdicts.items() if ok]
+    return held, [(name, why) for name, (ok, why) in verdicts.items() if not ok]
+
+
+def plan_for(variant: Variant, request: Sandbox, settings: Settings, cuda: bool) -> Plan:
+    """The confinement ``variant``'s workers get under ``request`` on this machine (``cuda``: the run uses a
+    GPU; then the PID/IPC namespaces are shared unless settings.isolate_pid_ipc is ``always``, and no address-
+    space limit is set). Makes the variant's cache folders. Raises SandboxError for ``strict`` when any
+    protection is missing (naming each), or when the cache folders cannot be made."""
+    if request.mode == "off":
+        return Plan("off", "off", (), ())
+    offer = probe()
+    isolate = _isolate(settings, cuda)
+    held, missing = _protections(offer, isolate)
+    if request.mode == "strict" and missing:
+        raise SandboxError("--sandbox strict: this machine cannot give the worker " + "; ".join(
+            f"{name} ({why})" for name, why in missing) + " (see `fp4bench doctor`)")
+    cache = variant_cache(variant)
+    read = _read_roots(variant)
+    own = variant.name if variant.name != _NATIVE else ""
+    _make_cache(cache, own)
+    folder = Path(variant.path).resolve().parent
+    others = [d for d in SUBMISSIONS_DIR.iterdir() if d.is_dir() and d != folder] if SUBMISSIONS_DIR.is_dir() else []
+    return Plan(request.mode, offer.mechanism, tuple(held), tuple(missing), isolate and "pid-ipc" in held,
+                _limits(settings, cuda), cache, own, tuple(read),
+                tuple(str(Path(w).resolve()) for w in request.writable),
+                tuple(Path(h).resolve() for h in [*request.hide, *others]), offer)
+
+
+def checked(mode: str, variants, settings: Settings, cuda: bool, store: Path | None = None) -> Sandbox:
+    """The request for ``--sandbox mode`` with ``store`` (the results store a run writes) hidden, after making
+    every variant's plan once, so a strict run that cannot hold fails before any work. Raises SandboxError."""
+    request = Sandbox(mode, hide=(Path(store).resolve(),) if store else ())
+    for variant in variants:
+        plan_for(variant, request, settings, cuda)
+    return request
+
+
+def doctor_lines(settings: Settings, cuda: bool) -> list[str]:
+    """What ``fp4bench doctor`` prints: the machine's offer, then what a run (auto) would get here."""
+    offer = probe()
+    yes = lambda ok: "yes" if ok else "no"  # noqa: E731
+    lines = [
+        f"running as root: {yes(offer.root)}",
+        f"bubblewrap: {offer.bwrap or 'not installed'}" + (f"; unusable: {offer.bwrap_error}"
+                                                          if offer.bwrap and offer.bwrap_error else ""),
+        f"  with PID/IPC namespaces: {yes(offer.bwrap_pid_ipc)}; needs a user namespace: {yes(offer.bwrap_user_ns)}",
+        f"Landlock: " + (f"ABI {offer.landlock_abi}" if offer.landlock_abi else "not available"),
+        f"unshare: network namespace {yes(offer.unshare_net)}, PID/IPC namespaces {yes(offer.unshare_pid_ipc)}"
+        + (f" ({offer.unshare_error})" if offer.unshare_error else "")
+        + ("; needs a user namespace" if offer.unshare_user_ns else ""),
+        f"unprivileged user namespaces: {yes(offer.user_namespaces)}",
+        f"capabilities can be dropped: {yes(offer.cap_drop)}",
+        f"non-dumpable parent (prctl): {yes(offer.non_dumpable)}",
+        f"GPU run: {yes(cuda)}",
+    ]
+    isolate = _isolate(settings, cuda)
+    held, missing = _protections(offer, isolate)
+    lines.append(f"a run (--sandbox auto) would use {offer.mechanism}:")
+    lines += [f"  held      {name:<13} {PROTECTIONS[name]}" for name in held]
+    lines += [f"  NOT held  {name:<13} {why}" for name, why in missing]
+    limits = _limits(settings, cuda)
+    lines.append("  limits: " + ", ".join(_limit_text(name, value, offer.root) for name, value in limits))
+    if not isolate:
+        lines.append("  shared    pid-ipc       PID and IPC namespaces shared with the parent (isolate_pid_ipc: "
+                     f"{settings.isolate_pid_ipc}; legacy CUDA IPC needs them): the parent's command line stays "
+                     "readable, so give a secret seed by $POPCORN_SEED, never --seed")
+    lines.append("--sandbox strict would " + ("run" if not missing else
+                                              "refuse: " + ", ".join(n for n, _ in missing)))
+    return lines
