@@ -115,7 +115,6 @@ class _Side:
         self.runner = CaseRunner(self.session, opts, observer, device)
         self.results: list[CaseResult] = []
         self.samples: list[float] = []
-        self.checked = 0
         self.failure: CaseFailed | None = None
 
     @property
@@ -123,7 +122,7 @@ class _Side:
         return f"{self.letter} ({self.variant.name})"
 
     def begin(self, index: int, case: Case) -> None:
-        self.samples, self.checked, self.failure = [], 0, None
+        self.samples, self.failure = [], None
         self.observer.on_case_start(index, case)
 
     def finish(self, result: CaseResult) -> None:
@@ -201,7 +200,6 @@ def _run_cases(cases, case_seeds, sides: tuple[_Side, ...], rule: StoppingRule, 
         for s in sides:
             try:
                 s.runner.correctness(case, seed)
-                s.checked = 1
                 if not any(x.failure for x in sides):
                     s.runner.warmup(case, seed)
             except CaseFailed as exc:
@@ -212,12 +210,12 @@ def _run_cases(cases, case_seeds, sides: tuple[_Side, ...], rule: StoppingRule, 
         for s, other in zip(sides, sides[::-1]):
             stats = summarize(s.samples) if s.samples else None
             if s.failure:
-                result = CaseResult(case, s.failure.status, s.failure.message, tuple(s.samples), stats, s.checked,
-                                    wall_s)
+                result = CaseResult(case, s.failure.status, s.failure.message, tuple(s.samples), stats,
+                                    s.runner.checked(case), wall_s)
             else:
                 note = (f"timing stopped after {len(s.samples)} sample(s): {other.name} "
                         f"{other.failure.status.value} on this shape") if other.failure else ""
-                result = CaseResult(case, Status.PASS, note, tuple(s.samples), stats, s.checked, wall_s)
+                result = CaseResult(case, Status.PASS, note, tuple(s.samples), stats, s.runner.checked(case), wall_s)
             s.finish(result)
 
 
@@ -233,7 +231,6 @@ def _interleave(index: int, case: Case, seed: int, sides: tuple[_Side, ...], rul
             except CaseFailed as exc:
                 s.failure = exc
                 return
-            s.checked += calls
         pairs += 1
         if pairs >= rule.max_runs:
             return

@@ -18,7 +18,7 @@ from harness import seeds as seedlib
 from harness.environment import device_facts, environment
 from harness import protocol as P
 from harness.popcorn import MODES
-from harness.process import WorkerDied, WorkerProcess, WorkerTimeout
+from harness.process import WorkerDied, WorkerProcess, WorkerTimeout, native_window
 from harness.record import CaseResult, RunRecord, Status, SubmissionInfo
 from harness.registry import ROOT, Variant
 from harness.sandbox import Sandbox, plan_for
@@ -73,7 +73,6 @@ class Session:
         self.proc: WorkerProcess | None = None
         self.first_call = True
         self.stray_bytes = 0
-        self.window = ""
         self.shared = SharedSet(self.device)
         self._mapped = -1
 
@@ -90,7 +89,6 @@ class Session:
             self.close()
             where = "import failed" if reply.kind == "import" else "no entry point"
             raise CaseFailed(Status.ERROR, f"{where}: {reply.type}: {reply.message}\n{reply.traceback}".strip())
-        self.window = reply.window
 
     def _receive(self, timeout_s: float, expect: tuple):
         try:
@@ -355,6 +353,12 @@ def run(variant: Variant, shapes: ShapeSet, opts: RunOptions, observer: Observer
     return close_record(record, results, observer, session, runner, started)
 
 
+def window_held() -> str:
+    """Where the workers will hold the timed window's marks: "native" (C), or "python: <why not C>"."""
+    why = native_window()
+    return "native" if not why else f"python: {why}"
+
+
 def new_record(variant: Variant, shapes: ShapeSet, opts: RunOptions) -> RunRecord:
     """A fresh RunRecord for ``variant`` on ``shapes`` in ``opts.mode``: no cases yet, not complete; a new run id,
     the start time (UTC), this machine's environment, the repository's commit and the sandbox's summary.
@@ -365,7 +369,7 @@ def new_record(variant: Variant, shapes: ShapeSet, opts: RunOptions) -> RunRecor
         mode=opts.mode, data=opts.data, shape_set=shapes.name, secret_seed=opts.secret,
         submission=SubmissionInfo(variant.name, str(variant.path), variant.sha256, dict(variant.popcorn)),
         environment=environment(), cases=(), complete=False, git_commit=git_commit(), shape_set_id=shapes.id,
-        sandbox=plan.summary)
+        sandbox=plan.summary, window=window_held())
 
 
 def close_record(record: RunRecord, results: list[CaseResult], observer: Observer,
@@ -381,7 +385,7 @@ def close_record(record: RunRecord, results: list[CaseResult], observer: Observe
     if notes:
         results = [_with_note(r, notes) for r in results]
     wall = time.monotonic() - started if started is not None else 0.0
-    return _close(record, results, observer, wall, session.window if session is not None else "")
+    return _close(record, results, observer, wall)
 
 
 def _with_note(result: CaseResult, notes: list[str]) -> CaseResult:
@@ -454,11 +458,10 @@ def overhead_per_sample_ms(wall_s: float, samples_ns: list[float], calls: int) -
     return (wall_s * 1e9 - sum(samples_ns) * calls) / len(samples_ns) / 1e6
 
 
-def _close(record: RunRecord, results: list[CaseResult], observer: Observer, wall_s: float = 0.0,
-           window: str = "") -> RunRecord:
+def _close(record: RunRecord, results: list[CaseResult], observer: Observer, wall_s: float = 0.0) -> RunRecord:
     means = [r.stats.mean_ns for r in results if r.passed and r.stats]
     timed_all = means and len(means) == len(results)
     final = replace(record, cases=tuple(results), complete=True, geomean_ns=geomean(means) if timed_all else None,
-                    wall_s=round(wall_s, 3), window=window)
+                    wall_s=round(wall_s, 3))
     observer.on_finish(final)
     return final

@@ -16,7 +16,7 @@ from harness.ranking import compare_geomeans, compare_samples
 from harness.report import fmt_us
 from harness.record import Status
 from harness.registry import read_variant, resolve
-from harness.runner import Observer, RunOptions, Session
+from harness.runner import CaseRunner, Observer, RunOptions
 from harness.settings import Settings
 from harness.store import ResultStore, StoreRecorder
 from task.spec import Case, ShapeSet
@@ -24,8 +24,8 @@ from task.spec import Case, ShapeSet
 from conftest import SHARED_CASES
 
 #: Few samples, short limits (as tests/test_cases.py's FAST): every shape gets exactly max_runs pairs on a CPU.
-FAST = Settings(import_s=60, first_call_s=60, call_s=60, calls_per_sample=15, warmup_samples=1, min_runs=3,
-                min_time_ms=1, max_runs=4)
+FAST = Settings(import_s=60, first_call_s=60, call_s=60, calls_per_sample=15, warmup_samples=1, warmup_max=1,
+                min_runs=3, min_time_ms=1, max_runs=4)
 TWO_CASES = ShapeSet("t2", (Case((64, 40), (128, 256), (256, 512), 2, 7), Case((32,), (128,), (128,), 1, 8)))
 OPTS = RunOptions(MODE, settings=FAST)
 REFERENCE = resolve("torch_reference")
@@ -33,15 +33,15 @@ REFERENCE = resolve("torch_reference")
 
 @pytest.fixture
 def sent(monkeypatch):
-    """Every request the parent sends to a worker, in order: (session object, seeds)."""
+    """Every sample the parent prepares for a worker, in order: (session object, seeds)."""
     log = []
-    original = Session.run
+    original = CaseRunner._call
 
-    def recording(self, req, prepare=lambda: None):
-        log.append((self, list(req["seeds"])))
-        return original(self, req, prepare)
+    def recording(self, case, seeds, *args, **kwargs):
+        log.append((self.session, list(seeds)))
+        return original(self, case, seeds, *args, **kwargs)
 
-    monkeypatch.setattr(Session, "run", recording)
+    monkeypatch.setattr(CaseRunner, "_call", recording)
     return log
 
 
@@ -68,7 +68,7 @@ def test_reference_against_itself_interleaves_pairs_on_identical_seeds(sent):
     # every output checked; verdicts are compare_samples on the recorded samples, overall compare_geomeans
     for shape in result.shapes:
         for r in (shape.a, shape.b):
-            assert r.status is Status.PASS and r.calls_checked == 1 + calls * len(r.samples_ns)
+            assert r.status is Status.PASS and r.calls_checked == 1 + calls + calls * len(r.samples_ns)
             assert r.stats.runs == len(r.samples_ns) and all(x > 0 for x in r.samples_ns)
         assert shape.comparison == compare_samples(shape.a.samples_ns, shape.b.samples_ns, paired=True)
         assert shape.comparison.low <= shape.comparison.ratio <= shape.comparison.high
@@ -98,7 +98,7 @@ def test_failing_b_shows_its_failure_and_keeps_a_samples(tmp_path):
     assert first.b.status is Status.FAIL and first.b.message.startswith("call 1 of 15: output 0: ")
     assert len(first.b.samples_ns) == 2 and first.b.stats.runs == 2          # B's good samples are kept
     assert first.a.status is Status.PASS and len(first.a.samples_ns) == 3      # A's third sample ran first
-    assert first.a.calls_checked == 1 + 3 * 15
+    assert first.a.calls_checked == 1 + 15 + 3 * 15  # correctness, warm-up, timed
     assert "timing stopped after 3 sample(s): B (late_wrong) fail" in first.a.message
     assert first.comparison is None and first.note.startswith("B fail: call 1 of 15: output 0: ")
     case, no_ratio = first.row
@@ -116,7 +116,7 @@ def test_b_raising_fails_every_shape_for_b_only():
     result = compare(REFERENCE, read_variant(SHARED_CASES / "raises.py"), TWO_CASES, OPTS)
     for shape in result.shapes:
         assert shape.b.status is Status.ERROR and "kernel refused the problem" in shape.b.message
-        assert shape.a.status is Status.PASS and shape.a.calls_checked == 1 and shape.a.samples_ns == ()
+        assert shape.a.status is Status.PASS and shape.a.calls_checked == 1 + 15 and shape.a.samples_ns == ()
         assert shape.comparison is None and shape.note.startswith("B error: raised: ValueError: kernel refused")
     assert result.overall is None and result.exit_code == 112
 
@@ -134,7 +134,7 @@ def test_unmet_side_is_skipped_and_the_other_timed_alone(tmp_path):
         assert shape.b.samples_ns == () and shape.b.calls_checked == 0
         assert shape.a.status is Status.PASS and shape.a.message == ""
         assert MIN_PAIRS <= len(shape.a.samples_ns) <= FAST.max_runs
-        assert shape.a.calls_checked == 1 + FAST.calls_per_sample * len(shape.a.samples_ns)
+        assert shape.a.calls_checked == 1 + FAST.calls_per_sample * (1 + len(shape.a.samples_ns))
         assert shape.comparison is None
         assert shape.note.startswith("B skipped: needs sm_100a; this ")
         assert shape.note.endswith("; A (torch_reference) timed alone")
