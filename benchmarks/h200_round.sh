@@ -1,25 +1,50 @@
 #!/usr/bin/env bash
-# One device call's worth of checks on the H200 (the device tool; logs and JSON under $OUT):
-# GPU tests, then fp4bench's own wall times (leaderboard of one variant, compare of two), then fidelity.
-# Usage: bash benchmarks/h200_round.sh [tests|timing|fidelity]...   (default: all three)
+# Device calls' worth of checks on the H200 (the device tool; logs and JSON under $OUT, at most 8 files back):
+#   tests     doctor, then the GPU-marked tests of the harness, reference, guard, threads, integrity, sandbox
+#   timing    fp4bench's own wall times: leaderboard of one variant and compare of two, each run twice (the
+#             second on warm compile caches), plus wgmma_sm90's leaderboard with --sandbox off
+#   fidelity  benchmarks/fidelity.py on benchmarks (the official loop against fp4bench, interleaved)
+#   spin      the same on the two small shapes with FP4BENCH_SPIN_WAIT_MS=500 (the worker polls instead of sleeping)
+# Usage: bash benchmarks/h200_round.sh [tests|timing|fidelity|spin]...   (default: tests timing fidelity)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/h200}
 mkdir -p "$OUT"
 steps=${*:-tests timing fidelity}
+summary() {  # per-case mean, overhead and kernel time of a --json file
+  python3 -c "
+import json, sys; d = json.load(open(sys.argv[1]))
+print(sys.argv[1].split('/')[-1], 'wall', d['wall_s'], 's;', d['window'], ';', d.get('sandbox', ''))
+for c in d['cases']:
+    s = c['stats'] or {}
+    print(' ', c['case']['name'], c['status'], s.get('runs'), round(s.get('mean_ns', 0) / 1e3, 2), 'us; overhead',
+          round(c['overhead_ms_per_sample'] or 0, 1), 'ms/sample; kernel', round((c['kernel_ns'] or 0) / 1e3, 2), 'us')
+" "$1"
+}
 for step in $steps; do
   case $step in
     tests)
-      python3 -c "from harness.worker import native; print(native.available())" 2>&1 | tee "$OUT/native.txt"
-      timeout 420 python3 -m pytest -m gpu -q tests/test_gpu.py tests/test_reference_gpu.py tests/test_native_guard.py \
-        tests/test_threads.py tests/test_integrity.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -15 ;;
+      python3 -m harness doctor 2>&1 | tee "$OUT/doctor.txt"
+      timeout 500 python3 -m pytest -m gpu -q tests/test_gpu.py tests/test_reference_gpu.py tests/test_native_guard.py \
+        tests/test_threads.py tests/test_integrity.py tests/test_sandbox.py tests/test_console.py 2>&1 \
+        | tee "$OUT/gpu_tests.log" | tail -15 ;;
     timing)
-      /usr/bin/time -f "leaderboard wall %e s" python3 -m harness run --submission wgmma_sm90 --shapes benchmarks \
-        --mode leaderboard --db "$OUT/r.sqlite" --json "$OUT/leaderboard.json" 2>&1 | tail -12
-      /usr/bin/time -f "compare wall %e s" python3 -m harness compare wgmma_sm90 triton_grouped --shapes benchmarks \
-        --db "$OUT/r.sqlite" --format md 2>&1 | tail -12 ;;
+      for i in 1 2; do
+        /usr/bin/time -f "leaderboard $i wall %e s" python3 -m harness run --submission wgmma_sm90 --shapes benchmarks \
+          --mode leaderboard --db /tmp/r.sqlite --json "/tmp/lb$i.json" 2>&1 | tail -1
+        /usr/bin/time -f "compare $i wall %e s" python3 -m harness compare wgmma_sm90 triton_grouped \
+          --shapes benchmarks --db /tmp/r.sqlite --format md --out "/tmp/cmp$i.md" 2>&1 | tail -1
+      done
+      summary /tmp/lb2.json | tee "$OUT/timing.txt"; cat /tmp/cmp2.md | tee -a "$OUT/timing.txt"
+      python3 -m harness run --submission wgmma_sm90 --shapes benchmarks --mode leaderboard --sandbox off \
+        --no-store --json /tmp/lb_off.json > /dev/null 2>&1
+      summary /tmp/lb_off.json | tee -a "$OUT/timing.txt" ;;
     fidelity)
       timeout 400 python3 benchmarks/fidelity.py --submission wgmma_sm90 --shapes benchmarks --out-dir /tmp/fid \
-        2>&1 | tail -10; cp /tmp/fid/fidelity.md "$OUT/" ;;
+        2>&1 | tail -9 | tee "$OUT/fidelity.md" ;;
+    spin)
+      { echo "cases:"; grep -E "name: g2_" configs/shapes/benchmarks.yml; } > /tmp/small.yml
+      FP4BENCH_SPIN_WAIT_MS=500 timeout 300 python3 benchmarks/fidelity.py --submission wgmma_sm90 \
+        --shapes /tmp/small.yml --out-dir /tmp/spin 2>&1 | tail -6 | tee "$OUT/spin.md" ;;
   esac
 done
