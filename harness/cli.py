@@ -324,9 +324,14 @@ def list_cmd() -> None:
 
 @main.command("doctor")
 def doctor_cmd() -> None:
-    """What this machine offers to confine a worker (bwrap, Landlock, namespaces, non-dumpable parent) and
-    which protections a run would get."""
-    click.echo("\n".join(sandbox_mod.doctor_lines(load_settings(), device_facts().cuda)))
+    """What this machine offers to confine a worker (bwrap, Landlock, namespaces, non-dumpable parent), which
+    protections a run would get, and where the timed window's marks would be held."""
+    from harness.environment import device_facts
+    from harness.worker import native
+
+    ok, why = native.available()
+    window = f"timed {why}" if ok else f"timed window held in Python, frame-level tampering not excluded ({why})"
+    click.echo("\n".join([window] + sandbox_mod.doctor_lines(load_settings(), device_facts().cuda)))
 
 
 cli_reports.register(main)

@@ -181,8 +181,10 @@ def test_background_threads_fail_the_case(name):
     window: alive when timing starts (started at import) or when a call returns (started by the call)."""
     r = _only(_run(ADVERSARIAL / name, "benchmark"))
     assert r.status is Status.FAIL
-    # a live thread is named with its tid; one that already exited shows as the process clock's residue
-    assert re.match(r"work outside the timed window: (thread '[^']+' \(tid \d+\)|threads that have since exited) "
+    # a live thread is named with its tid; one that already exited shows as the process clock's residue; a thread
+    # that keyed its precomputed outputs by pointer (the inputs sit at the same addresses every sample) may return
+    # stale ones first, and then the values fail
+    assert " elements differ " in r.message or re.match(r"work outside the timed window: (thread '[^']+' \(tid \d+\)|threads that have since exited) "
                     r"used \d+\.\d ms", r.message), r.message
 
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from harness.record import Status
+from harness.sandbox import Sandbox
 from test_cases import FAST, TWO_CASES, TWO_GROUPS, _only, _run
 
 from conftest import ADVERSARIAL, SHARED_CASES
@@ -26,7 +27,7 @@ def test_rewriting_every_time_like_local_leaves_the_real_time():
 def test_wrapping_the_generators_gains_nothing(tmp_path, monkeypatch):
     log = tmp_path / "wrap.log"
     monkeypatch.setenv("WRAP_LOG", str(log))
-    r = _only(_run(ADVERSARIAL / "gen_wrap_logged.py", "benchmark"))
+    r = _only(_run(ADVERSARIAL / "gen_wrap_logged.py", "benchmark", sandbox=Sandbox(writable=(tmp_path,))))
     assert r.status is Status.PASS and log.read_text() == "0"  # the worker never draws: nothing to precompute
 
 

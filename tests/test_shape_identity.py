@@ -32,7 +32,8 @@ def _record(run_id: str, variant: str, shapes: ShapeSet, mean_ns: float, started
                   for c in shapes.cases for samples in [(mean_ns * 0.99, mean_ns, mean_ns * 1.01, mean_ns)])
     return RunRecord(run_id, started_at, mode, "official", shapes.name, None,
                      SubmissionInfo(variant, f"submissions/{variant}/submission.py", "ab" * 32, {}), H200, cases, True,
-                     "0123abc", geomean([c.stats.mean_ns for c in cases]), shapes.id if with_id else "")
+                     "0123abc", geomean([c.stats.mean_ns for c in cases]),
+                     shape_set_id=shapes.id if with_id else "")
 
 
 @pytest.fixture
