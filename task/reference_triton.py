@@ -33,11 +33,15 @@ _BLOCK = tl.constexpr(8)
 _VEC = tl.constexpr(4)
 #: Addresses and strides divisible by this let the compiler vectorise loads and stores.
 _ALIGN = tl.constexpr(16)
+#: Operand slots the kernel searches at least (a power of 2): one compiled kernel up to 8 groups.
+_MIN_OPS = 16
 #: Per-operand descriptor, one int64 row each, in this order (the kernel reads fields by these positions).
 _FIELDS = ("packed address", "packed row stride", "scales address", "scales row stride", "rows",
            "packed bytes per row", "output offset (int32 words)", "first program")
 _PACKED, _PACKED_STRIDE, _SCALES, _SCALES_STRIDE, _ROWS, _HALF_K, _OUT, _FIRST = (tl.constexpr(i) for i in range(8))
 _WIDTH = tl.constexpr(len(_FIELDS))
+#: Two int32 minima read as one int64 (little-endian): where the statistics start.
+_INT32_MIN_PAIR = -(2**63) + 2**31
 
 
 @triton.jit
@@ -67,12 +71,13 @@ def _e4m3fn_fp32_times_2_pow_14(code):
 
 
 @triton.jit
-def _decode_kernel(meta_ptr, keys_ptr, out_ptr, stats_ptr, n_ops,
+def _decode_kernel(meta_ptr, keys_ptr, out_ptr, stats_ptr, n_ops, OPS: tl.constexpr,
                    BLOCK_ROWS: tl.constexpr, BLOCK_BYTES: tl.constexpr, ALIGNED: tl.constexpr):
+    # this program's operand: the last one whose first program is at most this one (OPS >= n_ops, a power of 2)
     pid = tl.program_id(0)
-    op = 0
-    for i in range(1, n_ops):
-        op += (tl.load(meta_ptr + i * _WIDTH + _FIRST) <= pid).to(tl.int32)
+    ops = tl.arange(0, OPS)
+    firsts = tl.load(meta_ptr + ops * _WIDTH + _FIRST, mask=ops < n_ops, other=2**62)
+    op = tl.sum((firsts <= pid).to(tl.int32), 0) - 1
     desc = meta_ptr + op * _WIDTH
     packed = tl.load(desc + _PACKED).to(tl.pointer_type(tl.uint8))
     packed_stride = tl.load(desc + _PACKED_STRIDE)
@@ -95,12 +100,14 @@ def _decode_kernel(meta_ptr, keys_ptr, out_ptr, stats_ptr, n_ops,
     quads = tl.arange(0, BLOCK_BYTES // _VEC)
     lane = tl.arange(0, _VEC)
     row_ok = rows < n_rows
-    key_lo = tl.full([BLOCK_ROWS, BLOCK_BYTES // _VEC], -(2**31), tl.int32)
-    key_hi = tl.full([BLOCK_ROWS, BLOCK_BYTES // _VEC], -(2**31), tl.int32)
+    # running maxima of the key halves, from the key of scale byte 0x00 (what masked entries read), so that every
+    # program, even one with no rows or no K, leaves its operand at least that key
+    zero_key = tl.load(keys_ptr)
+    key_lo = tl.full([BLOCK_ROWS, BLOCK_BYTES // _VEC], 0, tl.int32) + ((zero_key << 16) >> 16)
+    key_hi = tl.full([BLOCK_ROWS, BLOCK_BYTES // _VEC], 0, tl.int32) + (zero_key >> 16)
     for k0 in range(0, half_k, BLOCK_BYTES):
         col = k0 + quads * _VEC  # first packed byte of each quad
         ok = row_ok[:, None] & (col < half_k)[None, :]
-        # masked entries read scale byte 0x00, whose key loses both maxima
         code = tl.load(scales + rows[:, None] * scales_stride + (col // _BLOCK)[None, :], mask=ok, other=0)
         key = tl.load(keys_ptr + code.to(tl.int32))
         key_lo = tl.maximum(key_lo, (key << 16) >> 16)
@@ -151,19 +158,25 @@ def decode_operands(operands: Sequence[tuple[torch.Tensor, torch.Tensor]], keys:
         raise ValueError(f"keys: expected int32 [256], got {keys.dtype} {tuple(keys.shape)}")
     for i, (packed, scales) in enumerate(operands):
         _check_operand(i, packed, scales, device)
+    n = len(operands)
     words = [p.shape[0] * p.shape[1] for p, _ in operands]
     out = torch.empty(sum(words), dtype=torch.int32, device=device)
-    meta, offset, first = [], 0, 0
+    # one upload: the descriptors, then the statistics' starting values (INT32_MIN pairs as one int64 each), which
+    # every operand's programs (at least one each) raise to at least the key of 0x00
+    host, offset, first = [], 0, 0
     for (packed, scales), size in zip(operands, words):
-        meta.append([packed.data_ptr(), packed.stride(0), scales.data_ptr(), scales.stride(0), packed.shape[0],
-                     packed.shape[1], offset, first])
-        offset, first = offset + size, first + triton.cdiv(packed.shape[0], block_rows)
-    stats = keys[:1].view(torch.int16).to(torch.int32).repeat(len(operands), 1)
-    if first:
-        aligned = all(x % _ALIGN.value == 0 for row in meta for x in (*row[:4], row[5]))
-        desc = torch.tensor(meta, dtype=torch.int64).to(device, non_blocking=True)
+        host += [packed.data_ptr(), packed.stride(0), scales.data_ptr(), scales.stride(0), packed.shape[0],
+                 packed.shape[1], offset, first]
+        offset, first = offset + size, first + max(1, triton.cdiv(packed.shape[0], block_rows))
+    host += [_INT32_MIN_PAIR] * n
+    upload = torch.tensor(host, dtype=torch.int64).to(device, non_blocking=True)
+    desc, stats = upload[:_WIDTH.value * n], upload[_WIDTH.value * n:].view(torch.int32).view(n, 2)
+    if n:
+        fields = [host[i * _WIDTH.value: (i + 1) * _WIDTH.value] for i in range(n)]
+        aligned = all(x % _ALIGN.value == 0 for row in fields for x in (*row[:4], row[5]))
         with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
-            _decode_kernel[(first,)](desc, keys, out, stats, len(operands), BLOCK_ROWS=block_rows,
-                                     BLOCK_BYTES=block_bytes, ALIGNED=aligned, num_warps=num_warps)
+            _decode_kernel[(first,)](desc, keys, out, stats, n, OPS=max(_MIN_OPS, triton.next_power_of_2(n)),
+                                     BLOCK_ROWS=block_rows, BLOCK_BYTES=block_bytes, ALIGNED=aligned,
+                                     num_warps=num_warps)
     values = [w.view(torch.bfloat16).view(p.shape[0], 2 * p.shape[1]) for w, (p, _) in zip(out.split(words), operands)]
     return values, stats

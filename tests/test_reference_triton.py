@@ -170,8 +170,8 @@ def test_kernel_compiles_for_hopper_without_a_gpu(aligned):
     from task import reference_triton as rt
 
     signature = {"meta_ptr": "*i64", "keys_ptr": "*i32", "out_ptr": "*i32", "stats_ptr": "*i32", "n_ops": "i32",
-                 "BLOCK_ROWS": "constexpr", "BLOCK_BYTES": "constexpr", "ALIGNED": "constexpr"}
-    constants = {"BLOCK_ROWS": rt.BLOCK_ROWS, "BLOCK_BYTES": rt.BLOCK_BYTES, "ALIGNED": aligned}
+                 "OPS": "constexpr", "BLOCK_ROWS": "constexpr", "BLOCK_BYTES": "constexpr", "ALIGNED": "constexpr"}
+    constants = {"OPS": 16, "BLOCK_ROWS": rt.BLOCK_ROWS, "BLOCK_BYTES": rt.BLOCK_BYTES, "ALIGNED": aligned}
     source = ASTSource(fn=rt._decode_kernel, signature=signature, constexprs=constants)
     ptx = triton.compile(source, target=GPUTarget("cuda", 90, 64), options={"num_warps": rt.NUM_WARPS}).asm["ptx"]
     assert ".target sm_90" in ptx
