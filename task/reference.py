@@ -343,9 +343,10 @@ def _scale_bytes_on(data: input_t, scales: Scales, device: torch.device) -> list
     """Every operand's scale bytes as uint8 [R, K/16] on ``device`` with unit column stride: in place where the
     source already is, else slices of one staged copy."""
     sources = _scale_sources(data, scales)
-    moved = [s for s in sources if s.device != device or s.stride(1) != 1]
+    in_place = [s.device == device and s.stride(1) == 1 for s in sources]
+    moved = [s for s, ok in zip(sources, in_place) if not ok]
     staged = iter(_staged(moved, device).split([s.numel() for s in moved]) if moved else [])
-    return [next(staged).view(s.shape) if s.device != device or s.stride(1) != 1 else s for s in sources]
+    return [s if ok else next(staged).view(s.shape) for s, ok in zip(sources, in_place)]
 
 
 _TRITON: list = []

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 interpreted_only = pytest.mark.skipif(not INTERPRETED, reason="runs in test_kernel_under_the_interpreter's child")
 #: Tests this module runs in the child (every test marked interpreted_only, parametrizations counted).
-CHILD_TESTS = 10
+CHILD_TESTS = 12
 
 
 @pytest.mark.skipif(INTERPRETED, reason="the parent of the interpreted run")
@@ -137,16 +137,22 @@ def test_bad_operands_get_one_line_errors(interpreted):
 
 @interpreted_only
 @pytest.mark.parametrize("data", ["official", "full-range"])
-@pytest.mark.parametrize("scales", ["plain", "reordered"])
+@pytest.mark.parametrize("scales", ["plain", "reordered", "plain column-major"])
 def test_cuda_fast_path_through_the_interpreter(interpreted, data, scales):
     """ref_kernel's CUDA path (Triton decode and statistics, then the GEMMs) run on the CPU: the torch path's
     statistics and, on the same GEMMs, its bits; on official data the fp64 reference's bits (full-range data fails
-    the bound, so there only the decode is compared)."""
+    the bound, so there only the decode is compared). Plain scales stored column-major are staged into one copy,
+    the others read in place."""
     case = load_shapes("tests").cases[4]  # m=[64,72,96] n=[128,384,512] k=[512,512,256]
     inputs = generate_input(case.m, case.n, case.k, case.g, case.seed, data=data, device="cpu")
-    codes, stats, fast = _fast_triton(interpreted, inputs, scales, CPU)
-    for (sfa, sfb), ca, cb in zip(inputs[1], codes[0::2], codes[1::2]):
-        assert torch.equal(ca, sfa[:, :, 0].view(torch.uint8)) and torch.equal(cb, sfb[:, :, 0].view(torch.uint8))
+    if scales == "plain column-major":
+        column_major = [tuple(sf[:, :, 0].t().contiguous().t().unsqueeze(-1) for sf in pair) for pair in inputs[1]]
+        inputs = (inputs[0], column_major, inputs[2], inputs[3])
+    codes, stats, fast = _fast_triton(interpreted, inputs, scales.split()[0], CPU)
+    sources = [sf for pair in inputs[1] for sf in pair]
+    for c, sf in zip(codes, sources):
+        assert c.stride(1) == 1 and torch.equal(c, sf[:, :, 0].view(torch.uint8))
+        assert (c.data_ptr() == sf.data_ptr()) == (scales == "plain")
     flat = torch.cat([c.reshape(-1) for c in codes]).to(torch.int32)
     assert stats.tolist() == _scale_stats(flat, [c.numel() for c in codes]).tolist()
     torch_path = _fast([(a, b, ca.to(torch.int32), cb.to(torch.int32))
