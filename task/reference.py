@@ -6,8 +6,10 @@ Two paths that give the same bits wherever both apply:
   to fp16. Every product of two (e2m1 x e4m3fn) values has at most 12 significant bits, so fp64 products are
   exact; for official data the sums are exact too (multiples of 1/4 well inside 2^53). The fp64 -> fp16 step goes
   through fp32 with round-to-odd, which makes it a single correct rounding (fp32 keeps 13 more bits than fp16).
-- ``ref_kernel``: per group, when ``exact_in_fp32`` holds, a table decode into bf16 (CUDA) or fp32 (CPU) and one
-  GEMM with fp32 accumulation and fp32 output, rounded once to fp16; otherwise the fp64 path.
+- ``ref_kernel``: per group, when ``exact_in_fp32`` holds, an exact decode into bf16 (CUDA: one Triton launch for
+  every operand, task.reference_triton; the torch table decode where triton does not import) or fp32 (CPU: the
+  torch table decode) and one GEMM with fp32 accumulation and fp32 output, rounded once to fp16; otherwise the
+  fp64 path. The bound needs only the scale bytes (a 256-entry key table), so the Triton decode takes it on the way.
 
 Why the fast path is exact (the bound ``exact_in_fp32`` checks). Work in integer units:
 
@@ -41,7 +43,8 @@ data (task.inputs ``data="full-range"``) mixes scale exponents and mantissas and
 
 The H200 measurement behind the fast path (shared/docs/hardware.md, 2026-11-30): bf16 operands with fp32 output
 (``torch.mm(a, b, out_dtype=torch.float32)``) matched the fp64 reference bit for bit, and the decode into wide
-dtypes cost more than the GEMM, hence the table decode here. cuBLAS's reduced-precision reductions
+dtypes cost more than the GEMM, hence the table decode here; on CUDA the Triton decode goes further (1 byte read, 4
+written, no index tensors; benchmarks/reference_speed.py times both). cuBLAS's reduced-precision reductions
 (``allow_bf16_reduced_precision_reduction``) only apply when the output type is narrower than the fp32 compute type,
 never with fp32 output; bf16 is used rather than fp16 so ``allow_fp16_accumulation`` cannot apply either.
 """
@@ -64,6 +67,7 @@ SCALE_UNIT_EXP = 9
 _NAN_KEY, _ZERO_KEY = 64, -64
 
 Scales = Literal["plain", "reordered"]
+Decode = Literal["auto", "torch", "triton"]
 
 
 def dequantize(packed: torch.Tensor, sf: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -272,16 +276,25 @@ _Group = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 def _fast(groups: Sequence[_Group]) -> list[torch.Tensor]:
     """Per group (a [M, K/2, 1], b [N, K/2, 1], int32 scale codes [M, K/16] and [N, K/16]), all on one device ->
-    fp16 [M, N, 1] per group: every operand decoded by one gather, one GEMM per group with fp32 output into one
-    buffer, one rounding to fp16 for all. Exact where ``_fits`` holds; outputs are views of one buffer."""
+    fp16 [M, N, 1] per group: every operand decoded by one gather (the torch decode), then ``_gemms``. Exact where
+    ``_fits`` holds; outputs are views of one buffer."""
     dtype = _operand_dtype(groups[0][2].device)
     values = _decode([op for a, b, ca, cb in groups for op in ((a, ca), (b, cb))], dtype)
-    shapes = [(a.shape[0], b.shape[0]) for a, b, _, _ in groups]
+    return _gemms(values)
+
+
+def _gemms(values: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Decoded operands (A0 [M, K], B0 [N, K], A1, B1, ...; bf16 or fp32, one device) -> fp16 [M, N, 1] per group:
+    one GEMM per group with fp32 output into one buffer, one rounding to fp16 for all (views of one buffer). bf16
+    operands on a device without a bf16 GEMM with fp32 output (the CPU) are widened to fp32 first (exact)."""
+    if values and values[0].dtype != _operand_dtype(values[0].device):
+        values = [v.to(torch.float32) for v in values]
+    shapes = [(values[2 * g].shape[0], values[2 * g + 1].shape[0]) for g in range(len(values) // 2)]
     sizes = [m * n for m, n in shapes]
     out32 = torch.empty(sum(sizes), dtype=torch.float32, device=values[0].device)
     for g, (dst, shape) in enumerate(zip(out32.split(sizes), shapes)):
         a_values, b_values, dst = values[2 * g], values[2 * g + 1], dst.view(shape)
-        if dtype == torch.float32:
+        if a_values.dtype == torch.float32:
             torch.mm(a_values, b_values.T, out=dst)
         else:
             torch.mm(a_values, b_values.T, out_dtype=torch.float32, out=dst)
@@ -298,61 +311,118 @@ def _unblocked(reordered: torch.Tensor, rows: int, blocks: int) -> torch.Tensor:
     return full[:rows, :blocks]
 
 
+def _scale_sources(data: input_t, scales: Scales) -> list[torch.Tensor]:
+    """Every operand's scale bytes (A0, B0, A1, B1, ...) as uint8 [R, K/16] views where they lie (``scales``: the
+    plain tensors, or a slice of one unblocked copy of each reordered tensor)."""
+    abc, sfs, sfs_reordered, _ = data
+    if scales == "plain":
+        return [sf[:, :, 0].view(torch.uint8) for pair in sfs for sf in pair]
+    shapes = [(p.shape[0], p.shape[1] * 2 // SF_VEC) for a, b, _ in abc for p in (a, b)]
+    return [_unblocked(r.view(torch.uint8), *shape)
+            for r, shape in zip((r for pair in sfs_reordered for r in pair), shapes)]
+
+
+def _staged(sources: Sequence[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """``sources`` (uint8 [R, K/16] each, any device) copied into one flat uint8 tensor on ``device``."""
+    flat = torch.empty(sum(s.numel() for s in sources), dtype=torch.uint8, device=device)
+    for slot, source in zip(flat.split([s.numel() for s in sources]), sources):
+        # non_blocking: a pageable source is staged before the call returns, without a stream sync
+        slot.view(source.shape).copy_(source, non_blocking=True)
+    return flat
+
+
 def _load_codes(data: input_t, scales: Scales, device: torch.device) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Every operand's scale bytes (A0, B0, A1, B1, ...) in one flat int32 tensor on ``device``, and per operand
     an int32 [R, K/16] view of it."""
-    abc, sfs, sfs_reordered, _ = data
-    shapes = [(p.shape[0], p.shape[1] * 2 // SF_VEC) for a, b, _ in abc for p in (a, b)]
-    sizes = [rows * blocks for rows, blocks in shapes]
-    if scales == "plain":
-        sources = [sf[:, :, 0].view(torch.uint8) for pair in sfs for sf in pair]
-    else:
-        sources = [_unblocked(r.view(torch.uint8), *shape)
-                   for r, shape in zip((r for pair in sfs_reordered for r in pair), shapes)]
-    flat = torch.empty(sum(sizes), dtype=torch.uint8, device=device)
-    for slot, source, shape in zip(flat.split(sizes), sources, shapes):
-        # non_blocking: a pageable source is staged before the call returns, without a stream sync
-        slot.view(shape).copy_(source, non_blocking=True)
-    codes = flat.to(torch.int32)
-    return codes, [c.view(shape) for c, shape in zip(codes.split(sizes), shapes)]
+    sources = _scale_sources(data, scales)
+    codes = _staged(sources, device).to(torch.int32)
+    return codes, [c.view(s.shape) for c, s in zip(codes.split([s.numel() for s in sources]), sources)]
 
 
-def ref_kernel(data: input_t, *, scales: Scales = "plain") -> output_t:
+def _scale_bytes_on(data: input_t, scales: Scales, device: torch.device) -> list[torch.Tensor]:
+    """Every operand's scale bytes as uint8 [R, K/16] on ``device`` with unit column stride: in place where the
+    source already is, else slices of one staged copy."""
+    sources = _scale_sources(data, scales)
+    in_place = [s.device == device and s.stride(1) == 1 for s in sources]
+    moved = [s for s, ok in zip(sources, in_place) if not ok]
+    staged = iter(_staged(moved, device).split([s.numel() for s in moved]) if moved else [])
+    return [s if ok else next(staged).view(s.shape) for s, ok in zip(sources, in_place)]
+
+
+_TRITON: list = []
+
+
+def _triton_decoder():
+    """task.reference_triton, or None where triton does not import (imported once, on first use)."""
+    if not _TRITON:
+        try:
+            from task import reference_triton
+        except ImportError:
+            reference_triton = None
+        _TRITON.append(reference_triton)
+    return _TRITON[0]
+
+
+def _fast_triton(decoder, data: input_t, scales: Scales, device: torch.device):
+    """The CUDA fast path: every operand decoded to bf16 and its scale statistics taken by one Triton launch, then
+    ``_gemms``. Returns (uint8 [R, K/16] scale bytes per operand, int32 [operands, 2] statistics, fp16 outputs)."""
+    codes = _scale_bytes_on(data, scales, device)
+    packed = [p[:, :, 0].view(torch.uint8) for a, b, _ in data[0] for p in (a, b)]
+    operands = [(p if p.stride(1) == 1 else p.contiguous(), c) for p, c in zip(packed, codes)]
+    values, stats = decoder.decode_operands(operands, _key_table(device))
+    return codes, stats, _gemms(values)
+
+
+def ref_kernel(data: input_t, *, scales: Scales = "plain", decode: Decode = "auto") -> output_t:
     """Expected outputs for ``data``: one fp16 [M, N, 1] tensor per group, on the device of ``a``; the same bits
     as ``ref_kernel_fp64``.
 
     Per group, ``exact_in_fp32``'s bound is checked from the scale bytes (and, when that fails, from the largest
-    e2m1 magnitude present); groups that pass take the table decode and one fp32-accumulating GEMM, the others the
-    fp64 path. Work is batched per input to keep launches few (one copy per scale tensor, one gather for every
-    operand's scale statistics and one for every operand's values, one GEMM per group, one rounding for all; the
-    fast outputs are views of one buffer); on CUDA all of it is queued before the one sync that reads the bounds.
+    e2m1 magnitude present); groups that pass take the fast decode and one fp32-accumulating GEMM, the others the
+    fp64 path. Work is batched per input to keep launches few (one GEMM per group, one rounding for all; the fast
+    outputs are views of one buffer); on CUDA all of it is queued before the one sync that reads the bounds.
 
     ``scales="plain"`` reads the plain scales (sfasfb_tensors, CPU), as the official reference does;
     ``"reordered"`` reads the blocked copies already on the GPU (sfasfb_reordered_tensors), valid only when both
-    hold the same scales, as task.inputs draws them. Raises ValueError for an unknown ``scales`` or inconsistent
-    shapes.
+    hold the same scales, as task.inputs draws them.
+
+    ``decode="auto"``: on CUDA with triton importable, one Triton launch decodes every operand to bf16 and takes
+    the scale statistics (task.reference_triton); elsewhere the torch decode (a 65536-entry table gathered by an
+    int32 index per byte, one gather for the statistics). ``"torch"`` forces the torch decode, ``"triton"`` the
+    Triton one. Raises ValueError for an unknown ``scales`` or ``decode``, ``decode="triton"`` without CUDA inputs
+    or triton, or inconsistent shapes.
     """
     if scales not in ("plain", "reordered"):
         raise ValueError(f"scales must be 'plain' or 'reordered', got {scales!r}")
+    if decode not in ("auto", "torch", "triton"):
+        raise ValueError(f"decode must be 'auto', 'torch' or 'triton', got {decode!r}")
     abc, sfs, _, _ = data
     for g, ((a, b, _c), (sfa, sfb)) in enumerate(zip(abc, sfs)):
         _check_group(g, a, b, sfa, sfb)
     if not abc:
         return []
-    flat, codes = _load_codes(data, scales, abc[0][0].device)
-    groups = [(a, b, codes[2 * g], codes[2 * g + 1]) for g, (a, b, _c) in enumerate(abc)]
-    stats = _scale_stats(flat, [c.numel() for c in codes])
-    fast = _fast(groups) if flat.is_cuda else None  # queued before the sync; dropped where the bound fails
+    device = abc[0][0].device
+    decoder = _triton_decoder() if decode != "torch" and device.type == "cuda" else None
+    if decode == "triton" and decoder is None:
+        why = "triton does not import" if device.type == "cuda" else f"the inputs are on {device}"
+        raise ValueError(f"decode='triton' needs CUDA inputs and an importable triton; {why}")
+    if decoder is not None:
+        codes, stats, fast = _fast_triton(decoder, data, scales, device)
+    else:
+        flat, codes = _load_codes(data, scales, device)
+        stats = _scale_stats(flat, [c.numel() for c in codes])
+        groups = [(a, b, codes[2 * g], codes[2 * g + 1]) for g, (a, b, _c) in enumerate(abc)]
+        fast = _fast(groups) if flat.is_cuda else None  # queued before the sync; dropped where the bound fails
     bounds = _read_stats(stats)
-    exact = [_group_exact(a.shape[1] * 2, bounds[2 * g], bounds[2 * g + 1], a, b)
-             for g, (a, b, _, _) in enumerate(groups)]
+    exact = [_group_exact(a.shape[1] * 2, bounds[2 * g], bounds[2 * g + 1], a, b) for g, (a, b, _c) in enumerate(abc)]
     if fast is None:  # CPU: decode only the groups that pass
         passing = [g for g, ok in enumerate(exact) if ok]
         fast = dict(zip(passing, _fast([groups[g] for g in passing]) if passing else []))
     out = []
-    for g, (a, b, codes_a, codes_b) in enumerate(groups):
+    for g, (a, b, _c) in enumerate(abc):
         if exact[g]:
             out.append(fast[g])
         else:
-            out.append(_fp64_group(a, b, codes_a.to(torch.uint8).unsqueeze(-1), codes_b.to(torch.uint8).unsqueeze(-1)))
+            sfa, sfb = (c.to(torch.uint8).unsqueeze(-1) for c in codes[2 * g: 2 * g + 2])
+            out.append(_fp64_group(a, b, sfa, sfb))
     return out

@@ -287,6 +287,11 @@ def test_bad_arguments_get_one_line_errors():
     for kernel in (ref_kernel, ref_kernel_fp64):
         with pytest.raises(ValueError, match=expected):
             kernel(bad)
+    with pytest.raises(ValueError, match=r"^decode must be 'auto', 'torch' or 'triton', got 'lut'$"):
+        ref_kernel(inputs, decode="lut")
+    with pytest.raises(ValueError, match=r"^decode='triton' needs CUDA inputs and an importable triton; the inputs "
+                                         r"are on cpu$"):
+        ref_kernel(inputs, decode="triton")
     with pytest.raises(ValueError, match=r"^dtype must be one of torch.bfloat16, torch.float16, torch.float32, "
                                          r"got torch.float64$"):
         dequantize_lut(a, sfa, torch.float64)

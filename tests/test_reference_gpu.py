@@ -1,12 +1,15 @@
 """The fast reference on CUDA (bf16 operands, fp32 output) against the fp64 path, bit for bit, on the full official
-shapes; run on the H200 through the device tool (skipped without CUDA)."""
+shapes, with the Triton decode (what ``decode="auto"`` takes there) and the torch decode; the Triton decode alone
+against the torch decode for every (byte, scale code) pair, aligned and not. Run on the H200 through the device
+tool (skipped without CUDA)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from task.inputs import generate_input
-from task.reference import _operand_dtype, exact_in_fp32, ref_kernel, ref_kernel_fp64
+from task.reference import (_fast, _fast_triton, _key_table, _operand_dtype, _scale_stats, _triton_decoder,
+                            dequantize_lut, exact_in_fp32, ref_kernel, ref_kernel_fp64)
 from task.spec import load_shapes
 
 pytestmark = pytest.mark.gpu
@@ -14,8 +17,25 @@ pytestmark = pytest.mark.gpu
 CASES = [*load_shapes("tests").cases, *load_shapes("benchmarks").cases]
 
 
+def _cuda() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def _assert_same_bits(got, expected, what: str) -> None:
+    assert len(got) == len(expected), what
+    for g, (f, e) in enumerate(zip(got, expected)):
+        assert f.is_cuda and f.dtype == e.dtype and f.shape == e.shape, f"{what} group {g}"
+        differ = int((f.view(torch.int16) != e.view(torch.int16)).sum())
+        assert differ == 0, f"{what} group {g}: {differ} outputs differ"
+
+
 def test_cuda_takes_bf16_operands_with_fp32_output():
-    assert _operand_dtype(torch.device("cuda", torch.cuda.current_device())) == torch.bfloat16
+    assert _operand_dtype(_cuda()) == torch.bfloat16
+
+
+def test_cuda_takes_the_triton_decode():
+    decoder = _triton_decoder()
+    assert decoder is not None and decoder.__name__ == "task.reference_triton"
 
 
 @pytest.mark.parametrize("data", ["official", "full-range"])
@@ -26,9 +46,44 @@ def test_fast_equals_fp64_on_cuda(case, data):
         exact = ref_kernel_fp64(inputs)
         expected_fast = data == "official"
         assert [exact_in_fp32(k, sfa, sfb) for k, (sfa, sfb) in zip(case.k, inputs[1])] == [expected_fast] * case.g
-        for scales in ("plain", "reordered"):
-            fast = ref_kernel(inputs, scales=scales)
-            for g, (f, e) in enumerate(zip(fast, exact)):
-                assert f.is_cuda and f.dtype == torch.float16 and f.shape == e.shape
-                differ = int((f.view(torch.int16) != e.view(torch.int16)).sum())
-                assert differ == 0, f"seed {seed} scales {scales} group {g}: {differ} outputs differ"
+        for decode in ("triton", "torch"):
+            for scales in ("plain", "reordered"):
+                _assert_same_bits(ref_kernel(inputs, scales=scales, decode=decode), exact,
+                                  f"seed {seed} decode {decode} scales {scales}")
+
+
+@pytest.mark.parametrize("data", ["official", "full-range"])
+@pytest.mark.parametrize("case", load_shapes("benchmarks").cases, ids=lambda c: c.name)
+def test_triton_and_torch_decode_give_the_same_gemm_bits(case, data):
+    """Both decodes under the same GEMMs, whatever the bound says (full-range data: every scale code class), and
+    the same scale statistics; the plain scales here lie on the GPU already (the harness's case), so the Triton
+    path reads them in place."""
+    inputs = generate_input(case.m, case.n, case.k, case.g, case.seed, data=data)
+    on_gpu = [tuple(sf.cuda() for sf in pair) for pair in inputs[1]]
+    inputs = (inputs[0], on_gpu, inputs[2], inputs[3])
+    codes, stats, fast = _fast_triton(_triton_decoder(), inputs, "plain", _cuda())
+    assert all(c.data_ptr() == sf.data_ptr() for c, sf in zip(codes, (sf for pair in on_gpu for sf in pair)))
+    flat = torch.cat([c.reshape(-1) for c in codes]).to(torch.int32)
+    assert stats.tolist() == _scale_stats(flat, [c.numel() for c in codes]).tolist()
+    torch_path = _fast([(a, b, ca.to(torch.int32), cb.to(torch.int32))
+                        for (a, b, _), ca, cb in zip(inputs[0], codes[0::2], codes[1::2])])
+    _assert_same_bits(fast, torch_path, f"{case.name} {data}")
+    if data == "official":
+        _assert_same_bits(ref_kernel(inputs), ref_kernel_fp64(inputs), f"{case.name} scales on the GPU")
+
+
+@pytest.mark.parametrize("offset", [0, 1])
+def test_triton_decode_of_every_byte_under_every_scale_code(offset):
+    """Row c: the 256 bytes four times under scale code c; ``offset`` 1 starts every row one byte into a wider
+    buffer, so the kernel compiled without the alignment hints runs too."""
+    decoder = _triton_decoder()
+    wide = torch.arange(256, dtype=torch.uint8, device=_cuda()).repeat(256, 5)
+    packed = wide[:, offset:offset + 1024]
+    scales = torch.arange(256, dtype=torch.uint8, device=_cuda()).view(256, 1).expand(256, 128).contiguous()
+    (values,), stats = decoder.decode_operands([(packed, scales)], _key_table(_cuda()))
+    expected = dequantize_lut(packed.unsqueeze(-1).view(torch.float4_e2m1fn_x2),
+                              scales.unsqueeze(-1).view(torch.float8_e4m3fn), torch.bfloat16)
+    nan = expected.isnan()
+    assert torch.equal(values.isnan(), nan)
+    assert int(((values.view(torch.int16) != expected.view(torch.int16)) & ~nan).sum()) == 0
+    assert stats.tolist() == [[64, 0x7E]]

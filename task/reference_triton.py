@@ -1,0 +1,182 @@
+"""The fast reference's decode on a GPU: one Triton kernel for every operand of one input.
+
+It reads each operand's packed e2m1 bytes [R, K/2] and e4m3fn scale bytes [R, K/16] once and writes the decoded
+products (value x scale) as bf16 [R, K] once, two bf16 per byte read (one int32 store); on the way it folds the
+scale bytes into ``task.reference``'s scale statistics (one (max key, max key) pair per operand, from the same
+256-entry key table ``exact_in_fp32`` reads), so no index tensor and no separate statistics pass exist.
+
+Decoding (exact, integer and fp32 operations only): a packed byte becomes two fp16 patterns worth its two e2m1
+values times 2^-14 (bit moves), widened to fp32; its e4m3fn scale becomes fp32 scale times 2^14 from its bits.
+Each product is exact in fp32 (at most 6 significant bits, in [2^-10, 2688]), so its fp32 pattern's high half is
+the bf16 pattern of the same number. NaN scales (0x7F, 0xFF) give NaN products, as the torch table decode does.
+
+Under ``TRITON_INTERPRET=1`` (set before this module is imported) the kernel runs on CPU tensors; otherwise it
+needs CUDA tensors. ``task.reference.ref_kernel`` uses it on CUDA when triton imports.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Sequence
+
+import torch
+import triton
+import triton.language as tl
+
+#: Rows per program; a program walks the whole K of its rows, so every program of one input costs the same.
+BLOCK_ROWS = 16
+#: Packed bytes (2 values each) per row per step: 16 scale blocks of 8 bytes.
+BLOCK_BYTES = 128
+NUM_WARPS = 4
+#: Bytes sharing one scale: 16 e2m1 values.
+_BLOCK = tl.constexpr(8)
+#: Packed bytes per thread and step: one 4-byte load, one 16-byte store.
+_VEC = tl.constexpr(4)
+#: Addresses and strides divisible by this let the compiler vectorise loads and stores.
+_ALIGN = tl.constexpr(16)
+#: Operand slots the kernel searches at least (a power of 2): one compiled kernel up to 8 groups.
+_MIN_OPS = 16
+#: Per-operand descriptor, one int64 row each, in this order (the kernel reads fields by these positions).
+_FIELDS = ("packed address", "packed row stride", "scales address", "scales row stride", "rows",
+           "packed bytes per row", "output offset (int32 words)", "first program")
+_PACKED, _PACKED_STRIDE, _SCALES, _SCALES_STRIDE, _ROWS, _HALF_K, _OUT, _FIRST = (tl.constexpr(i) for i in range(8))
+_WIDTH = tl.constexpr(len(_FIELDS))
+#: Two int32 minima read as one int64 (little-endian): where the statistics start.
+_INT32_MIN_PAIR = -(2**63) + 2**31
+
+
+@triton.jit
+def _e2m1_pair_as_fp16(byte):
+    """uint32 bytes of two e2m1 codes -> uint32 of two fp16 patterns, the low nibble's in the low half, each worth
+    its e2m1 value * 2^-14: a code's magnitude bits (exponent 2 bits, mantissa 1 bit) become the fp16's exponent
+    low bits and mantissa top bit (code 1 a subnormal), its sign the fp16's sign. ``byte * 0x200200`` is
+    ``byte << 9 | byte << 21`` and ``byte * 0x1001000`` is ``byte << 12 | byte << 24`` (no overlapping bits)."""
+    return ((byte * 0x00200200) & 0x0E000E00) | ((byte * 0x01001000) & 0x80008000)
+
+
+@triton.jit
+def _fp16_half_to_fp32(bits):
+    """uint32 holding an fp16 pattern in its low 16 bits -> that number as fp32 (exact)."""
+    return bits.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def _e4m3fn_fp32_times_2_pow_14(code):
+    """uint32 e4m3fn bytes -> fp32 scale * 2^14: subnormals m * 2^5, normals (1 + m/8) * 2^(e - 7 + 14), NaN for
+    0x7F and 0xFF."""
+    magnitude = code & 0x7F
+    normal = (((magnitude >> 3) + (127 - 7 + 14)) << 23) | ((code & 7) << 20)
+    normal = tl.where(magnitude == 0x7F, 0x7FC00000, normal)
+    value = tl.where(magnitude < 8, (code & 7).to(tl.float32) * 32.0, normal.to(tl.float32, bitcast=True))
+    return tl.where((code & 0x80) != 0, -value, value)
+
+
+@triton.jit
+def _decode_kernel(meta_ptr, keys_ptr, out_ptr, stats_ptr, n_ops, OPS: tl.constexpr,
+                   BLOCK_ROWS: tl.constexpr, BLOCK_BYTES: tl.constexpr, ALIGNED: tl.constexpr):
+    # this program's operand: the last one whose first program is at most this one (OPS >= n_ops, a power of 2)
+    pid = tl.program_id(0)
+    ops = tl.arange(0, OPS)
+    firsts = tl.load(meta_ptr + ops * _WIDTH + _FIRST, mask=ops < n_ops, other=2**62)
+    op = tl.sum((firsts <= pid).to(tl.int32), 0) - 1
+    desc = meta_ptr + op * _WIDTH
+    packed = tl.load(desc + _PACKED).to(tl.pointer_type(tl.uint8))
+    packed_stride = tl.load(desc + _PACKED_STRIDE)
+    scales = tl.load(desc + _SCALES).to(tl.pointer_type(tl.uint8))
+    scales_stride = tl.load(desc + _SCALES_STRIDE)
+    n_rows = tl.load(desc + _ROWS)
+    half_k = tl.load(desc + _HALF_K)
+    out = out_ptr + tl.load(desc + _OUT)
+    if ALIGNED:
+        packed = tl.multiple_of(packed, _ALIGN)
+        packed_stride = tl.multiple_of(packed_stride, _ALIGN)
+        scales = tl.multiple_of(scales, _ALIGN)
+        scales_stride = tl.multiple_of(scales_stride, _ALIGN)
+        half_k = tl.multiple_of(half_k, _ALIGN)
+        out = tl.multiple_of(out, _ALIGN)
+
+    # a step is [BLOCK_ROWS, BLOCK_BYTES // _VEC, _VEC] packed bytes -> as many int32 words (two bf16 each): one
+    # layout for the load and the store
+    rows = (pid - tl.load(desc + _FIRST)) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    quads = tl.arange(0, BLOCK_BYTES // _VEC)
+    lane = tl.arange(0, _VEC)
+    row_ok = rows < n_rows
+    # running maxima of the key halves, from the key of scale byte 0x00 (what masked entries read), so that every
+    # program, even one with no rows or no K, leaves its operand at least that key
+    zero_key = tl.load(keys_ptr)
+    key_lo = tl.full([BLOCK_ROWS, BLOCK_BYTES // _VEC], 0, tl.int32) + ((zero_key << 16) >> 16)
+    key_hi = tl.full([BLOCK_ROWS, BLOCK_BYTES // _VEC], 0, tl.int32) + (zero_key >> 16)
+    for k0 in range(0, half_k, BLOCK_BYTES):
+        col = k0 + quads * _VEC  # first packed byte of each quad
+        ok = row_ok[:, None] & (col < half_k)[None, :]
+        code = tl.load(scales + rows[:, None] * scales_stride + (col // _BLOCK)[None, :], mask=ok, other=0)
+        key = tl.load(keys_ptr + code.to(tl.int32))
+        key_lo = tl.maximum(key_lo, (key << 16) >> 16)
+        key_hi = tl.maximum(key_hi, key >> 16)
+        scale = _e4m3fn_fp32_times_2_pow_14(code.to(tl.uint32))[:, :, None]
+        within = col[:, None] + lane[None, :]
+        ok3 = ok[:, :, None]
+        x = tl.load(packed + rows[:, None, None] * packed_stride + within[None, :, :], mask=ok3, other=0)
+        x = x.to(tl.uint32)
+        pair = _e2m1_pair_as_fp16(x)
+        # exact fp32 products (value * 2^-14 times scale * 2^14): their high halves are the bf16 patterns
+        low = (_fp16_half_to_fp32(pair & 0xFFFF) * scale).to(tl.uint32, bitcast=True)
+        high = (_fp16_half_to_fp32(pair >> 16) * scale).to(tl.uint32, bitcast=True)
+        word = (low >> 16) | (high & 0xFFFF0000)  # element 2i (low nibble) at the lower address
+        tl.store(out + rows[:, None, None] * half_k + within[None, :, :], word.to(tl.int32, bitcast=True), mask=ok3)
+    tl.atomic_max(stats_ptr + 2 * op, tl.max(tl.max(key_lo, 1), 0), sem="relaxed")
+    tl.atomic_max(stats_ptr + 2 * op + 1, tl.max(tl.max(key_hi, 1), 0), sem="relaxed")
+
+
+def _check_operand(i: int, packed: torch.Tensor, scales: torch.Tensor, device: torch.device) -> None:
+    ok = (packed.dtype == scales.dtype == torch.uint8 and packed.dim() == scales.dim() == 2
+          and packed.shape[0] == scales.shape[0] and packed.shape[1] == scales.shape[1] * _BLOCK.value
+          and packed.stride(1) == scales.stride(1) == 1 and packed.device == scales.device == device)
+    if not ok:
+        raise ValueError(f"operand {i}: expected uint8 packed [R, K/2] and scales [R, K/16] with unit column "
+                         f"strides on {device}; got packed {packed.dtype} {tuple(packed.shape)} stride "
+                         f"{packed.stride()} on {packed.device}, scales {scales.dtype} {tuple(scales.shape)} "
+                         f"stride {scales.stride()} on {scales.device}")
+
+
+def decode_operands(operands: Sequence[tuple[torch.Tensor, torch.Tensor]], keys: torch.Tensor,
+                    block_rows: int = BLOCK_ROWS, block_bytes: int = BLOCK_BYTES,
+                    num_warps: int = NUM_WARPS) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Decode every operand in one launch, queued on the current stream (no sync).
+
+    ``operands``: per operand (packed, scales): uint8 [R, K/2] e2m1 pairs (element 2i the low nibble) and uint8
+    [R, K/16] e4m3fn bytes, both with unit column stride (any row stride), on ``keys``' device. ``keys``: int32
+    [256], entry c the int16 pair (low half, high half) of scale byte c whose maxima are wanted
+    (``task.reference``'s key table); entry 0x00 must lose both maxima. ``block_rows``, ``block_bytes``,
+    ``num_warps``: the tile (powers of two; ``block_bytes`` at least 8).
+
+    Returns (values, stats): per operand a bf16 [R, K] tensor of value x scale (views of one buffer), and int32
+    [len(operands), 2] holding per operand the maxima of the two key halves over its scale bytes (the key of 0x00
+    for an operand with no scales). Raises ValueError naming the operand for a wrong dtype, shape, stride or device.
+    """
+    device = keys.device
+    if keys.dtype != torch.int32 or tuple(keys.shape) != (256,):
+        raise ValueError(f"keys: expected int32 [256], got {keys.dtype} {tuple(keys.shape)}")
+    for i, (packed, scales) in enumerate(operands):
+        _check_operand(i, packed, scales, device)
+    n = len(operands)
+    words = [p.shape[0] * p.shape[1] for p, _ in operands]
+    out = torch.empty(sum(words), dtype=torch.int32, device=device)
+    # one upload: the descriptors, then the statistics' starting values (INT32_MIN pairs as one int64 each), which
+    # every operand's programs (at least one each) raise to at least the key of 0x00
+    host, offset, first = [], 0, 0
+    for (packed, scales), size in zip(operands, words):
+        host += [packed.data_ptr(), packed.stride(0), scales.data_ptr(), scales.stride(0), packed.shape[0],
+                 packed.shape[1], offset, first]
+        offset, first = offset + size, first + max(1, triton.cdiv(packed.shape[0], block_rows))
+    host += [_INT32_MIN_PAIR] * n
+    upload = torch.tensor(host, dtype=torch.int64).to(device, non_blocking=True)
+    desc, stats = upload[:_WIDTH.value * n], upload[_WIDTH.value * n:].view(torch.int32).view(n, 2)
+    if n:
+        fields = [host[i * _WIDTH.value: (i + 1) * _WIDTH.value] for i in range(n)]
+        aligned = all(x % _ALIGN.value == 0 for row in fields for x in (*row[:4], row[5]))
+        with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+            _decode_kernel[(first,)](desc, keys, out, stats, n, OPS=max(_MIN_OPS, triton.next_power_of_2(n)),
+                                     BLOCK_ROWS=block_rows, BLOCK_BYTES=block_bytes, ALIGNED=aligned,
+                                     num_warps=num_warps)
+    values = [w.view(torch.bfloat16).view(p.shape[0], 2 * p.shape[1]) for w, (p, _) in zip(out.split(words), operands)]
+    return values, stats
