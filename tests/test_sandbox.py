@@ -314,9 +314,8 @@ def test_gpu_variants_pass_inside_the_sandbox(name):
 
     rec = run(resolve(name), load_shapes("tests"), RunOptions("test"))
     assert [c.status for c in rec.cases] == [Status.PASS] * len(rec.cases), [c.message for c in rec.cases]
-    assert rec.sandbox.startswith("auto via ") and " held " in rec.sandbox, rec.sandbox
-    if sandbox.probe().mechanism != "none":
-        assert "held writes, reads, network, parent" in rec.sandbox, rec.sandbox
+    # GPU workers are not confined yet (sandbox.CUDA_UNCONFINED): the record says so instead of claiming a hold
+    assert rec.sandbox == f"off (auto: not confined on a GPU: {sandbox.CUDA_UNCONFINED})", rec.sandbox
 
 
 @pytest.mark.gpu
@@ -329,7 +328,7 @@ def test_gpu_escape_is_blocked_where_the_protection_holds(tmp_path, monkeypatch,
     monkeypatch.setenv("ESCAPE_PORT", str(listener))
     rec = run(read_variant(SHARED_CASES / "escape.py"), ONE, RunOptions("test", sandbox=Sandbox(writable=(logs,))))
     assert [c.status for c in rec.cases] == [Status.PASS]
-    held = rec.sandbox.split(": held ")[1].split(";")[0].split(", ")
+    held = rec.sandbox.split(": held ")[1].split(";")[0].split(", ") if ": held " in rec.sandbox else []
     escaped = ROOT / "task" / "ESCAPED.txt"
     landed = escaped.exists()
     escaped.unlink(missing_ok=True)
