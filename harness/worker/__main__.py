@@ -168,12 +168,12 @@ class Worker:
             else:
                 timed = req.kind == "time"
                 result = timing.run_window(self.window, self.kernel, inputs, copy_out, self.flush is not None,
-                                           self.flush if timed else None, self.watch)
+                                           self.flush if timed else None, self.watch, threads.snapshot)
                 table, kernel_ns = "", None
         except BaseException as exc:  # noqa: BLE001 - the submission's exception is the case's result
             self._report(exc)
             return
-        after = threads.snapshot()
+        before, after = result.before or before, result.after or threads.snapshot()
         hooks = self.window.cleared()
         outputs = result.outputs
         containers = tuple(_type_label(o) for o in outputs)

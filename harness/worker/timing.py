@@ -115,15 +115,19 @@ class Window:
     outputs: list
     late_streams: int = 0
     changed: tuple[int, ...] = ()
+    before: object = None   # snapshot() right before the start mark
+    after: object = None    # snapshot() right after the end mark
 
 
 def run_window(window, kernel, inputs: list, copy_out, cuda: bool, flush: "L2Flush | None" = None,
-               watch: "StreamWatch | None" = None) -> Window:
+               watch: "StreamWatch | None" = None, snapshot=lambda: None) -> Window:
     """Run ``kernel`` on every input back to back between the marks ``window`` (the native guard, or its Python
     fallback) holds; L2 flushed first on CUDA. ``copy_out(outputs, into_scratch)`` copies what each call returned
     to the output buffer (right after the end mark, on the same stream: the state at the end of the window) and,
     after every stream has finished, to a scratch buffer; it returns the calls whose two copies differ.
-    ``flush``: clear the L2 first (timed samples); ``watch``: look for work left on other streams.
+    ``flush``: clear the L2 first (timed samples); ``watch``: look for work left on other streams; ``snapshot``
+    (the threads' CPU clocks) is taken right before the start mark and right after the end mark, so everything
+    but the calls themselves lies outside the interval between them.
 
     Raises whatever a call raised (the marks are closed first)."""
     if cuda:
@@ -131,12 +135,14 @@ def run_window(window, kernel, inputs: list, copy_out, cuda: bool, flush: "L2Flu
     if flush is not None:
         flush()
     stream = _current_stream().cuda_stream if cuda else None
+    before = snapshot()
     outputs = window.run_calls(kernel, inputs, stream)
     marks = watch.mark_pending() if watch is not None else []  # first: a side stream's tail must still be queued
+    after = snapshot()
     copy_out(outputs, False)
     if cuda:
         _device_sync()
     elapsed = window.elapsed_ns()
     late = watch.late(marks, window, elapsed) if watch is not None else 0
     changed = copy_out(outputs, True) if cuda else ()
-    return Window(elapsed, outputs, late, tuple(changed))
+    return Window(elapsed, outputs, late, tuple(changed), before, after)
