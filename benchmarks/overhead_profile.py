@@ -17,6 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.registry import resolve  # noqa: E402
 from harness.runner import RunOptions, run  # noqa: E402
+from harness.sandbox import Sandbox  # noqa: E402
 from harness.settings import load_settings  # noqa: E402
 from task.spec import ShapeSet, load_shapes  # noqa: E402
 
@@ -35,7 +36,9 @@ def main() -> None:
     out = Path(tempfile.mkdtemp())
     os.environ["FP4BENCH_WORKER_PROFILE"] = str(out / "worker.prof")
     prof = cProfile.Profile()
-    rec = prof.runcall(run, resolve(args.submission), one, RunOptions("benchmark", settings=settings))
+    # unconfined: a sandboxed worker could not write its profile here
+    rec = prof.runcall(run, resolve(args.submission), one, RunOptions("benchmark", settings=settings,
+                                                                        sandbox=Sandbox("off")))
     prof.dump_stats(out / "parent.prof")
     c = rec.cases[0]
     print(f"{c.case.name}: {c.status.value}, {len(c.samples_ns)} samples, overhead {c.overhead_ms_per_sample} ms/sample")

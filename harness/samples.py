@@ -138,6 +138,12 @@ class Sample:
                 return prefix(j) + "outputs were not copied back (the worker saw them change type or shape)"
         got = self.shared.buffers["output"].tensor[:L.output_bytes].view(torch.float16)
         expected = self._expected.view(torch.float16)
+        # Official data's sums are exact, so a right kernel's outputs are usually bit for bit the reference's:
+        # one integer comparison settles them; anything else goes through the tolerance check.
+        if torch.equal(got.view(torch.int16), expected.view(torch.int16)):
+            if not bool(torch.isfinite(expected).all()):
+                raise ReferenceError("the reference output holds NaN or inf")
+            return None
         if compare(got, expected).ok:
             return None
         views_got = Views(L, self._private, self.shared.buffers["host"].tensor, self.shared.buffers["output"].tensor)
