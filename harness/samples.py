@@ -80,11 +80,13 @@ class Sample:
         self.layout = Layout.of(case, calls)
         self._private = torch.empty(self.layout.device_bytes, dtype=torch.uint8, device=device)
         self._expected = torch.empty(self.layout.output_bytes, dtype=torch.uint8, device=device)
+        self._side = torch.cuda.Stream(device) if device.type == "cuda" else None
 
     def prepare(self, seeds: list[int], official_order: bool) -> None:
-        """Draw the inputs (``seeds``: one per call when ``official_order`` or full-range data, else the first
-        seeds the sample's generator), compute the expected outputs, copy the inputs to the worker's buffers and
-        wait for the device. Raises ReferenceError (a harness bug) if an expected output is not finite."""
+        """Draw the inputs, compute the expected outputs, copy the inputs to the worker's buffers and wait for the
+        device. ``seeds`` has one seed per call: with ``official_order`` (or full-range data) each input is drawn
+        from its own seed by task.inputs.generate_input; otherwise the first seeds one generator for the whole
+        sample (task.arena.draw_official)."""
         L, sh = self.layout, self.shared.buffers
         private = Views(L, self._private, sh["host"].tensor, self._expected)
         if official_order or self.data != "official":
@@ -114,9 +116,8 @@ class Sample:
         if self.device.type != "cuda":
             copy_plain(private, plain)
             return
-        side = self._side = getattr(self, "_side", None) or torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
+        self._side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self._side):
             copy_plain(private, plain)
 
     def judge(self, reply: P.RunReply) -> str | None:
