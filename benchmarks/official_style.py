@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness.registry import resolve  # noqa: E402
-from harness.settings import load_settings  # noqa: E402
-from harness.stats import summarize  # noqa: E402
+from harness.parent.registry import resolve  # noqa: E402
+from harness.parent.settings import load_settings  # noqa: E402
+from harness.results.stats import summarize  # noqa: E402
 from task.inputs import generate_input  # noqa: E402
 from task.spec import load_shapes  # noqa: E402
 

@@ -15,10 +15,10 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness.registry import resolve  # noqa: E402
-from harness.runner import RunOptions, run  # noqa: E402
-from harness.sandbox import Sandbox  # noqa: E402
-from harness.settings import load_settings  # noqa: E402
+from harness.parent.registry import resolve  # noqa: E402
+from harness.parent.runner import RunOptions, run  # noqa: E402
+from harness.parent.sandbox import Sandbox  # noqa: E402
+from harness.parent.settings import load_settings  # noqa: E402
 from task.spec import ShapeSet, load_shapes  # noqa: E402
 
 

@@ -20,9 +20,10 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from harness.buffers import BufferRef, MappedBuffer  # noqa: E402
-from harness.registry import resolve  # noqa: E402
-from harness.samples import Sample, SharedSet  # noqa: E402
+from harness.buffers import MappedBuffer  # noqa: E402
+from harness.protocol import BufferRef  # noqa: E402
+from harness.parent.registry import resolve  # noqa: E402
+from harness.parent.samples import Sample, SharedSet  # noqa: E402
 from task.arena import Layout, Views  # noqa: E402
 from task.spec import Case, load_shapes  # noqa: E402
 

@@ -48,8 +48,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness.registry import resolve  # noqa: E402
-from harness.seeds import sample_seeds  # noqa: E402
+from harness.parent.registry import resolve  # noqa: E402
+from harness.parent.seeds import sample_seeds  # noqa: E402
 from harness.worker.timing import _CU_LIMIT_PERSISTING_L2, L2Flush  # noqa: E402
 from task.inputs import generate_many  # noqa: E402
 from task.spec import load_shapes  # noqa: E402

@@ -1,4 +1,11 @@
-"""fp4bench's trusted side: finds variants, runs them in worker processes, times, checks, reports.
+"""fp4bench's harness. Data flows one way (tests/test_layering.py holds it):
 
-Nothing in this package imports a submission except harness.worker, which runs in its own process.
+- ``protocol``, ``channel``, ``buffers``, ``confine``: the boundary, shared by both sides (leaves).
+- ``worker``: UNTRUSTED, the only code that imports a submission, in its own process; reports facts, no verdicts.
+- ``parent``: TRUSTED, starts workers, draws inputs, judges.
+- ``results``: records, statistics, rankings, the store. ``report``: how results are shown. ``cli``: commands.
 """
+from pathlib import Path
+
+#: The repository root: configs/, submissions/ and the default results store live under it.
+ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
 """``python -m harness ...`` from the repo root, with no install."""
-from harness.cli import main
+from harness.cli.commands import main
 
 main()

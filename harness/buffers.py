@@ -7,8 +7,8 @@
   socket (SCM_RIGHTS). On a GPU run the parent page-locks its mapping (cudaHostRegister) so device-to-host copies
   of the plain scales run at full speed.
 
-Both sides get a flat uint8 tensor over the bytes. This module is a leaf: the parent (harness.samples) and the
-worker import it, it imports neither.
+Both sides get a flat uint8 tensor over the bytes. The parent (harness.parent.samples) and the worker import this
+module; it imports only harness.protocol (BufferRef, the wire form of a buffer).
 """
 from __future__ import annotations
 
@@ -17,24 +17,14 @@ import mmap
 import os
 import socket
 import weakref
-from dataclasses import dataclass
 
 import torch
+
+from harness.protocol import BufferRef
 
 
 class SharedBufferError(RuntimeError):
     """A buffer could not be made, exported or mapped (the message names the call and its error code)."""
-
-
-@dataclass(frozen=True)
-class BufferRef:
-    """How the worker finds a buffer: ``kind`` ``cuda`` (``handle``: the 64-byte IPC handle, hex) or ``memfd``
-    (the descriptor arrives on the fd socket, in the order of the refs of one map request); ``nbytes``."""
-
-    kind: str
-    nbytes: int
-    device: int = -1
-    handle: str = ""
 
 
 class _Handle(ctypes.Structure):

@@ -1,6 +1,6 @@
 """The worker's first code: confine this process, then run ``harness.worker`` in it (``python -m harness.confine``).
 
-Started by the parent (harness.sandbox builds the command line) inside bubblewrap or ``unshare`` namespaces; it
+Started by the parent (harness.parent.sandbox builds the command line) inside bubblewrap or ``unshare`` namespaces; it
 reads its orders from the environment variable FP4BENCH_CONFINE (JSON, removed before the worker runs), applies
 them in this order, and only then imports the worker (before any submission code exists):
 

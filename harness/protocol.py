@@ -15,8 +15,30 @@ import functools
 import json
 import typing
 from dataclasses import dataclass
+from enum import IntEnum
 
-from harness.buffers import BufferRef
+
+@dataclass(frozen=True)
+class BufferRef:
+    """How the worker finds a buffer: ``kind`` ``cuda`` (``handle``: the 64-byte IPC handle, hex) or ``memfd``
+    (the descriptor arrives on the fd socket, in the order of the refs of one map request); ``nbytes``."""
+
+    kind: str
+    nbytes: int
+    device: int = -1
+    handle: str = ""
+
+
+class ExitCode(IntEnum):
+    """Process exit codes, as the official runner uses them (shared/docs/nvfp4_group_gemm.md); the worker exits
+    with CUDA_FAILURE when a CUDA error left its context unusable."""
+
+    OK = 0
+    CUDA_FAILURE = 110
+    NO_PIPE = 111
+    CHECK_FAILED = 112
+    BAD_SPEC = 113
+    TIMEOUT = 114
 
 
 class ProtocolError(ValueError):

@@ -4,8 +4,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from task.arena import (ALIGN, E4M3FN_ONE, E4M3FN_TWO, Layout, Views, copy_plain, draw_official, reference_inputs,
-                        write_input)
+from task.arena import (
+    ALIGN,
+    E4M3FN_ONE,
+    E4M3FN_TWO,
+    Layout,
+    Views,
+    copy_plain,
+    draw_official,
+    reference_inputs,
+    write_input,
+)
 from task.formats import unblock
 from task.inputs import OFFICIAL_NIBBLE_MASK, generate_input
 from task.reference import ref_kernel

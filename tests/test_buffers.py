@@ -8,11 +8,13 @@ import sys
 
 import torch
 
-from harness.buffers import BufferRef, MappedBuffer, SharedBuffer, recv_fds, send_fds
+from harness.buffers import SharedBuffer, recv_fds, send_fds
+from harness.protocol import BufferRef
 
 CHILD = r"""
 import os, socket, sys, torch
-from harness.buffers import BufferRef, MappedBuffer, recv_fds
+from harness.buffers import MappedBuffer, recv_fds
+from harness.protocol import BufferRef
 sock = socket.socket(fileno=int(sys.argv[1]))
 before = set(os.listdir("/proc/self/fd"))
 buf = MappedBuffer(BufferRef("memfd", 4096), recv_fds(sock, 1)[0])

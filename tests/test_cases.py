@@ -7,16 +7,15 @@ import re
 
 import pytest
 import torch
-
-from harness.record import Status
-from harness.registry import read_variant
-from harness.runner import RunOptions, run
-from harness.sandbox import Sandbox
-from harness.settings import Settings
-from harness.store import ResultStore, StoreRecorder
-from task.spec import Case, ShapeSet
-
 from conftest import ADVERSARIAL, SHARED_CASES
+
+from harness.parent.registry import read_variant
+from harness.parent.runner import RunOptions, run
+from harness.parent.sandbox import Sandbox
+from harness.parent.settings import Settings
+from harness.results.record import Status
+from harness.results.store import ResultStore, StoreRecorder
+from task.spec import Case, ShapeSet
 
 TWO_GROUPS = ShapeSet("t", (Case((64, 40), (128, 256), (256, 512), 2, 7),))
 TWO_CASES = ShapeSet("t2", (Case((64, 40), (128, 256), (256, 512), 2, 7), Case((32,), (128,), (128,), 1, 8)))
@@ -270,7 +269,7 @@ def _reply(elapsed_ns: float):
 def test_time_below_the_physical_floor_fails_with_both_numbers(monkeypatch):
     """A reported time below max(FLOPs at the fastest MMA, bytes at HBM bandwidth) of the GPU is impossible:
     the case fails naming the time, the floor and the peaks it came from (here the H200's, a benchmark shape)."""
-    from harness.runner import CaseFailed, CaseRunner, Observer, Session
+    from harness.parent.runner import CaseFailed, CaseRunner, Observer, Session
     from task.cost import peaks_for, sol_ns
     from task.spec import load_shapes
 
@@ -294,8 +293,8 @@ def test_time_below_the_physical_floor_fails_with_both_numbers(monkeypatch):
 def test_warmup_runs_until_two_samples_agree(monkeypatch, times, runs):
     """CPU timings start 10-100x slow: warm-up goes on until two samples in a row are within warmup_settle (10 %),
     at most warmup_max (6 here) samples, each on its own fresh seeds."""
+    from harness.parent.runner import CaseRunner, Observer, Session
     from harness.protocol import RunReply
-    from harness.runner import CaseRunner, Observer, Session
 
     settings = Settings(warmup_samples=1, warmup_max=6, warmup_settle=0.1)
     runner = CaseRunner(Session(read_variant(SHARED_CASES / "honest_torch.py"), settings),

@@ -4,8 +4,9 @@ import os
 import pytest
 
 from harness.channel import MAGIC, ChannelClosed, ChannelTimeout, Reader, Writer, encode
-from harness.popcorn import ExitCode, exit_code, lines, write_stream
-from harness.record import CaseResult, Environment, RunRecord, Stats, Status, SubmissionInfo
+from harness.protocol import ExitCode
+from harness.report.popcorn import lines, write_stream
+from harness.results.record import CaseResult, Environment, RunRecord, Stats, Status, SubmissionInfo, exit_code
 from task.spec import Case
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from harness.cli import main
-from harness.store import ResultStore
+from harness.cli.commands import main
+from harness.results.store import ResultStore
 
 
 def _run(*args):
@@ -51,7 +51,7 @@ def test_settings_file_that_is_not_yaml_or_is_a_shape_file(tmp_path):
 
 
 def test_settings_keys_keep_their_kinds(tmp_path):
-    from harness.settings import Settings, SettingsError, load_settings
+    from harness.parent.settings import Settings, SettingsError, load_settings
 
     path = tmp_path / "s.yml"
     path.write_text("timing:\n  max_runs: 5\n")
@@ -161,7 +161,7 @@ def test_ctrl_c_outside_a_run_exits_130(monkeypatch):
     def interrupt(*_):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("harness.cli.find_variants", interrupt)
+    monkeypatch.setattr("harness.cli.commands.find_variants", interrupt)
     result = CliRunner().invoke(main, ["list"])
     assert (result.exit_code, result.output) == (130, "interrupted\n")
 

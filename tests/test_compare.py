@@ -1,4 +1,4 @@
-"""``fp4bench compare``: interleaved A-versus-B timing on the CPU (harness/compare.py and its CLI command).
+"""``fp4bench compare``: interleaved A-versus-B timing on the CPU (harness/parent/compare.py and its CLI command).
 
 Real workers and real submissions on small shapes with few samples, so the whole file takes seconds."""
 from __future__ import annotations
@@ -7,21 +7,20 @@ import json
 
 import pytest
 from click.testing import CliRunner
-
-from harness import seeds as seedlib
-from harness.cli import main
-from harness.compare import MIN_PAIRS, MODE, compare
-from harness.popcorn import ExitCode
-from harness.ranking import compare_geomeans, compare_samples
-from harness.report import fmt_us
-from harness.record import Status
-from harness.registry import read_variant, resolve
-from harness.runner import CaseRunner, Observer, RunOptions
-from harness.settings import Settings
-from harness.store import ResultStore, StoreRecorder
-from task.spec import Case, ShapeSet
-
 from conftest import SHARED_CASES
+
+from harness.cli.commands import main
+from harness.parent import seeds as seedlib
+from harness.parent.compare import MIN_PAIRS, MODE, compare
+from harness.parent.registry import read_variant, resolve
+from harness.parent.runner import CaseRunner, Observer, RunOptions
+from harness.parent.settings import Settings
+from harness.protocol import ExitCode
+from harness.report.build import fmt_us
+from harness.results.ranking import compare_geomeans, compare_samples
+from harness.results.record import Status
+from harness.results.store import ResultStore, StoreRecorder
+from task.spec import Case, ShapeSet
 
 #: Few samples, short limits (as tests/test_cases.py's FAST): every shape gets exactly max_runs pairs on a CPU.
 FAST = Settings(import_s=60, first_call_s=60, call_s=60, calls_per_sample=15, warmup_samples=1, warmup_max=1,

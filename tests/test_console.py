@@ -12,20 +12,31 @@ import re
 
 import pytest
 from click.testing import CliRunner
-
-from harness import cli_reports
-from harness.cli import main
-from harness.console import compare_rich_table, profile_table, results_table, side_by_side
-from harness.ranking import compare_geomeans, compare_samples
-from harness.record import CaseResult, Environment, RunRecord, Stats, Status, SubmissionInfo
-from harness.report import (NoRatio, case_figures, fmt_change, fmt_interval_us, fmt_pct, fmt_pm, fmt_tflops,
-                            fmt_us, history_rows, leaderboards, shape_label, short_commit)
-from harness.stacked import Col, StackedTable, render_text
-from harness.stats import geomean, summarize
-from harness.store import ResultStore
-from task.spec import load_shapes
-
 from conftest import SHARED_CASES
+
+from harness.cli import reports as cli_reports
+from harness.cli.commands import main
+from harness.report.build import (
+    NoRatio,
+    case_figures,
+    fmt_change,
+    fmt_interval_us,
+    fmt_pct,
+    fmt_pm,
+    fmt_tflops,
+    fmt_us,
+    history_rows,
+    leaderboards,
+    shape_label,
+    short_commit,
+)
+from harness.report.console import compare_rich_table, profile_table, results_table, side_by_side
+from harness.report.stacked import Col, StackedTable, render_text
+from harness.results.ranking import compare_geomeans, compare_samples
+from harness.results.record import CaseResult, Environment, RunRecord, Stats, Status, SubmissionInfo
+from harness.results.stats import geomean, summarize
+from harness.results.store import ResultStore
+from task.spec import load_shapes
 
 WIDTHS = (80, 160)
 H200 = Environment("NVIDIA H200", "sm_90", "580.159", "2.11.0+cu130", "3.6.0", "not installed", "3.12.3",

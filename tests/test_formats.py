@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from task.formats import (E2M1_VALUES, blocked_index, blocked_offset, decode_e2m1, decode_e4m3fn,
-                          e4m3fn_value, unblock)
+from task.formats import E2M1_VALUES, blocked_index, blocked_offset, decode_e2m1, decode_e4m3fn, e4m3fn_value, unblock
 
 
 def test_e2m1_decode_agrees_with_ml_dtypes_from_bits():

@@ -3,18 +3,16 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import ADVERSARIAL, SHARED_CASES
+from test_cases import FAST, TWO_CASES, TWO_GROUPS
 
-from harness.record import Status
-from harness.registry import read_variant, resolve
-from harness.runner import RunOptions, run
-from task.check import check_outputs
+from harness.parent.registry import read_variant, resolve
+from harness.parent.runner import RunOptions, run
+from harness.results.record import Status
 from task.formats import BLOCKED_PERMUTE, blocked_index
 from task.inputs import generate_input
 from task.reference import ref_kernel
 from task.spec import Case, ShapeSet, load_shapes
-
-from conftest import ADVERSARIAL, SHARED_CASES
-from test_cases import FAST, TWO_CASES, TWO_GROUPS
 
 pytestmark = pytest.mark.gpu
 

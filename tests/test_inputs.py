@@ -5,8 +5,15 @@ import pytest
 import torch
 
 from task.formats import SF_VEC, blocked_offset, decode_e2m1, decode_e4m3fn, unblock
-from task.inputs import (FULL_RANGE_SUBNORMAL_SHARE, FULL_RANGE_ZERO_SHARE, check_full_range_k, default_device,
-                         full_range_max_k, full_range_scale_exponent, generate_input)
+from task.inputs import (
+    FULL_RANGE_SUBNORMAL_SHARE,
+    FULL_RANGE_ZERO_SHARE,
+    check_full_range_k,
+    default_device,
+    full_range_max_k,
+    full_range_scale_exponent,
+    generate_input,
+)
 
 M, N, K = (64, 40, 132), (128, 256, 128), (256, 512, 64)
 

@@ -3,13 +3,11 @@ that make each kind checkable, end to end through the harness on this machine. G
 from __future__ import annotations
 
 import pytest
-import torch
-
-from harness.record import Status
-from harness.sandbox import Sandbox
-from test_cases import FAST, TWO_CASES, TWO_GROUPS, _only, _run
-
 from conftest import ADVERSARIAL, SHARED_CASES
+from test_cases import FAST, TWO_CASES, _only, _run
+
+from harness.parent.sandbox import Sandbox
+from harness.results.record import Status
 
 
 def test_frame_rewind_cannot_shorten_the_window():

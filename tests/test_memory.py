@@ -1,11 +1,11 @@
-"""Memory estimates from case sizes (harness.memory): exact byte counts for a small case, and a refusal that names
+"""Memory estimates from case sizes (harness.parent.memory): exact byte counts for a small case, and a refusal that names
 the case, the memory it needs and the memory available."""
 from __future__ import annotations
 
 import pytest
 
-from harness import memory
-from harness.memory import Need, case_need, check_fits, fmt_gib, input_bytes, output_bytes, reference_bytes
+from harness.parent import memory
+from harness.parent.memory import Need, case_need, check_fits, fmt_gib, input_bytes, output_bytes, reference_bytes
 from task.spec import Case
 
 ONE = Case((128,), (128,), (256,), 1, 1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from harness import protocol as P
-from harness.buffers import BufferRef
+from harness.protocol import BufferRef
 
 
 def test_round_trip_keeps_types():

@@ -9,10 +9,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.record import Stats
-from harness.ranking import (Interval, Verdict, compare_geomeans, compare_samples, compare_stats, geomean_ci,
-                             mean_ci, rank_with_ties, t_quantile)
-from harness.stats import summarize
+from harness.results.ranking import (
+    Interval,
+    Verdict,
+    compare_geomeans,
+    compare_samples,
+    compare_stats,
+    geomean_ci,
+    mean_ci,
+    rank_with_ties,
+    t_quantile,
+)
+from harness.results.record import Stats
+from harness.results.stats import summarize
 
 
 def stats(mean: float, err: float, runs: int) -> Stats:

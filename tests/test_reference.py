@@ -7,13 +7,13 @@ import ml_dtypes
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from task.formats import unblock
 from task.inputs import generate_input
-from task.reference import (_fast, _unblocked, dequantize_lut, exact_in_fp32, ref_kernel, ref_kernel_fp64,
-                            round_to_fp16)
-from task.spec import MN_MULTIPLE, K_MULTIPLE, load_shapes
+from task.reference import _fast, _unblocked, dequantize_lut, exact_in_fp32, ref_kernel, ref_kernel_fp64, round_to_fp16
+from task.spec import K_MULTIPLE, MN_MULTIPLE, load_shapes
 
 ONE, TWO, NAN = 0x38, 0x40, 0x7F  # e4m3fn bytes of 1.0, 2.0 and NaN
 

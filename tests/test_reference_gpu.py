@@ -8,8 +8,18 @@ import pytest
 import torch
 
 from task.inputs import generate_input
-from task.reference import (_fast, _fast_triton, _key_table, _operand_dtype, _scale_stats, _triton_decoder,
-                            dequantize_lut, exact_in_fp32, ref_kernel, ref_kernel_fp64)
+from task.reference import (
+    _fast,
+    _fast_triton,
+    _key_table,
+    _operand_dtype,
+    _scale_stats,
+    _triton_decoder,
+    dequantize_lut,
+    exact_in_fp32,
+    ref_kernel,
+    ref_kernel_fp64,
+)
 from task.spec import load_shapes
 
 pytestmark = pytest.mark.gpu

@@ -1,7 +1,7 @@
 """Variants are found and read without importing them; requirements give clear reasons on the wrong machine."""
 import pytest
 
-from harness.registry import DeviceFacts, RegistryError, find_variants, parse_requirement, read_variant, resolve
+from harness.parent.registry import DeviceFacts, RegistryError, find_variants, parse_requirement, read_variant, resolve
 
 H200 = DeviceFacts(True, "NVIDIA H200", 9, 0)
 B200 = DeviceFacts(True, "NVIDIA B200", 10, 0)

@@ -13,14 +13,27 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from harness import cli_reports, plots
-from harness.ranking import Verdict, compare_geomeans, compare_samples
-from harness.record import CaseResult, Environment, RunRecord, Status, SubmissionInfo, run_from_dict
-from harness.ranking import mean_ci
-from harness.report import (CSV_COLUMNS, ReportError, compare_table, fmt_change, fmt_pm, fmt_us, history_rows,
-                            leaderboard_report, leaderboards, report, run_geomean_ci, run_status, shape_label)
-from harness.stats import geomean, summarize
-from harness.store import ResultStore
+from harness.cli import reports as cli_reports
+from harness.report import plots
+from harness.report.build import (
+    CSV_COLUMNS,
+    ReportError,
+    compare_table,
+    fmt_change,
+    fmt_pm,
+    fmt_us,
+    history_rows,
+    leaderboard_report,
+    leaderboards,
+    report,
+    run_geomean_ci,
+    run_status,
+    shape_label,
+)
+from harness.results.ranking import Verdict, compare_geomeans, compare_samples, mean_ci
+from harness.results.record import CaseResult, Environment, RunRecord, Status, SubmissionInfo, run_from_dict
+from harness.results.stats import geomean, summarize
+from harness.results.store import ResultStore
 from task.cost import GPU_PEAKS, sol_ns, tflops_at
 from task.spec import Case
 
@@ -360,7 +373,7 @@ def test_cli_leaderboard_lists_shapes_as_rows_numbered_from_1(cli, tmp_path):
 def test_run_status_counts_skipped_cases_apart_from_failures():
     from dataclasses import replace
 
-    from harness.report import run_status
+    from harness.report.build import run_status
 
     base = make_run()
     passed = base.cases[0]

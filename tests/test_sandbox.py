@@ -1,4 +1,4 @@
-"""The sandboxed worker (harness/sandbox.py, harness/confine.py): escape.py's attempts blocked under strict with
+"""The sandboxed worker (harness/parent/sandbox.py, harness/confine.py): escape.py's attempts blocked under strict with
 every mechanism this machine has, and succeeding under off; strict refusing to run without a protection, naming
 it; what held recorded in the run; one variant unable to write another's cache; the limits in force inside."""
 from __future__ import annotations
@@ -6,23 +6,24 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import socket
 import sqlite3
 
 import pytest
 from click.testing import CliRunner
-
-from harness import confine, sandbox
-from harness.cli import main
-from harness.record import RunRecord, Status, run_from_dict
-from harness.registry import ROOT, read_variant
-from harness.runner import RunOptions, run
-from harness.sandbox import Launch, Sandbox, SandboxError, plan_for
-from harness.settings import Settings, SettingsError, load_settings
-from harness.store import ResultStore, StoreRecorder
-from task.spec import Case, ShapeSet
-
 from conftest import SHARED_CASES
+
+from harness import confine
+from harness.cli.commands import main
+from harness.parent import sandbox
+from harness.parent.registry import ROOT, read_variant
+from harness.parent.runner import RunOptions, run
+from harness.parent.sandbox import Launch, Sandbox, SandboxError, plan_for
+from harness.parent.settings import Settings, SettingsError, load_settings
+from harness.results.record import RunRecord, Status, run_from_dict
+from harness.results.store import ResultStore, StoreRecorder
+from task.spec import Case, ShapeSet
 
 ONE = ShapeSet("t", (Case((64, 40), (128, 256), (256, 512), 2, 7),))
 FAST = Settings(import_s=60, first_call_s=60, call_s=60)
@@ -309,7 +310,7 @@ STOPPED_BY = {"write task/": "writes", "write store": "reads", "read parent envi
 def test_gpu_variants_pass_inside_the_sandbox(name):
     """CUDA, CUDA IPC of the sample buffers, and the JIT caches (Triton, nvcc output, torch extensions) work
     inside: every official test shape passes, and the record says what held."""
-    from harness.registry import resolve
+    from harness.parent.registry import resolve
     from task.spec import load_shapes
 
     rec = run(resolve(name), load_shapes("tests"), RunOptions("test"))

@@ -3,8 +3,8 @@ import math
 
 import pytest
 
-from harness.seeds import case_seed, combine, sample_seeds, secret_from_env
-from harness.stats import StoppingRule, geomean, summarize
+from harness.parent.seeds import case_seed, combine, sample_seeds, secret_from_env
+from harness.results.stats import StoppingRule, geomean, summarize
 
 
 def test_cantor_combination():

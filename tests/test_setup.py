@@ -6,19 +6,17 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
-
-from harness.hostinfo import nvidia_gpu_present
-from harness.record import CaseResult, Environment, RunRecord, Status, SubmissionInfo
-from harness.stats import summarize
-from harness.store import ResultStore
-from task.spec import K_MULTIPLE, MN_MULTIPLE, load_shapes
-
 from conftest import GPU_SKIP_REASON, ROOT
+
+from harness.parent.hostinfo import nvidia_gpu_present
+from harness.results.record import CaseResult, Environment, RunRecord, Status, SubmissionInfo
+from harness.results.stats import summarize
+from harness.results.store import ResultStore
+from task.spec import K_MULTIPLE, MN_MULTIPLE, load_shapes
 
 sys.path.insert(0, str(ROOT / "tools"))
 import install_torch  # noqa: E402
@@ -76,7 +74,7 @@ def test_make_installs_torch_before_the_project_and_says_which(tmp_path):
 # --- commands that do not need torch do not import it ----------------------------------------------------
 _PROBE = """
 import sys
-from harness.cli import main
+from harness.cli.commands import main
 try:
     main({args!r}, standalone_mode=False)
 except SystemExit:

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from harness import store as store_mod
-from harness.cli import main
-from harness.ranking import best_runs, comparable_key
-from harness.record import CaseResult, Environment, RunRecord, Status, SubmissionInfo, run_from_dict
-from harness.stats import geomean, summarize
-from harness.store import ResultStore
+from harness.cli.commands import main
+from harness.results import store as store_mod
+from harness.results.ranking import best_runs, comparable_key
+from harness.results.record import CaseResult, Environment, RunRecord, Status, SubmissionInfo, run_from_dict
+from harness.results.stats import geomean, summarize
+from harness.results.store import ResultStore
 from task.spec import Case, ShapeSet, load_shapes, shape_set_id
 
 H200 = Environment("NVIDIA H200", "sm_90", "580.159", "2.11.0+cu130", "3.6.0", "not installed", "3.12.3",

@@ -12,11 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from harness import store as store_mod
-from harness.record import CaseResult, Environment, RunRecord, Status, SubmissionInfo
-from harness.stats import geomean, summarize
-from harness.store import (ResultStore, StoreError, StoreRecorder, gpu_model, new_run_id, resolve_db_path,
-                           schema_version)
+from harness.results import store as store_mod
+from harness.results.record import CaseResult, Environment, RunRecord, Status, SubmissionInfo
+from harness.results.stats import geomean, summarize
+from harness.results.store import (
+    ResultStore,
+    StoreError,
+    StoreRecorder,
+    gpu_model,
+    new_run_id,
+    resolve_db_path,
+    schema_version,
+)
 from task.spec import Case
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,8 +128,8 @@ def test_a_case_is_stored_whole_or_not_at_all(db):
 _CHILD = """
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
-from harness.record import RunRecord, run_from_dict
-from harness.store import ResultStore
+from harness.results.record import RunRecord, run_from_dict
+from harness.results.store import ResultStore
 d = json.loads(sys.stdin.read())
 run = run_from_dict(d)
 store = ResultStore(sys.argv[2])
@@ -290,7 +297,7 @@ def test_store_recorder_follows_the_runner_hooks_and_forwards_them(db):
 def test_git_commit_says_dirty_when_tracked_files_differ(tmp_path):
     import subprocess
 
-    from harness.runner import git_commit
+    from harness.parent.runner import git_commit
 
     def git(*args):
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)

@@ -1,6 +1,6 @@
 """Install PyTorch into the running Python before the project (the Makefile calls this), choosing the build.
 
-- On Linux without an NVIDIA GPU (harness.hostinfo), PyPI's torch is the CUDA build (about 3 GB of CUDA
+- On Linux without an NVIDIA GPU (harness.parent.hostinfo), PyPI's torch is the CUDA build (about 3 GB of CUDA
   libraries nobody will use), so torch is installed first from PyTorch's own CPU wheel index, with a short
   timeout and no retries. If that index cannot be reached (or has no wheel for this Python), nothing is
   installed here and the project install takes torch from the default index instead, as before.
@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.hostinfo import nvidia_gpu_present  # noqa: E402  (after the repo root is on the path)
+from harness.parent.hostinfo import nvidia_gpu_present  # noqa: E402  (after the repo root is on the path)
 
 #: PyTorch's wheel index for CPU-only builds.
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"

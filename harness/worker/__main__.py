@@ -27,7 +27,6 @@ from task.spec import Case
 
 import torch
 
-EXIT_CUDA = 110
 _type_name = type.__dict__["__name__"].__get__
 _type_module = type.__dict__["__module__"].__get__
 _type_qualname = type.__dict__["__qualname__"].__get__
@@ -285,7 +284,7 @@ class Worker:
         self.send(P.to_dict(_failed("cuda" if poisoned else "exception", exc)))
         self.window.release()
         if poisoned:
-            os._exit(EXIT_CUDA)
+            os._exit(P.ExitCode.CUDA_FAILURE)
 
 
 def _measurement_objects(worker: Worker) -> dict:

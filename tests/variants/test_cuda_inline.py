@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.registry import read_variant
+from harness.parent.registry import read_variant
 from task.formats import blocked_offset, unblock
 from task.inputs import generate_input
 from task.reference import dequantize, ref_kernel, round_to_fp16

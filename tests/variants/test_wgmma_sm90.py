@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.registry import read_variant
+from harness.parent.registry import read_variant
 from task.check import check_outputs
 from task.inputs import generate_input
 from task.reference import ref_kernel

@@ -1,8 +1,8 @@
 """The fp4bench command line (click): ``run``, ``compare`` and ``list``; report commands come from
-harness.cli_reports.
+harness.cli.reports.
 
 torch is imported only where it is needed: by ``run`` and ``compare`` once their options are read, and by
-``list`` on a machine that may have an NVIDIA GPU (harness.hostinfo). ``--help``, the report commands and
+``list`` on a machine that may have an NVIDIA GPU (harness.parent.hostinfo). ``--help``, the report commands and
 ``list`` on a CPU machine start without it (about 0.3 s instead of 2).
 """
 from __future__ import annotations
@@ -17,14 +17,23 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from harness import cli_reports, popcorn, sandbox as sandbox_mod, seeds
-from harness.console import (ProgressObserver, compare_rich_table, profile_section, results_table, side_by_side,
-                             variants_table)
-from harness.popcorn import MODES
-from harness.registry import RegistryError, find_variants, resolve
-from harness.report import compare_table
-from harness.settings import SettingsError, load_settings
-from harness.store import ResultStore, StoreError, StoreRecorder, resolve_db_path
+from harness.cli import reports as cli_reports
+from harness.parent import sandbox as sandbox_mod
+from harness.parent import seeds
+from harness.parent.registry import RegistryError, find_variants, resolve
+from harness.parent.settings import MODES, SettingsError, load_settings
+from harness.protocol import ExitCode
+from harness.report import popcorn
+from harness.report.build import compare_table
+from harness.report.console import (
+    ProgressObserver,
+    compare_rich_table,
+    profile_section,
+    results_table,
+    side_by_side,
+)
+from harness.results.record import exit_code
+from harness.results.store import ResultStore, StoreError, StoreRecorder, resolve_db_path
 from task.spec import DATA_MODES, SpecError, load_shapes
 
 #: Exit code after Ctrl-C: 128 + SIGINT, what a shell reports for a program SIGINT ended.
@@ -101,10 +110,10 @@ def _run_options(fn):
 
 def _prepare(specs, shapes, settings_path, timeout, seed, mode, data, workers=1):
     """Variants, shape set, settings and secret seed from the options; exits 113 (bad spec) on a bad one, on a
-    K that full-range data cannot draw, and on a case that cannot fit in memory (harness.memory), all before
+    K that full-range data cannot draw, and on a case that cannot fit in memory (harness.parent.memory), all before
     anything is drawn or run. ``workers``: worker processes the run will start side by side."""
-    from harness.environment import device_facts
-    from harness.memory import check_fits
+    from harness.parent.environment import device_facts
+    from harness.parent.memory import check_fits
     from task.inputs import check_full_range_k
 
     try:
@@ -127,7 +136,7 @@ def _prepare(specs, shapes, settings_path, timeout, seed, mode, data, workers=1)
         inputs = 1 if mode in ("test", "profile") else settings.calls_per_sample
         check_fits(shape_set.cases, inputs, workers, cuda)
     except (RegistryError, SpecError, SettingsError, ValueError, MemoryError) as exc:
-        _fail(str(exc), popcorn.ExitCode.BAD_SPEC)
+        _fail(str(exc), ExitCode.BAD_SPEC)
     return variants, shape_set, settings if timeout is None else settings.with_timeout(timeout), secret
 
 
@@ -194,13 +203,13 @@ def _interrupted(kept: list[_Kept], recorders: list[StoreRecorder], store: Resul
 
 def _sandbox(mode, variants, settings, db, no_store) -> sandbox_mod.Sandbox:
     """--sandbox as a request that hides the store, checked for every variant; exits 113 when strict cannot hold."""
-    from harness.environment import device_facts
+    from harness.parent.environment import device_facts
 
     try:
         return sandbox_mod.checked(mode, variants, settings, device_facts().cuda,
                                    None if no_store else resolve_db_path(db))
     except sandbox_mod.SandboxError as exc:
-        _fail(str(exc), popcorn.ExitCode.BAD_SPEC)
+        _fail(str(exc), ExitCode.BAD_SPEC)
 
 
 @main.command("run")
@@ -217,7 +226,8 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
     variants, shape_set, settings, secret = _prepare([x.strip() for x in submissions.split(",") if x.strip()],
                                                      shapes, settings_path, timeout, seed, mode, data)
     store = _open_store(db, no_store)
-    from harness.runner import Observer, RunOptions, run as run_variant
+    from harness.parent.runner import Observer, RunOptions
+    from harness.parent.runner import run as run_variant
 
     opts = RunOptions(mode, data, secret, settings, _sandbox(sandbox, variants, settings, db, no_store))
     records = []
@@ -251,7 +261,7 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
         console.print(side_by_side(records))
     for record in records:
         popcorn.write_stream(record)
-    sys.exit(max(popcorn.exit_code(r) for r in records))
+    sys.exit(max(exit_code(r) for r in records))
 
 
 @main.command("compare")
@@ -269,8 +279,8 @@ def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, 
     (va, vb), shape_set, settings, secret = _prepare([a, b], shapes, settings_path, timeout, seed, "compare", data,
                                                      workers=2)
     store = _open_store(db, no_store)
-    from harness import compare as compare_mod
-    from harness.runner import Observer, RunOptions
+    from harness.parent import compare as compare_mod
+    from harness.parent.runner import Observer, RunOptions
 
     opts = RunOptions(compare_mod.MODE, data, secret, settings, _sandbox(sandbox, (va, vb), settings, db, no_store))
     err = Console(stderr=True)
@@ -312,21 +322,21 @@ def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, 
 @main.command("list")
 def list_cmd() -> None:
     """Every variant under submissions/: its POPCORN headers, what it needs, whether it can run here."""
-    from harness.hostinfo import cpu_facts, nvidia_gpu_present
+    from harness.parent.hostinfo import cpu_facts, nvidia_gpu_present
 
     if nvidia_gpu_present():
-        from harness.environment import device_facts
+        from harness.parent.environment import device_facts
         facts = device_facts()
     else:
         facts = cpu_facts()
-    Console().print(variants_table(find_variants(), facts))
+    Console().print(cli_reports.variants_table(find_variants(), facts))
 
 
 @main.command("doctor")
 def doctor_cmd() -> None:
     """What this machine offers to confine a worker (bwrap, Landlock, namespaces, non-dumpable parent), which
     protections a run would get, and where the timed window's marks would be held."""
-    from harness.environment import device_facts
+    from harness.parent.environment import device_facts
     from harness.worker import native
 
     ok, why = native.available()

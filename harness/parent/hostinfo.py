@@ -1,7 +1,7 @@
 """What can be learnt about this machine without importing torch: whether an NVIDIA GPU could be present at all,
 and the CPU-only device facts. Commands that only need to know "no GPU here" (``list`` on a CPU machine, the
 installer choosing PyTorch's CPU build) ask here and skip torch's 1-2 s import; everything else asks
-harness.environment, which asks torch.
+harness.parent.environment, which asks torch.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from harness.registry import DeviceFacts
+from harness.parent.registry import DeviceFacts
 
 #: Where Linux's NVIDIA driver lists the GPUs it drives (one folder each).
 _PROC_GPUS = Path("/proc/driver/nvidia/gpus")
@@ -27,7 +27,7 @@ def cpu_facts() -> DeviceFacts:
 def nvidia_gpu_present() -> bool:
     """False only when this machine certainly has no NVIDIA GPU to use: Linux's driver lists none under
     /proc/driver/nvidia/gpus, or, without that folder, there is no NVIDIA device node and no ``nvidia-smi``
-    that lists a GPU. True means "maybe": ask torch (harness.environment.device_facts) for the facts."""
+    that lists a GPU. True means "maybe": ask torch (harness.parent.environment.device_facts) for the facts."""
     if _PROC_GPUS.is_dir():
         return any(_PROC_GPUS.iterdir())
     if any(os.path.exists(node) for node in _DEVICE_NODES):

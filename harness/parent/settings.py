@@ -6,9 +6,13 @@ from pathlib import Path
 
 import yaml
 
-from harness.stats import StoppingRule
+from harness import ROOT
+from harness.results.stats import StoppingRule
 
-DEFAULT_FILE = Path(__file__).resolve().parent.parent / "configs" / "run.yml"
+#: The official evaluator's modes, as ``run --mode`` takes them (harness.parent.runner runs them).
+MODES = ("test", "benchmark", "leaderboard", "profile")
+
+DEFAULT_FILE = ROOT / "configs" / "run.yml"
 
 
 SECTIONS = ("timeouts", "timing", "sandbox")
@@ -36,7 +40,7 @@ class Settings:
     max_runs: int = 100
     max_wall_s: float = 120.0
     budget_s: tuple = (("benchmark", 10.0), ("leaderboard", 30.0), ("profile", 1.0), ("compare", 10.0))
-    limit_address_space_mb: int = 32768   # sandbox: the worker's limits (harness/sandbox.py)
+    limit_address_space_mb: int = 32768   # sandbox: the worker's limits (harness/parent/sandbox.py)
     limit_file_size_mb: int = 16384
     limit_processes: int = 4096
     limit_cpu_s: float = 36000.0

@@ -2,7 +2,7 @@
 
 ``report(runs, fmt)`` is the entry point; ``leaderboards(runs)`` groups runs into ranked boards (used by the
 ``leaderboard`` command and by reports on several runs); ``compare_table`` renders an A-versus-B comparison
-that ``harness.ranking.compare_samples`` produced (its terminal form is harness.console.compare_rich_table).
+that ``harness.results.ranking.compare_samples`` produced (its terminal form is harness.report.console.compare_rich_table).
 
 Units: times are stored in ns and shown in us; throughput in TFLOP/s (10^12 FLOP/s); "% SOL" is the
 speed-of-light time over the measured mean time (100 % = at the roofline), for the GPU model the run used
@@ -27,11 +27,21 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence, Union
 
-from harness import plots
-from harness.ranking import Comparison, Interval, Verdict, geomean_ci, mean_ci, rank_with_ties
-from harness.record import CaseResult, Environment, RunRecord, Status
-from harness.stats import geomean
-from harness.store import gpu_model
+from harness.report import plots
+from harness.results.ranking import (
+    CompareRow,
+    Comparison,
+    Interval,
+    NoRatio,
+    Verdict,
+    geomean_ci,
+    mean_ci,
+    plural,
+    rank_with_ties,
+)
+from harness.results.record import CaseResult, Environment, RunRecord, Status
+from harness.results.stats import geomean
+from harness.results.store import gpu_model
 from task.cost import GPU_PEAKS, GpuPeaks, bytes_moved, flops, peaks_for, sol_ns, tflops_at
 from task.spec import Case
 
@@ -62,11 +72,6 @@ def task_peaks() -> GpuPeaks:
 def shape_number(index: int) -> str:
     """How the shape at 0-based position ``index`` of a set is numbered wherever people read it: from 1."""
     return str(index + 1)
-
-
-def plural(count: int, noun: str) -> str:
-    """``1 shape``, ``2 shapes``: ``count`` and ``noun``, with an ``s`` unless the count is one."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def shape_label(case: Case) -> str:
@@ -196,7 +201,7 @@ def _rankable(run: RunRecord) -> bool:
 def leaderboards(runs: Iterable[RunRecord]) -> list[Board]:
     """Group rankable runs (complete, every case passed and timed) by GPU model, shape set, case list, data and
     mode; keep each variant's latest such run (by ``started_at``); rank variants by geomean with ties
-    (harness.ranking.rank_with_ties). Boards sorted by GPU model, shape set, data, mode."""
+    (harness.results.ranking.rank_with_ties). Boards sorted by GPU model, shape set, data, mode."""
     groups: dict[tuple, dict[str, RunRecord]] = {}
     for run in sorted(runs, key=lambda r: r.started_at):
         if not _rankable(run):
@@ -230,7 +235,7 @@ def rank_text(entry: BoardEntry, board: Board) -> str:
 
 # ------------------------------------------------------------------------------------------------ numbers
 def short_commit(commit: str) -> str:
-    """The first 10 hex digits of a commit, keeping a ``-dirty`` mark (harness.runner.git_commit)."""
+    """The first 10 hex digits of a commit, keeping a ``-dirty`` mark (harness.parent.runner.git_commit)."""
     return commit[:10] + ("-dirty" if commit.endswith("-dirty") else "")
 
 
@@ -551,7 +556,7 @@ def _document(runs: Sequence[RunRecord], pictures: bool) -> list[Section]:
     secs = [Section("fp4bench report", 1, [
         Para(f"{len(runs)} run{'s' if len(runs) != 1 else ''}, generated {now}. Times are mean time per call in "
              f"microseconds (us); 95% CI from the per-shape standard error with a t quantile "
-             f"(harness/ranking.py)."),
+             f"(harness/results/ranking.py)."),
         _runs_table(runs, labels)])]
     if len(runs) > 1:
         across = Section("Across runs", 2, [_across_table(runs, labels)])
@@ -745,7 +750,7 @@ def report(runs: RunRecord | Sequence[RunRecord], fmt: str = "md") -> str:
     - ``html``: the same plus per-shape bar charts with error bars and a roofline, embedded as base64 PNG;
     - ``csv``: one row per (run, case), columns ``CSV_COLUMNS`` (us, TFLOP/s, percent);
     - ``json``: ``{"format", "version", "runs": [RunRecord.to_dict()], "figures", "gpu_peaks"}``; each entry
-      of ``runs`` reads back with ``harness.record.run_from_dict``.
+      of ``runs`` reads back with ``harness.results.record.run_from_dict``.
 
     Raises ReportError for an unknown format or no runs."""
     runs = [runs] if isinstance(runs, RunRecord) else list(runs)
@@ -803,21 +808,6 @@ def leaderboard_report(boards: Sequence[Board], fmt: str = "md") -> str:
 
 
 # ------------------------------------------------------------------------------------------------ compare
-@dataclass(frozen=True)
-class NoRatio:
-    """A shape of an A-versus-B comparison that has no ratio (one side failed or was skipped, or too few sample
-    pairs). ``a_status`` / ``b_status``: each side's Status value (``pass``, ``fail``, ...); ``a_ns`` / ``b_ns``:
-    that side's mean per-call time (ns) over the samples it has, None when it has none; ``note``: why there is
-    no ratio, e.g. ``B fail: output 0: ...``."""
-
-    a_status: str
-    b_status: str
-    note: str
-    a_ns: float | None = None
-    b_ns: float | None = None
-
-
-CompareRow = tuple[Union[Case, str], Union[Comparison, NoRatio]]
 
 
 #: Under every comparison table: what A/B is and why it can differ from the ratio of the two means shown.
@@ -880,14 +870,14 @@ def compare_table(a_name: str, b_name: str, rows: Sequence[CompareRow], overall:
     ``csv`` (columns shape, a_mean_us, b_mean_us, ratio, ci_low, ci_high, level, dof, verdict, method,
     a_status, b_status, note; a NoRatio row leaves the ratio columns empty) or ``json`` (``{"a", "b", "rows":
     [those objects, null for empty]}`` plus the keys of ``extra``). ``rows``: (case or label, Comparison from
-    harness.ranking.compare_samples, or NoRatio); ``overall``: the whole-set Comparison, shown last as
-    ``overall_label``; the text form is harness.console.compare_rich_table at 120 columns.
+    harness.results.ranking.compare_samples, or NoRatio); ``overall``: the whole-set Comparison, shown last as
+    ``overall_label``; the text form is harness.report.console.compare_rich_table at 120 columns.
 
     Raises ReportError for an unknown format."""
     items = compare_items(rows, overall, overall_label)
     if fmt == "text":
-        from harness.console import compare_rich_table
-        from harness.stacked import render_text
+        from harness.report.console import compare_rich_table
+        from harness.report.stacked import render_text
 
         return render_text(compare_rich_table(a_name, b_name, rows, overall, overall_label=overall_label), 120)
     records = [_compare_record(label, c) for _, label, c in items]
@@ -931,8 +921,8 @@ class HistoryRow:
 
 def history_rows(runs: Iterable[RunRecord]) -> list[HistoryRow]:
     """Runs (of one variant) oldest first, each compared with the previous comparable passing run by
-    harness.ranking.compare_geomeans."""
-    from harness.ranking import compare_geomeans
+    harness.results.ranking.compare_geomeans."""
+    from harness.results.ranking import compare_geomeans
 
     last: dict[tuple, RunRecord] = {}
     out = []

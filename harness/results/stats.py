@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from harness.record import Stats
+from harness.results.record import Stats
 
 
 def summarize(samples_ns: Sequence[float]) -> Stats:

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass, field
 from enum import Enum
 
+from harness.protocol import ExitCode
 from task.spec import Case
 
 
@@ -105,7 +106,7 @@ class RunRecord:
     wall_s: float = 0.0               # the whole run's wall time
     window: str = ""                  # where the timed window's marks were held: native | python
     shape_set_id: str = ""        # task.spec.shape_set_id of the cases run ("" in records from before it)
-    sandbox: str = ""                 # how workers were confined: "off", or what held (harness.sandbox)
+    sandbox: str = ""                 # how workers were confined: "off", or what held (harness.parent.sandbox)
 
     @property
     def passed(self) -> bool:
@@ -144,3 +145,15 @@ def run_from_dict(d: dict) -> RunRecord:
                      d.get("git_commit", ""), d.get("geomean_ns"), d.get("wall_s", 0.0), d.get("window", ""),
                      d.get("shape_set_id", ""),
                      d.get("sandbox", ""))
+
+
+def exit_code(record: RunRecord) -> ExitCode:
+    """Timeout wins over a CUDA failure, which wins over any other failed check; skipped cases do not fail."""
+    statuses = {c.status for c in record.cases}
+    if Status.TIMEOUT in statuses:
+        return ExitCode.TIMEOUT
+    if any(c.status in (Status.ERROR, Status.CRASH) and "CUDA error" in c.message for c in record.cases):
+        return ExitCode.CUDA_FAILURE
+    if statuses & {Status.FAIL, Status.ERROR, Status.CRASH}:
+        return ExitCode.CHECK_FAILED
+    return ExitCode.OK

@@ -1,7 +1,7 @@
 """Interleaved A-versus-B timing (``fp4bench compare A B``): which of two submissions is faster, shape by shape.
 
 Two runs timed one after the other see different clocks, temperatures and neighbours; their difference can be
-larger than either run's interval suggests (harness/ranking.py says so). ``compare`` removes that drift: each
+larger than either run's interval suggests (harness/results/ranking.py says so). ``compare`` removes that drift: each
 variant gets its own worker (``runner.Session``), and per shape
 
 1. A: correctness call, warm-up; B: correctness call, warm-up (as ``run`` does for one variant);
@@ -38,15 +38,14 @@ from dataclasses import dataclass
 
 import torch
 
-from harness import seeds as seedlib
-from harness.environment import device_facts
-from harness.popcorn import ExitCode, exit_code
-from harness.ranking import Comparison, compare_geomeans, compare_samples
-from harness.record import CaseResult, RunRecord, Status
-from harness.registry import Variant
-from harness.report import CompareRow, NoRatio, plural
-from harness.runner import CaseFailed, CaseRunner, Observer, RunOptions, Session, close_record, new_record
-from harness.stats import StoppingRule, summarize
+from harness.parent import seeds as seedlib
+from harness.parent.environment import device_facts
+from harness.parent.registry import Variant
+from harness.parent.runner import CaseFailed, CaseRunner, Observer, RunOptions, Session, close_record, new_record
+from harness.protocol import ExitCode
+from harness.results.ranking import CompareRow, Comparison, NoRatio, compare_geomeans, compare_samples, plural
+from harness.results.record import CaseResult, RunRecord, Status, exit_code
+from harness.results.stats import StoppingRule, summarize
 from task.inputs import default_device
 from task.spec import Case, ShapeSet
 
@@ -101,7 +100,7 @@ class CompareResult:
 
     @property
     def exit_code(self) -> ExitCode:
-        """The worse of the two runs' exit codes (``popcorn.exit_code``): nonzero when either side failed a
+        """The worse of the two runs' exit codes (``record.exit_code``): nonzero when either side failed a
         shape; skipped shapes do not fail."""
         return max(exit_code(self.a), exit_code(self.b))
 

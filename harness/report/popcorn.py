@@ -1,4 +1,4 @@
-"""The official ``key: value`` result stream (written to the descriptor named by POPCORN_FD) and exit codes.
+"""The official ``key: value`` result stream (written to the descriptor named by POPCORN_FD).
 
 Keys and codes from the official evaluator (shared/docs/nvfp4_group_gemm.md). Only the parent writes here; the
 worker never has this descriptor.
@@ -6,33 +6,8 @@ worker never has this descriptor.
 from __future__ import annotations
 
 import os
-from enum import IntEnum
 
-from harness.record import RunRecord, Status
-
-#: The official evaluator's modes, as ``run --mode`` takes them (harness.runner runs them).
-MODES = ("test", "benchmark", "leaderboard", "profile")
-
-
-class ExitCode(IntEnum):
-    OK = 0
-    CUDA_FAILURE = 110
-    NO_PIPE = 111
-    CHECK_FAILED = 112
-    BAD_SPEC = 113
-    TIMEOUT = 114
-
-
-def exit_code(record: RunRecord) -> ExitCode:
-    """Timeout wins over a CUDA failure, which wins over any other failed check; skipped cases do not fail."""
-    statuses = {c.status for c in record.cases}
-    if Status.TIMEOUT in statuses:
-        return ExitCode.TIMEOUT
-    if any(c.status in (Status.ERROR, Status.CRASH) and "CUDA error" in c.message for c in record.cases):
-        return ExitCode.CUDA_FAILURE
-    if statuses & {Status.FAIL, Status.ERROR, Status.CRASH}:
-        return ExitCode.CHECK_FAILED
-    return ExitCode.OK
+from harness.results.record import RunRecord
 
 
 def lines(record: RunRecord) -> list[str]:

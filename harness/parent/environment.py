@@ -7,9 +7,9 @@ from importlib import metadata
 
 import torch
 
-from harness.hostinfo import cpu_facts
-from harness.record import Environment
-from harness.registry import DeviceFacts
+from harness.parent.hostinfo import cpu_facts
+from harness.parent.registry import DeviceFacts
+from harness.results.record import Environment
 
 
 def device_facts() -> DeviceFacts:

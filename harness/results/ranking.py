@@ -39,13 +39,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
-from statistics import NormalDist, fmean, variance
-from typing import Iterable, Mapping, Sequence
+from statistics import fmean, variance
+from typing import Iterable, Mapping, Sequence, Union
 
-from harness.record import RunRecord, Stats
-from harness.stats import geomean, summarize
-from harness.store import gpu_model
-from task.spec import shape_set_id
+from harness.results.record import RunRecord, Stats
+from harness.results.stats import geomean, summarize
+from harness.results.store import gpu_model
+from task.spec import Case, shape_set_id
 
 #: Confidence level used everywhere unless a caller asks for another.
 LEVEL = 0.95
@@ -133,7 +133,7 @@ def t_quantile(p: float, dof: float) -> float:
     if not dof > 0:
         raise ValueError(f"degrees of freedom must be positive, got {dof}")
     # Imported here, not at the top: scipy.stats takes ~0.6 s to import, which every CLI command would pay
-    # through harness.report, while only the interval computations need it.
+    # through harness.report.build, while only the interval computations need it.
     from scipy.stats import t as student_t
     return float(student_t.ppf(p, dof))
 
@@ -318,3 +318,25 @@ def best_runs(runs: Iterable[RunRecord]) -> list[RunRecord]:
         if key not in best or run.geomean_ns <= best[key].geomean_ns:
             best[key] = run
     return sorted(best.values(), key=lambda r: r.started_at)
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 shape``, ``2 shapes``: ``count`` and ``noun``, with an ``s`` unless the count is one."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+@dataclass(frozen=True)
+class NoRatio:
+    """A shape of an A-versus-B comparison that has no ratio (one side failed or was skipped, or too few sample
+    pairs). ``a_status`` / ``b_status``: each side's Status value (``pass``, ``fail``, ...); ``a_ns`` / ``b_ns``:
+    that side's mean per-call time (ns) over the samples it has, None when it has none; ``note``: why there is
+    no ratio, e.g. ``B fail: output 0: ...``."""
+
+    a_status: str
+    b_status: str
+    note: str
+    a_ns: float | None = None
+    b_ns: float | None = None
+
+
+CompareRow = tuple[Union[Case, str], Union[Comparison, NoRatio]]

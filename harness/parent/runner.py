@@ -14,17 +14,16 @@ from datetime import datetime, timezone
 
 import torch
 
-from harness import seeds as seedlib
-from harness.environment import device_facts, environment
 from harness import protocol as P
-from harness.popcorn import MODES
-from harness.process import WorkerDied, WorkerProcess, WorkerTimeout, native_window
-from harness.record import CaseResult, RunRecord, Status, SubmissionInfo
-from harness.registry import ROOT, Variant
-from harness.sandbox import Sandbox, plan_for
-from harness.settings import Settings
-from harness.samples import ReferenceError, Sample, SharedSet
-from harness.stats import geomean, summarize
+from harness.parent import seeds as seedlib
+from harness.parent.environment import device_facts, environment
+from harness.parent.process import WorkerDied, WorkerProcess, WorkerTimeout, native_window
+from harness.parent.registry import ROOT, Variant
+from harness.parent.samples import ReferenceError, Sample, SharedSet
+from harness.parent.sandbox import Sandbox, plan_for
+from harness.parent.settings import MODES, Settings
+from harness.results.record import CaseResult, RunRecord, Status, SubmissionInfo
+from harness.results.stats import geomean, summarize
 from task.arena import Layout
 from task.cost import peaks_for, sol_ns
 from task.inputs import default_device
@@ -34,7 +33,7 @@ from task.spec import Case, ShapeSet
 @dataclass(frozen=True)
 class RunOptions:
     """What to run: ``mode`` (one of MODES), ``data`` (official | full-range), ``secret`` (None: no secret),
-    ``sandbox`` (how workers are confined: harness.sandbox)."""
+    ``sandbox`` (how workers are confined: harness.parent.sandbox)."""
 
     mode: str
     data: str = "official"

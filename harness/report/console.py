@@ -1,7 +1,7 @@
 """Terminal output: the per-case results of a run, several runs side by side, an A-versus-B comparison, the
 variants list, the profiler's table, and a progress display.
 
-Every table is a harness.stacked.StackedTable: shapes are rows, numbered from 1 (report.shape_number) in a key
+Every table is a harness.report.stacked.StackedTable: shapes are rows, numbered from 1 (report.shape_number) in a key
 column that every stacked part repeats, so at any width down to 80 columns each value is shown whole. Text that
 comes from a submission (messages, names) is shown verbatim, never read as console markup. Nothing here needs
 torch (the report commands import this module).
@@ -15,13 +15,31 @@ from rich.console import Console, Group
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from harness.ranking import Comparison, Verdict
-from harness.record import CaseResult, RunRecord, Status
-from harness.registry import DeviceFacts, Variant
-from harness.report import (COMPARE_NOTE, CompareRow, NoRatio, case_figures, compare_items, device_text,
-                            first_line, fmt_pct, fmt_pm, fmt_tflops, fmt_us, plural, ratio_ci_text, run_labels,
-                            run_peaks, shape_label, shape_number, side_cell, timer_text, verdict_text)
-from harness.stacked import Col, StackedTable, plain
+from harness.report.build import (
+    COMPARE_NOTE,
+    CompareRow,
+    NoRatio,
+    case_figures,
+    compare_items,
+    device_text,
+    first_line,
+    fmt_pct,
+    fmt_pm,
+    fmt_tflops,
+    fmt_us,
+    plural,
+    ratio_ci_text,
+    run_labels,
+    run_peaks,
+    shape_label,
+    shape_number,
+    side_cell,
+    timer_text,
+    verdict_text,
+)
+from harness.report.stacked import Col, StackedTable, plain
+from harness.results.ranking import Comparison, Verdict
+from harness.results.record import CaseResult, RunRecord, Status
 from task.cost import sol_ns
 from task.spec import Case
 
@@ -119,7 +137,7 @@ def side_by_side(records: Sequence[RunRecord], baseline: str = "torch_reference"
 
 def compare_rich_table(a_name: str, b_name: str, rows: Sequence[CompareRow], overall: Comparison | None = None,
                        title: str | None = None, overall_label: str = "geomean") -> StackedTable:
-    """An A-versus-B comparison (harness.compare): per shape A's and B's mean us, A/B with its 95 % CI and the
+    """An A-versus-B comparison (harness.parent.compare): per shape A's and B's mean us, A/B with its 95 % CI and the
     verdict in words ("A is 1.63x faster", green; slower red), then the ``overall`` row labelled
     ``overall_label``. ``rows``: (case or label, Comparison, or report.NoRatio for a shape without a ratio:
     each side shows its time or status and the verdict column why). The footer says what A/B is."""
@@ -136,21 +154,6 @@ def compare_rich_table(a_name: str, b_name: str, rows: Sequence[CompareRow], ove
             continue
         table.add_row(number, label, fmt_us(c.a_ns), fmt_us(c.b_ns), f"{c.ratio:.4f}", ratio_ci_text(c),
                       Text(verdict_text(c), style=_VERDICT_STYLE.get(c.verdict, "")), end_section=before_overall)
-    return table
-
-
-def variants_table(variants: Sequence[Variant], machine: DeviceFacts) -> StackedTable:
-    """``fp4bench list``: per variant its POPCORN leaderboard and gpu headers, its requirement, and whether it
-    runs on ``machine``: ``yes``, or ``no: <reason>``."""
-    table = StackedTable(f"variants (this machine: {machine.name}"
-                         f"{f', sm_{machine.cc_major}{machine.cc_minor}' if machine.cuda else ''})",
-                         Col("variant", "left"), [Col("leaderboard", "left"), Col("gpu", "left"),
-                                                  Col("requires", "left"), Col("runs here", "left", wrap=True)])
-    for v in variants:
-        reason = v.requires.unmet_reason(machine)
-        runs_here = Text("yes", style="green") if reason is None else Text.assemble(("no", "yellow"), f": {reason}")
-        table.add_row(v.name, v.popcorn.get("leaderboard", ""), v.popcorn.get("gpu", ""), v.requires.text,
-                      runs_here)
     return table
 
 
@@ -189,7 +192,7 @@ def profile_section(result: CaseResult, index: int):
 
 class ProgressObserver:
     """A rich progress bar over ``shapes`` shapes, the current shape's sample count in its description. An
-    Observer (harness.runner) by its hooks, duck-typed so this module needs no torch. ``sides``: how many runs
+    Observer (harness.parent.runner) by its hooks, duck-typed so this module needs no torch. ``sides``: how many runs
     report to it (2 for both sides of a compare), so the bar counts shapes x sides finished results."""
 
     def __init__(self, console: Console, shapes: int, label: str, sides: int = 1):

@@ -18,7 +18,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from harness import ROOT
+
 SUBMISSIONS_DIR = ROOT / "submissions"
 ENTRY_FILE = "submission.py"
 _HEADER = re.compile(r"^#!(POPCORN|FP4BENCH)\s+(\S+)\s*(.*?)\s*$")

@@ -1,13 +1,12 @@
 """Report commands attached to the CLI group: ``leaderboard``, ``report`` and ``history``.
 
-They only read the results store (harness/store.py); rankings and intervals come from harness/ranking.py,
-tables and pictures from harness/report.py. Terminal tables are harness.stacked.StackedTables (they stack
+They only read the results store (harness/results/store.py); rankings and intervals come from harness/results/ranking.py,
+tables and pictures from harness/report/build.py. Terminal tables are harness.report.stacked.StackedTables (they stack
 rather than cut at any width, and show stored text verbatim); ``--format`` output is plain text written with
 click.
 """
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 from typing import Sequence
@@ -16,13 +15,32 @@ import click
 from rich.console import Console, Group
 from rich.text import Text
 
-from harness.console import SHAPE_KEY
-from harness.ranking import Verdict, best_runs
-from harness.report import (FORMATS, RANK_NOTE, Board, HistoryRow, ReportError, fmt_change, fmt_interval_us,
-                            fmt_pct, fmt_pm, fmt_us, history_rows, leaderboard_report, leaderboards, plural,
-                            rank_text, report, shape_label, shape_number, short_commit)
-from harness.stacked import Col, StackedTable
-from harness.store import ResultStore, StoreError, gpu_model, resolve_db_path
+from harness.parent.registry import DeviceFacts, Variant
+from harness.report.build import (
+    FORMATS,
+    RANK_NOTE,
+    Board,
+    HistoryRow,
+    ReportError,
+    fmt_change,
+    fmt_interval_us,
+    fmt_pct,
+    fmt_pm,
+    fmt_us,
+    history_rows,
+    leaderboard_report,
+    leaderboards,
+    plural,
+    rank_text,
+    report,
+    shape_label,
+    shape_number,
+    short_commit,
+)
+from harness.report.console import SHAPE_KEY
+from harness.report.stacked import Col, StackedTable
+from harness.results.ranking import Verdict, best_runs
+from harness.results.store import ResultStore, StoreError, gpu_model, resolve_db_path
 from task.spec import SHAPE_SET_ID_DIGITS, SpecError, load_shapes
 
 _DB = click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -228,3 +246,18 @@ def register(group) -> None:
     group.add_command(leaderboard_cmd)
     group.add_command(report_cmd)
     group.add_command(history_cmd)
+
+
+def variants_table(variants: Sequence[Variant], machine: DeviceFacts) -> StackedTable:
+    """``fp4bench list``: per variant its POPCORN leaderboard and gpu headers, its requirement, and whether it
+    runs on ``machine``: ``yes``, or ``no: <reason>``."""
+    table = StackedTable(f"variants (this machine: {machine.name}"
+                         f"{f', sm_{machine.cc_major}{machine.cc_minor}' if machine.cuda else ''})",
+                         Col("variant", "left"), [Col("leaderboard", "left"), Col("gpu", "left"),
+                                                  Col("requires", "left"), Col("runs here", "left", wrap=True)])
+    for v in variants:
+        reason = v.requires.unmet_reason(machine)
+        runs_here = Text("yes", style="green") if reason is None else Text.assemble(("no", "yellow"), f": {reason}")
+        table.add_row(v.name, v.popcorn.get("leaderboard", ""), v.popcorn.get("gpu", ""), v.requires.text,
+                      runs_here)
+    return table

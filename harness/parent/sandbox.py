@@ -46,15 +46,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import confine
-from harness.registry import ROOT, SUBMISSIONS_DIR, Variant
-from harness.settings import Settings
+from harness.parent.registry import ROOT, SUBMISSIONS_DIR, Variant
+from harness.parent.settings import Settings
+from harness.results.store import DEFAULT_DB
 
 MODES = ("auto", "strict", "off")
 #: Why a GPU run's worker is not confined: measured on the H200 (2026-12-01), a worker under Landlock, unshare and
 #: dropped capabilities failed cuInit (cudaGetDeviceCount error 304, "OS call failed"); which step breaks it is
 #: not known yet, so auto leaves GPU workers unconfined and says so in the record, and strict refuses.
 CUDA_UNCONFINED = ("a confined worker failed to initialise CUDA on the H200 (cudaGetDeviceCount error 304, "
-                   "2026-12-01); see harness/sandbox.py")
+                   "2026-12-01); see harness/parent/sandbox.py")
 
 #: Every protection a confined worker can get, by the name the run record lists it under.
 PROTECTIONS = {
@@ -218,7 +219,7 @@ def variant_cache(variant: Variant) -> Path:
 
 def _default_store() -> Path:
     db = os.environ.get("FP4BENCH_DB")
-    return Path(db).resolve() if db else ROOT / "results" / "fp4bench.sqlite"
+    return Path(db).resolve() if db else DEFAULT_DB
 
 
 def _within(path: Path, root: Path) -> bool:

@@ -19,7 +19,7 @@ Layout (schema version in ``PRAGMA user_version``, file marked with ``PRAGMA app
   (ns) plus ``record_json``, the case as a dict without its samples.
 - ``samples``: one row a timed sample, keyed (run_id, idx, sample_idx): ``duration_ns`` per call.
 
-Records are rebuilt with ``harness.record.run_from_dict``, so fields added to the records later load from old
+Records are rebuilt with ``harness.results.record.run_from_dict``, so fields added to the records later load from old
 rows through that function's defaults. ``runs.shape_set_id`` (schema v2) identifies a run's shape set by its
 content (``task.spec.shape_set_id``); ``shape_set`` is only its label. Schema changes go in ``MIGRATIONS`` (step
 i takes version i to i+1); opening an older file applies the missing steps in order, each in its own
@@ -37,11 +37,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from harness.record import CaseResult, RunRecord, Status, run_from_dict
-from task.cost import peaks_for
+from harness import ROOT
+from harness.results.record import CaseResult, RunRecord, Status, run_from_dict
 from task import spec as task_spec
+from task.cost import peaks_for
 
-ROOT = Path(__file__).resolve().parent.parent
 #: The store used when neither ``--db`` nor ``$FP4BENCH_DB`` says otherwise.
 DEFAULT_DB = ROOT / "results" / "fp4bench.sqlite"
 ENV_VAR = "FP4BENCH_DB"
@@ -467,7 +467,7 @@ class StoreRecorder:
     ``on_case``, ``on_finish``) mapped to ``begin``, ``add_case`` and ``finish``, each one transaction.
     ``inner``, if given, is another observer (e.g. a progress display) that receives every hook as well.
 
-    Duck-typed on purpose (no import of harness.runner, which pulls in torch); pass it where an Observer goes.
+    Duck-typed on purpose (no import of harness.parent.runner, which pulls in torch); pass it where an Observer goes.
     A run whose ``on_finish`` never comes (killed, interrupted) stays incomplete in the store."""
 
     def __init__(self, store: ResultStore, inner=None) -> None:

@@ -9,18 +9,16 @@ import socket
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 from harness.buffers import send_fds
 from harness.channel import ChannelClosed, ChannelTimeout, Reader
-from harness.protocol import Exit, encode
-from harness.registry import ROOT
-from harness.sandbox import Launch, Plan
+from harness.parent.registry import ROOT
+from harness.parent.sandbox import Launch, Plan
+from harness.protocol import Exit, ExitCode, encode
 from harness.worker import native
 
 #: Removed from the worker's environment: the secret seed and the official result pipe.
 _HIDDEN_ENV = ("POPCORN_SEED", "POPCORN_FD")
-EXIT_CUDA = 110
 
 
 class WorkerTimeout(Exception):
@@ -40,7 +38,7 @@ def _how_it_ended(code: int | None) -> str:
         except ValueError:
             name = f"signal {-code}"
         return f"killed by {name} (signal {-code})"
-    if code == EXIT_CUDA:
+    if code == ExitCode.CUDA_FAILURE:
         return "exited after a CUDA error (exit code 110)"
     return f"exited with code {code}"
 
@@ -57,7 +55,7 @@ class WorkerProcess:
     """``python -m harness.worker`` in its own session, talking JSON on stdin and authenticated frames back."""
 
     def __init__(self, env: dict | None = None, sandbox: Plan | None = None):
-        """``sandbox``: the confinement to start the worker under (harness.sandbox.plan_for); None: none."""
+        """``sandbox``: the confinement to start the worker under (harness.parent.sandbox.plan_for); None: none."""
         native_window()
         self._key = secrets.token_bytes(32)
         read_fd, write_fd = os.pipe()

@@ -1,0 +1,1 @@
+"""What a run leaves: records, statistics, rankings and the SQLite store. Imports nothing from parent or report."""

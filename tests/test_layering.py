@@ -1,0 +1,101 @@
+"""Data flows one way through the tree (harness/__init__.py): task <- boundary <- worker | parent -> results <- report
+<- cli. Each rule is checked over every import statement (function-level ones too) by reading the source, and
+the checker itself is tested on a planted violation so a rule cannot pass by matching nothing."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: The leaves both sides share. ``harness`` itself is one (it holds ROOT) but only by exact name: it is no prefix.
+BOUNDARY = ("harness", "harness.protocol", "harness.channel", "harness.buffers", "harness.confine")
+
+#: (layer prefix, the prefixes it may import from harness/task/submissions). A module matches its longest prefix.
+RULES: dict[str, tuple[str, ...]] = {
+    "task": ("task",),
+    "harness.protocol": ("task",) + BOUNDARY,
+    "harness.channel": BOUNDARY,
+    "harness.buffers": BOUNDARY,
+    "harness.confine": BOUNDARY,
+    "harness.worker": ("task", "harness.worker") + BOUNDARY,
+    "harness.results": ("task", "harness.results") + BOUNDARY,
+    "harness.parent": ("task", "harness.parent", "harness.results", "harness.worker") + BOUNDARY,
+    "harness.report": ("task", "harness.report", "harness.results") + BOUNDARY,
+    "harness.cli": ("task", "harness.cli", "harness.parent", "harness.results", "harness.report", "harness.worker")
+    + BOUNDARY,
+    "harness.__main__": ("harness.cli",),
+}
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path, name: str) -> list[tuple[int, str]]:
+    """Every module ``path`` imports by name (``from x import y`` gives ``x.y`` where y may be a module)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            found += [(node.lineno, f"{base}.{a.name}") for a in node.names]
+    return found
+
+
+def _within(module: str, prefix: str) -> bool:
+    if prefix == "harness":
+        return module in ("harness", "harness.ROOT")
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def violations(root: Path) -> list[str]:
+    """One line per import that breaks RULES, or that brings a submission into code outside harness.worker."""
+    out = []
+    for path in sorted(list((root / "task").rglob("*.py")) + list((root / "harness").rglob("*.py"))):
+        name = module_name(path, root)
+        layer = max((p for p in RULES if _within(name, p)), key=len, default=None)
+        if layer is None:
+            continue
+        for line, target in imports_of(path, name):
+            if target.startswith("submissions") and layer != "harness.worker":
+                out.append(f"{name}:{line} imports a submission ({target})")
+            if not target.split(".")[0] in ("task", "harness"):
+                continue
+            allowed = RULES[layer]
+            if not any(_within(target, a) for a in allowed):
+                out.append(f"{name}:{line} imports {target} ({layer} may import {', '.join(allowed)})")
+    return out
+
+
+def test_the_tree_keeps_its_layers():
+    assert violations(ROOT) == []
+
+
+@pytest.mark.parametrize("where,line,expected", [
+    ("harness/results/extra.py", "from harness.parent.runner import run_case\n",
+     "harness.results.extra:1 imports harness.parent.runner.run_case"),
+    ("task/extra.py", "import harness.results.store\n", "task.extra:1 imports harness.results.store"),
+    ("harness/worker/extra.py", "from harness.results import record\n",
+     "harness.worker.extra:1 imports harness.results.record"),
+    ("harness/parent/extra.py", "def f():\n    from submissions.wgmma_sm90 import submission\n",
+     "harness.parent.extra:2 imports a submission (submissions.wgmma_sm90.submission)"),
+    ("harness/report/extra.py", "from ..parent import runner\n", "harness.report.extra:1 imports harness.parent.runner"),
+])
+def test_a_planted_violation_is_reported(tmp_path, where, line, expected):
+    for part in ("task", "harness/results", "harness/worker", "harness/parent", "harness/report"):
+        (tmp_path / part).mkdir(parents=True, exist_ok=True)
+        (tmp_path / part / "__init__.py").write_text("")
+    (tmp_path / where).write_text(line)
+    found = violations(tmp_path)
+    assert len(found) == 1 and found[0].startswith(expected), found
