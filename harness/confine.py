@@ -89,13 +89,17 @@ def _is_within(path: str, root: str) -> bool:
 def _rules_beneath(root: str, rights: int, hide: list[str]):
     """(path, rights) rules granting ``rights`` beneath ``root`` except beneath any of ``hide``: a hidden path
     inside ``root`` splits the grant into its siblings, level by level. Symbolic links get no rule of their own
-    (access through one is checked on its target)."""
+    (access through one is checked on its target). A split folder keeps the right to be listed (Python's import
+    system lists a folder to find a module in it), which Landlock extends to the folders beneath: a hidden
+    folder's names can be listed, never its files read."""
     inside = [h for h in hide if _is_within(h, root)]
     if root in inside:
         return
     if not inside:
         yield root, rights
         return
+    if rights & FS_READ_DIR:
+        yield root, FS_READ_DIR
     with os.scandir(root) as entries:
         for entry in entries:
             if entry.is_symlink():

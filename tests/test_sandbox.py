@@ -128,6 +128,34 @@ def test_escape_succeeds_with_the_sandbox_off(tmp_path, monkeypatch, listener):
         assert con.execute("select name from sqlite_master").fetchall() == [("escaped",)]
 
 
+_IMPORTS_A_SIBLING = """
+from pathlib import Path
+from honest_torch import custom_kernel as honest
+
+def custom_kernel(data):
+    store = Path(__file__).with_name("r.sqlite")
+    try:
+        store.read_bytes()
+    except OSError:
+        return honest(data)
+    raise RuntimeError("read the store beside me")
+"""
+
+
+@pytest.mark.parametrize("offer", _mechanisms())
+def test_a_submission_imports_its_siblings_when_the_store_shares_its_folder(offer, tmp_path, monkeypatch):
+    """The store hidden inside the submission's folder splits the folder's grant: a module beside the submission
+    still imports (its folder can be listed) while the store beside it stays unreadable."""
+    monkeypatch.setattr(sandbox, "probe", lambda: offer)
+    shutil.copy(SHARED_CASES / "honest_torch.py", tmp_path)
+    (tmp_path / "imports_a_sibling.py").write_text(_IMPORTS_A_SIBLING)
+    store = ResultStore(tmp_path / "r.sqlite")
+    rec = run(read_variant(tmp_path / "imports_a_sibling.py"), ONE,
+              RunOptions("test", settings=FAST, sandbox=Sandbox("strict", hide=(tmp_path / "r.sqlite",))),
+              StoreRecorder(store))
+    assert [(c.status, c.message) for c in rec.cases] == [(Status.PASS, "")]
+
+
 def test_strict_refuses_naming_each_missing_protection(monkeypatch):
     monkeypatch.setattr(sandbox, "probe", lambda: BARE)
     variant = read_variant(SHARED_CASES / "honest_torch.py")
@@ -271,7 +299,8 @@ def test_hidden_paths_split_a_landlock_grant(tmp_path):
     (tmp_path / "f.txt").write_text("")
     (tmp_path / "link").symlink_to(tmp_path / "results")
     rules = sorted(confine._rules_beneath(str(tmp_path), confine.READ, [str(tmp_path / "results")]))
-    assert rules == [(str(tmp_path / "a"), confine.READ), (str(tmp_path / "b"), confine.READ),
+    assert rules == [(str(tmp_path), confine.FS_READ_DIR),  # listed (imports look), nothing in it read
+                     (str(tmp_path / "a"), confine.READ), (str(tmp_path / "b"), confine.READ),
                      (str(tmp_path / "f.txt"), confine.FS_EXECUTE | confine.FS_READ_FILE)]
     assert list(confine._rules_beneath(str(tmp_path / "a"), confine.READ, [str(tmp_path / "results")])) == \
         [(str(tmp_path / "a"), confine.READ)]
