@@ -43,6 +43,13 @@ def peaks_for(device_name: str) -> GpuPeaks | None:
     return None
 
 
+
+def gpu_model(device: str) -> str:
+    """The GPU model a device name belongs to ("NVIDIA H200" -> "H200"; GPU_PEAKS), or the device name itself
+    when it is not a known model (e.g. a CPU)."""
+    peaks = peaks_for(device)
+    return peaks.model if peaks else device
+
 def flops(case: Case) -> int:
     """2 * M * N * K summed over groups."""
     return sum(2 * m * n * k for m, n, k in zip(case.m, case.n, case.k))

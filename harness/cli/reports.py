@@ -40,7 +40,8 @@ from harness.report.build import (
 from harness.report.console import SHAPE_KEY
 from harness.report.stacked import Col, StackedTable
 from harness.results.ranking import Verdict, best_runs
-from harness.results.store import ResultStore, StoreError, gpu_model, resolve_db_path
+from harness.results.store import ResultStore, StoreError, resolve_db_path
+from task.cost import gpu_model
 from task.spec import SHAPE_SET_ID_DIGITS, SpecError, load_shapes
 
 _DB = click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,

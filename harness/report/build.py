@@ -41,8 +41,7 @@ from harness.results.ranking import (
 )
 from harness.results.record import CaseResult, Environment, RunRecord, Status
 from harness.results.stats import geomean
-from harness.results.store import gpu_model
-from task.cost import GPU_PEAKS, GpuPeaks, bytes_moved, flops, peaks_for, sol_ns, tflops_at
+from task.cost import GPU_PEAKS, GpuPeaks, bytes_moved, flops, gpu_model, peaks_for, sol_ns, tflops_at
 from task.spec import Case
 
 FORMATS = ("md", "html", "csv", "json")

@@ -40,7 +40,7 @@ from typing import Callable, Iterator, Sequence
 from harness import ROOT
 from harness.results.record import CaseResult, RunRecord, Status, run_from_dict
 from task import spec as task_spec
-from task.cost import peaks_for
+from task.cost import gpu_model
 
 #: The store used when neither ``--db`` nor ``$FP4BENCH_DB`` says otherwise.
 DEFAULT_DB = ROOT / "results" / "fp4bench.sqlite"
@@ -61,13 +61,6 @@ def resolve_db_path(db: str | os.PathLike | None = None) -> Path:
         return Path(db)
     env = os.environ.get(ENV_VAR)
     return Path(env) if env else DEFAULT_DB
-
-
-def gpu_model(device: str) -> str:
-    """The GPU model a device name belongs to ("NVIDIA H200" -> "H200"; task.cost.GPU_PEAKS), or the device
-    name itself when it is not a known model (e.g. a CPU)."""
-    peaks = peaks_for(device)
-    return peaks.model if peaks else device
 
 
 def new_run_id() -> str:
