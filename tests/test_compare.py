@@ -16,7 +16,7 @@ from harness.parent.registry import read_variant, resolve
 from harness.parent.runner import CaseRunner, Observer, RunOptions
 from harness.parent.settings import Settings
 from harness.protocol import ExitCode
-from harness.report.build import fmt_us
+from harness.report.figures import fmt_us
 from harness.results.ranking import compare_geomeans, compare_samples
 from harness.results.record import Status
 from harness.results.store import ResultStore, StoreRecorder

@@ -16,8 +16,10 @@ from conftest import SHARED_CASES
 
 from harness.cli import reports as cli_reports
 from harness.cli.commands import main
-from harness.report.build import (
-    NoRatio,
+from harness.report.boards import leaderboards
+from harness.report.compare import compare_rich_table
+from harness.report.console import profile_table, results_table, side_by_side
+from harness.report.figures import (
     case_figures,
     fmt_change,
     fmt_interval_us,
@@ -25,14 +27,12 @@ from harness.report.build import (
     fmt_pm,
     fmt_tflops,
     fmt_us,
-    history_rows,
-    leaderboards,
     shape_label,
     short_commit,
 )
-from harness.report.console import compare_rich_table, profile_table, results_table, side_by_side
+from harness.report.history import history_rows
 from harness.report.stacked import Col, StackedTable, render_text
-from harness.results.ranking import compare_geomeans, compare_samples
+from harness.results.ranking import NoRatio, compare_geomeans, compare_samples
 from harness.results.record import CaseResult, Environment, RunRecord, Stats, Status, SubmissionInfo
 from harness.results.stats import geomean, summarize
 from harness.results.store import ResultStore

@@ -15,21 +15,12 @@ from click.testing import CliRunner
 
 from harness.cli import reports as cli_reports
 from harness.report import plots
-from harness.report.build import (
-    CSV_COLUMNS,
-    ReportError,
-    compare_table,
-    fmt_change,
-    fmt_pm,
-    fmt_us,
-    history_rows,
-    leaderboard_report,
-    leaderboards,
-    report,
-    run_geomean_ci,
-    run_status,
-    shape_label,
-)
+from harness.report.boards import leaderboards
+from harness.report.compare import compare_table
+from harness.report.figures import fmt_change, fmt_pm, fmt_us, run_geomean_ci, run_status, shape_label
+from harness.report.formats import ReportError, leaderboard_report, report
+from harness.report.history import history_rows
+from harness.report.render_data import CSV_COLUMNS
 from harness.results.ranking import Verdict, compare_geomeans, compare_samples, mean_ci
 from harness.results.record import CaseResult, Environment, RunRecord, Status, SubmissionInfo, run_from_dict
 from harness.results.stats import geomean, summarize
@@ -372,8 +363,6 @@ def test_cli_leaderboard_lists_shapes_as_rows_numbered_from_1(cli, tmp_path):
 
 def test_run_status_counts_skipped_cases_apart_from_failures():
     from dataclasses import replace
-
-    from harness.report.build import run_status
 
     base = make_run()
     passed = base.cases[0]

@@ -24,14 +24,8 @@ from harness.parent.registry import RegistryError, find_variants, resolve
 from harness.parent.settings import MODES, SettingsError, load_settings
 from harness.protocol import ExitCode
 from harness.report import popcorn
-from harness.report.build import compare_table
-from harness.report.console import (
-    ProgressObserver,
-    compare_rich_table,
-    profile_section,
-    results_table,
-    side_by_side,
-)
+from harness.report.compare import compare_rich_table, compare_table
+from harness.report.console import ProgressObserver, profile_section, results_table, side_by_side
 from harness.results.record import exit_code
 from harness.results.store import ResultStore, StoreError, StoreRecorder, resolve_db_path
 from task.spec import DATA_MODES, SpecError, load_shapes

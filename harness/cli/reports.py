@@ -1,9 +1,9 @@
 """Report commands attached to the CLI group: ``leaderboard``, ``report`` and ``history``.
 
-They only read the results store (harness/results/store.py); rankings and intervals come from harness/results/ranking.py,
-tables and pictures from harness/report/build.py. Terminal tables are harness.report.stacked.StackedTables (they stack
-rather than cut at any width, and show stored text verbatim); ``--format`` output is plain text written with
-click.
+They only read the results store (harness/results/store.py); rankings and intervals come from
+harness/results/ranking.py, tables and pictures from harness/report/ (formats.py the entry point). Terminal tables
+are harness.report.stacked.StackedTables (they stack rather than cut at any width, and show stored text verbatim);
+``--format`` output is plain text written with click.
 """
 from __future__ import annotations
 
@@ -16,30 +16,22 @@ from rich.console import Console, Group
 from rich.text import Text
 
 from harness.parent.registry import DeviceFacts, Variant
-from harness.report.build import (
-    FORMATS,
-    RANK_NOTE,
-    Board,
-    HistoryRow,
-    ReportError,
+from harness.report.boards import RANK_NOTE, Board, leaderboards, rank_text
+from harness.report.console import SHAPE_KEY
+from harness.report.figures import (
     fmt_change,
     fmt_interval_us,
     fmt_pct,
     fmt_pm,
     fmt_us,
-    history_rows,
-    leaderboard_report,
-    leaderboards,
-    plural,
-    rank_text,
-    report,
     shape_label,
     shape_number,
     short_commit,
 )
-from harness.report.console import SHAPE_KEY
+from harness.report.formats import FORMATS, ReportError, leaderboard_report, report
+from harness.report.history import HistoryRow, history_rows
 from harness.report.stacked import Col, StackedTable
-from harness.results.ranking import Verdict, best_runs
+from harness.results.ranking import Verdict, best_runs, plural
 from harness.results.store import ResultStore, StoreError, resolve_db_path
 from task.cost import gpu_model
 from task.spec import SHAPE_SET_ID_DIGITS, SpecError, load_shapes

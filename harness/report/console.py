@@ -1,7 +1,7 @@
-"""Terminal output: the per-case results of a run, several runs side by side, an A-versus-B comparison, the
-variants list, the profiler's table, and a progress display.
+"""Terminal output: the per-case results of a run, several runs side by side, the profiler's table, and a
+progress display (an A-versus-B comparison's terminal table is harness.report.compare.compare_rich_table).
 
-Every table is a harness.report.stacked.StackedTable: shapes are rows, numbered from 1 (report.shape_number) in a key
+Every table is a harness.report.stacked.StackedTable: shapes are rows, numbered from 1 (figures.shape_number) in a key
 column that every stacked part repeats, so at any width down to 80 columns each value is shown whole. Text that
 comes from a submission (messages, names) is shown verbatim, never read as console markup. Nothing here needs
 torch (the report commands import this module).
@@ -15,36 +15,27 @@ from rich.console import Console, Group
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from harness.report.build import (
-    COMPARE_NOTE,
-    CompareRow,
-    NoRatio,
+from harness.report.figures import (
     case_figures,
-    compare_items,
     device_text,
     first_line,
     fmt_pct,
     fmt_pm,
     fmt_tflops,
     fmt_us,
-    plural,
-    ratio_ci_text,
     run_labels,
     run_peaks,
     shape_label,
     shape_number,
-    side_cell,
     timer_text,
-    verdict_text,
 )
 from harness.report.stacked import Col, StackedTable, plain
-from harness.results.ranking import Comparison, Verdict
+from harness.results.ranking import plural
 from harness.results.record import CaseResult, RunRecord, Status
 from task.cost import sol_ns
 from task.spec import Case
 
 _STATUS_STYLE = {Status.PASS: "green", Status.SKIPPED: "yellow"}
-_VERDICT_STYLE = {Verdict.FASTER: "green", Verdict.SLOWER: "red"}
 #: The key column of every table with shapes as rows; "all" numbers a geomean row.
 SHAPE_KEY = Col("#")
 
@@ -132,28 +123,6 @@ def side_by_side(records: Sequence[RunRecord], baseline: str = "torch_reference"
         geo += [""] * len(records)
     geo += [f"{base.geomean_ns / r.geomean_ns:.2f}x" if base.geomean_ns and r.geomean_ns else "" for r, _ in others]
     table.add_row("all", *geo)
-    return table
-
-
-def compare_rich_table(a_name: str, b_name: str, rows: Sequence[CompareRow], overall: Comparison | None = None,
-                       title: str | None = None, overall_label: str = "geomean") -> StackedTable:
-    """An A-versus-B comparison (harness.parent.compare): per shape A's and B's mean us, A/B with its 95 % CI and the
-    verdict in words ("A is 1.63x faster", green; slower red), then the ``overall`` row labelled
-    ``overall_label``. ``rows``: (case or label, Comparison, or report.NoRatio for a shape without a ratio:
-    each side shows its time or status and the verdict column why). The footer says what A/B is."""
-    level = next((c.level for _, c in rows if isinstance(c, Comparison)), overall.level if overall else 0.95)
-    columns = [Col("shape", "left"), Col("A us"), Col("B us"), Col("A/B"), Col(f"{level:.0%} CI"),
-               Col("verdict", "left", wrap=True)]
-    table = StackedTable(title or f"A: {a_name}  vs  B: {b_name}", SHAPE_KEY, columns, COMPARE_NOTE)
-    items = compare_items(rows, overall, overall_label)
-    for k, (number, label, c) in enumerate(items):
-        before_overall = k + 1 < len(items) and items[k + 1][0] == "all"
-        if isinstance(c, NoRatio):
-            table.add_row(number, label, side_cell(c.a_status, c.a_ns), side_cell(c.b_status, c.b_ns), "", "",
-                          Text(first_line(c.note), style="red"), end_section=before_overall)
-            continue
-        table.add_row(number, label, fmt_us(c.a_ns), fmt_us(c.b_ns), f"{c.ratio:.4f}", ratio_ci_text(c),
-                      Text(verdict_text(c), style=_VERDICT_STYLE.get(c.verdict, "")), end_section=before_overall)
     return table
 
 

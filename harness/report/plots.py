@@ -1,7 +1,7 @@
 """Pictures for reports (matplotlib, Agg backend, PNG bytes): per-shape bars with 95 % error bars across runs,
 and a roofline placing every shape by arithmetic intensity.
 
-matplotlib is imported inside each function, so importing this module (and harness.report.build) works without it;
+matplotlib is imported inside each function, so importing this module (and harness.report.sections) works without it;
 ``available()`` says whether pictures can be drawn. Everything here is drawn from numbers the caller passes:
 no store, no GPU.
 """

@@ -133,7 +133,7 @@ def t_quantile(p: float, dof: float) -> float:
     if not dof > 0:
         raise ValueError(f"degrees of freedom must be positive, got {dof}")
     # Imported here, not at the top: scipy.stats takes ~0.6 s to import, which every CLI command would pay
-    # through harness.report.build, while only the interval computations need it.
+    # through harness.report, while only the interval computations need it.
     from scipy.stats import t as student_t
     return float(student_t.ppf(p, dof))
 
