@@ -8,6 +8,9 @@ import io
 import json
 import math
 import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
 
 import click
 import pytest
@@ -17,10 +20,14 @@ from harness.cli import reports as cli_reports
 from harness.report import plots
 from harness.report.boards import leaderboards
 from harness.report.compare import compare_table
+from harness.report.document import Image, Table, cell_text
 from harness.report.figures import fmt_change, fmt_pm, fmt_us, run_geomean_ci, run_status, shape_label
 from harness.report.formats import ReportError, leaderboard_report, report
 from harness.report.history import history_rows
+from harness.report.render_html import render_html
+from harness.report.render_md import render_md
 from harness.report.render_data import CSV_COLUMNS
+from harness.report.sections import report_sections
 from harness.results.ranking import Verdict, compare_geomeans, compare_samples, mean_ci
 from harness.results.record import CaseResult, Environment, RunRecord, Status, SubmissionInfo, run_from_dict
 from harness.results.stats import geomean, summarize
@@ -140,6 +147,112 @@ def test_report_rejects_bad_requests():
 def test_shape_label():
     assert shape_label(BENCH[0]) == "g2_n3072_k4096"
     assert shape_label(Case((80, 128), (256, 256), (512, 512), 2, 1)) == "G=2 M=[80,128] N=256 K=512"
+
+
+# ------------------------------------------------------------------------------- templates vs the model
+#: Text that HTML must escape and Markdown must keep inside one cell.
+HOSTILE = "<script>alert(1)</script> & a|b \\ x"
+
+
+class _Tables(HTMLParser):
+    """Every table of a page as (header cells, body rows), cell text unescaped; counts <img> tags."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.tables: list[tuple[list[str], list[list[str]]]] = []
+        self.images = 0
+        self._cell: list[str] | None = None
+        self._row: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append(([], []))
+        elif tag in ("td", "th"):
+            self._cell = []
+        elif tag == "tr":
+            self._row = []
+        elif tag == "img":
+            self.images += 1
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th"):
+            self._row.append("".join(self._cell))
+            self._cell = None
+        elif tag == "tr":
+            header, rows = self.tables[-1]
+            if header:
+                rows.append(self._row)
+            else:
+                header.extend(self._row)
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def html_tables(page: str) -> tuple[list, int]:
+    parser = _Tables()
+    parser.feed(page)
+    return parser.tables, parser.images
+
+
+def md_tables(md: str) -> list[tuple[list[str], list[list[str]]]]:
+    """Every pipe table: header cells and body rows, escaped pipes and backslashes undone, no separator row."""
+    def cells(line: str) -> list[str]:
+        parts = re.split(r"(?<!\\)\|", line.strip())[1:-1]
+        return [re.sub(r"\\(.)", r"\1", p.strip()) for p in parts]
+
+    tables, block = [], []
+    for line in md.splitlines() + [""]:
+        if line.startswith("|"):
+            block.append(cells(line))
+        elif block:
+            tables.append((block[0], block[2:]))
+            block = []
+    return tables
+
+
+def model_tables(sections, newline: str = "\n") -> list[tuple[list[str], list[list[str]]]]:
+    return [(item.columns, [[cell_text(c).replace("\n", newline) for c in row] for row in item.rows])
+            for sec in sections for item in sec.items if isinstance(item, Table)]
+
+
+def hostile_runs():
+    return [make_run(variant="a&b<i>", message=HOSTILE), make_run("r2", "fast", scale=0.5, fail=1, message=HOSTILE)]
+
+
+def test_html_and_markdown_tables_hold_the_models_cells_and_pictures():
+    sections = report_sections(hostile_runs(), pictures=True)
+    expected = model_tables(sections)
+    assert len(expected) == 6       # runs, across runs, each run's cases, GPU peaks, SOL per shape (one run failed: no ranking)
+    assert any(HOSTILE in row[-1] for _, rows in expected for row in rows)    # the message column
+    tables, images = html_tables(render_html(sections, "t"))
+    assert tables == expected
+    assert images == sum(isinstance(i, Image) for sec in sections for i in sec.items) == 2
+    md = render_md(sections)
+    assert md_tables(md) == model_tables(sections, newline=" ")
+    assert md.count("picture omitted in markdown") == 2
+
+
+def test_html_escapes_markup_and_ampersands_in_every_text():
+    page = report(hostile_runs(), "html")
+    assert "<script" not in page and "<i>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; a|b" in page
+    assert "a&amp;b&lt;i&gt;" in page                                         # a variant name, in cells and headers
+    tables, _ = html_tables(page)
+    assert ["a&b<i>", "r1"] == tables[0][1][0][:2]                           # and reads back as written
+
+
+@pytest.mark.skipif(not shutil.which("chromium"), reason="needs chromium (apt-get install chromium)")
+def test_headless_chromium_reads_the_same_table_cells(tmp_path):
+    sections = report_sections(hostile_runs(), pictures=True)
+    page = tmp_path / "report.html"
+    page.write_text(render_html(sections, "fp4bench"))
+    dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    tables, images = html_tables(dom)
+    assert tables == model_tables(sections)
+    assert images == 2 and "<script" not in dom
 
 
 # ------------------------------------------------------------------------------------------------ boards
