@@ -44,7 +44,7 @@ def test_stopping_rule_sees_per_call_times_and_stops_at_max_runs():
 
 
 def test_per_call_ns_is_the_window_over_the_calls():
-    assert Sample(calls=4, elapsed_ns=1000.0, host_ns=900.0).per_call_ns == 250.0
+    assert Sample(calls=4, elapsed_ns=1000.0, host_ns=900.0, call_ns=()).per_call_ns == 250.0
 
 
 @pytest.mark.parametrize(("inputs", "stop", "message"), [([], 1, "no inputs"), ([1], 0, "at least 1 sample")])

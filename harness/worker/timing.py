@@ -182,7 +182,7 @@ class Sample:
     calls: int
     elapsed_ns: float
     host_ns: float
-    call_ns: tuple[float, ...] = ()
+    call_ns: tuple[float, ...]
 
     @property
     def per_call_ns(self) -> float:
