@@ -12,7 +12,6 @@ TFLOP/s, against the bf16 roofline (989.4 TFLOP/s dense). Each config is checked
 task.reference.ref_kernel on the first input (task.check's tolerance) before it is timed.
 """
 import argparse
-from dataclasses import replace
 import importlib.util
 import json
 import math
@@ -21,6 +20,7 @@ import re
 import statistics
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from harness.worker.timing import L2Flush, measure  # noqa: E402
-from task.check import compare  # noqa: E402
+from harness.worker.timing import L2Flush, measure
+from task.check import compare
 
 _spec = importlib.util.spec_from_file_location("triton_grouped_submission", HERE / "submission.py")
 sub = importlib.util.module_from_spec(_spec)
