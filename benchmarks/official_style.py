@@ -11,20 +11,18 @@ each shape's wall time is recorded, the baseline for what fp4bench's checks add 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
+from submission_loader import load_submission
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness.parent.registry import resolve  # noqa: E402
-from harness.parent.settings import load_settings  # noqa: E402
-from harness.results.stats import summarize  # noqa: E402
-from task.inputs import generate_input  # noqa: E402
-from task.spec import load_shapes  # noqa: E402
+from harness.parent.settings import load_settings
+from harness.results.stats import summarize
+from harness.worker.timing import L2Flush, measure
+from task.inputs import generate_input
+from task.spec import load_shapes
 
 
 def _kernel_ns(kernel, inputs, flush) -> float:
@@ -33,7 +31,7 @@ def _kernel_ns(kernel, inputs, flush) -> float:
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
-    flush.zero_()
+    flush()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for x in inputs:
             kernel(x)
@@ -51,38 +49,16 @@ def main() -> None:
     parser.add_argument("--kernel-time", action="store_true",
                         help="after timing, one pass under torch.profiler: kernels' device time per call (CUDA)")
     args = parser.parse_args()
-    variant = resolve(args.submission)
-    sys.path.insert(0, str(variant.path.parent))
-    spec = importlib.util.spec_from_file_location("submission", variant.path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    variant, module = load_submission(args.submission)
     cuda = torch.cuda.is_available()
-    flush = torch.empty(torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.uint8, device="cuda") if cuda else None
+    flush = L2Flush(torch.device("cuda", 0), limit=False, lines=False) if cuda else None
     rule = load_settings(args.settings).stopping_rule(args.mode)
     results = []
     for case in load_shapes(args.shapes).cases:
         wall0 = time.monotonic()
         inputs = [generate_input(case.m, case.n, case.k, case.g, case.seed + 42 * (j + 1)) for j in range(15)]
         module.custom_kernel(inputs[0])  # warm-up
-        samples, t0 = [], time.monotonic_ns()
-        while True:
-            if cuda:
-                torch.cuda.synchronize()
-                flush.zero_()
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                for x in inputs:
-                    module.custom_kernel(x)
-                end.record()
-                torch.cuda.synchronize()
-                samples.append(start.elapsed_time(end) * 1e6 / len(inputs))
-            else:  # the CPU: the same loop on a monotonic clock, as fp4bench's CPU timer
-                t_start = time.perf_counter_ns()
-                for x in inputs:
-                    module.custom_kernel(x)
-                samples.append((time.perf_counter_ns() - t_start) / len(inputs))
-            if rule.is_finished(samples, time.monotonic_ns() - t0):
-                break
+        samples = [s.per_call_ns for s in measure(module.custom_kernel, inputs, rule, flush=flush)]
         s = summarize(samples)
         results.append({"case": case.name or case.text(), "runs": s.runs, "mean_ns": s.mean_ns, "std_ns": s.std_ns,
                         "wall_s": time.monotonic() - wall0,

@@ -8,55 +8,35 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import torch
+from submission_loader import load_submission
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from harness.buffers import MappedBuffer  # noqa: E402
-from harness.protocol import BufferRef  # noqa: E402
-from harness.parent.registry import resolve  # noqa: E402
-from harness.parent.samples import Sample, SharedSet  # noqa: E402
-from task.arena import Layout, Views  # noqa: E402
-from task.spec import Case, load_shapes  # noqa: E402
-
-
-def _kernel(path: Path):
-    sys.path.insert(0, str(path.parent))
-    spec = importlib.util.spec_from_file_location("submission", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.custom_kernel
+from harness.buffers import MappedBuffer
+from harness.parent.samples import Sample, SharedSet
+from harness.protocol import BufferRef
+from harness.worker.timing import L2Flush, measure
+from task.arena import Layout, Views
+from task.spec import Case, load_shapes
 
 
 def _time_us(kernel, inputs, reps: int = 20) -> float:
-    flush = torch.empty(torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.uint8, device="cuda")
+    """Mean us per call over ``reps`` samples of the official loop (L2 cleared, then every input back to back),
+    after one untimed pass."""
     for x in inputs:
         kernel(x)
-    best = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        flush.zero_()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for x in inputs:
-            kernel(x)
-        b.record()
-        torch.cuda.synchronize()
-        best.append(a.elapsed_time(b) * 1e3 / len(inputs))
-    return sum(best) / len(best)
+    samples = measure(kernel, inputs, reps, flush=L2Flush(torch.device("cuda", 0), limit=False, lines=False))
+    return sum(s.per_call_ns for s in samples) / len(samples) / 1e3
 
 
 def _clone(x):
     abc, sfs, sfr, sizes = x
-    cl = lambda t: torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t)  # noqa: E731
+    cl = lambda t: torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t)
     return ([tuple(cl(t) for t in g) for g in abc], [tuple(cl(t) for t in g) for g in sfs],
             [tuple(cl(t) for t in g) for g in sfr], sizes)
 
@@ -69,7 +49,7 @@ def child(args) -> None:
     dev = MappedBuffer(BufferRef(**refs["device"]))
     host = MappedBuffer(BufferRef(**refs["host"]), fds[0])
     views = Views(Layout.of(case, 15), dev.tensor, host.tensor)
-    kernel = _kernel(resolve(args.submission).path)
+    kernel = load_submission(args.submission)[1].custom_kernel
     inputs = views.inputs()
     print(json.dumps({"ipc_us": _time_us(kernel, inputs), "ipc_clone_us": _time_us(kernel, [_clone(x) for x in inputs])}))
 
@@ -104,7 +84,7 @@ def main() -> None:
         sample.prepare([7] * 15, False)
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=18, max_name_column_width=40))
     print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=12, max_name_column_width=40))
-    kernel = _kernel(resolve(args.submission).path)
+    kernel = load_submission(args.submission)[1].custom_kernel
     views = Views(sample.layout, shared.buffers["device"].tensor, shared.buffers["host"].tensor)
     inputs = views.inputs()
     print(json.dumps({"driver_mem_us": _time_us(kernel, inputs), "clone_us": _time_us(kernel, [_clone(x) for x in inputs])}))

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import collections
 import gc
-import importlib.util
 import json
 import re
 import statistics
@@ -46,13 +45,12 @@ import time
 from pathlib import Path
 
 import torch
+from submission_loader import load_submission
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness.parent.registry import resolve  # noqa: E402
-from harness.parent.seeds import sample_seeds  # noqa: E402
-from harness.worker.timing import _CU_LIMIT_PERSISTING_L2, L2Flush  # noqa: E402
-from task.inputs import generate_many  # noqa: E402
-from task.spec import load_shapes  # noqa: E402
+from harness.parent.seeds import sample_seeds
+from harness.worker.timing import L2Flush, measure
+from task.inputs import generate_many
+from task.spec import load_shapes
 
 CALLS = 15
 IDLE_S = 0.3
@@ -62,14 +60,6 @@ VARIANTS = ("official", "official_idle", "official_l2", "official_l2limit", "off
 #: The peer process of official_peer: a CUDA context with some memory, idle until killed.
 PEER = "import sys, time, torch; x = torch.ones(1 << 28, device='cuda'); torch.cuda.synchronize(); " \
        "print('ready', flush=True); time.sleep(3600)"
-
-
-def _load(path: Path):
-    sys.path.insert(0, str(path.parent))
-    spec = importlib.util.spec_from_file_location("submission", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.custom_kernel
 
 
 def _draw(case, seeds):
@@ -86,45 +76,12 @@ def _sync(cuda: bool) -> None:
         torch.cuda.synchronize()
 
 
-def one_sample(kernel, inputs, cuda: bool, flush) -> dict:
-    """Time ``kernel`` on every input back to back; per-call window time, host times and per-call GPU times (ns)."""
-    _sync(cuda)
-    if cuda:
-        flush()
-        events = [torch.cuda.Event(enable_timing=True) for _ in range(len(inputs) + 1)]
-        events[0].record()
-    host = []
-    t0 = time.perf_counter_ns()
-    for i, x in enumerate(inputs):
-        h = time.perf_counter_ns()
-        kernel(x)
-        host.append(time.perf_counter_ns() - h)
-        if cuda:
-            events[i + 1].record()
-    if cuda:
-        torch.cuda.synchronize()
-        per_call = [events[i].elapsed_time(events[i + 1]) * 1e6 for i in range(len(inputs))]
-        window = events[0].elapsed_time(events[-1]) * 1e6
-    else:
-        window = time.perf_counter_ns() - t0
-        per_call = host
-    return {"per_call_ns": window / len(inputs), "host_ns": statistics.mean(host), "first_ns": per_call[0],
-            "rest_ns": statistics.mean(per_call[1:]) if len(per_call) > 1 else per_call[0]}
-
-
-class _PlainFlush:
-    """The official evaluator's L2 clear: zero a buffer the size of the L2; with ``limit`` / ``reset``, one of
-    fp4bench's two driver calls first (harness.worker.timing.L2Flush makes both)."""
-
-    def __init__(self, buf: torch.Tensor, full, limit: bool = False, reset: bool = False):
-        self.buf, self.full, self.limit, self.reset = buf, full, limit, reset
-
-    def __call__(self) -> None:
-        if self.limit:
-            self.full._set_limit(_CU_LIMIT_PERSISTING_L2, 0)
-        if self.reset:
-            self.full._reset()
-        self.buf.zero_()
+def one_sample(kernel, inputs, flush) -> dict:
+    """Time ``kernel`` on every input back to back; per-call window time, host time per call, and the first
+    call's time against the mean of the others (events between calls on a GPU, the host clock on the CPU), ns."""
+    s = measure(kernel, inputs, 1, flush=flush, per_call=True)[0]
+    return {"per_call_ns": s.per_call_ns, "host_ns": s.host_ns / s.calls, "first_ns": s.call_ns[0],
+            "rest_ns": statistics.mean(s.call_ns[1:]) if s.calls > 1 else s.call_ns[0]}
 
 
 class Variant:
@@ -158,7 +115,7 @@ class Variant:
             end = time.perf_counter() + float(warm.group(1) or GPU_WARM_MS) / 1e3
             while time.perf_counter() < end:
                 for _ in range(10):
-                    self.flush.buf.zero_()
+                    self.flush()
                 torch.cuda.synchronize()
         if name.endswith("_warm"):
             kernel(_draw(case, [case.seed + 7 + s])[0])
@@ -167,7 +124,7 @@ class Variant:
             inputs = _draw(case, sample_seeds(case.seed, s + 1, CALLS))
             _sync(self.cuda)
             self.previous = inputs[-1]
-        self.rows.append(one_sample(kernel, inputs, self.cuda, self.flush))
+        self.rows.append(one_sample(kernel, inputs, self.flush))
 
     def summary(self) -> dict:
         per_call = [r["per_call_ns"] for r in self.rows]
@@ -192,15 +149,14 @@ def main() -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    kernel = _load(resolve(args.submission).path)
+    kernel = load_submission(args.submission)[1].custom_kernel
     cuda = torch.cuda.is_available()
     flush = None
     if cuda:
-        size = torch.cuda.get_device_properties(0).L2_cache_size
-        full = L2Flush(torch.device("cuda", 0))
-        buf = torch.empty(size, dtype=torch.uint8, device="cuda")
-        flush = {"l2": full, "l2limit": _PlainFlush(buf, full, limit=True), "l2reset": _PlainFlush(buf, full, reset=True)}
-        flush = collections.defaultdict(lambda: _PlainFlush(buf, full), flush)
+        dev = torch.device("cuda", 0)
+        plain = L2Flush(dev, limit=False, lines=False)
+        flush = {"l2": L2Flush(dev), "l2limit": L2Flush(dev, lines=False), "l2reset": L2Flush(dev, limit=False)}
+        flush = collections.defaultdict(lambda: plain, flush)
     names = args.variants.split(",")
     for name in names:
         if re.sub(r"_gpuwarm\d+$", "_gpuwarm", name) not in VARIANTS:

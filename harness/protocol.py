@@ -17,6 +17,8 @@ import typing
 from dataclasses import dataclass
 from enum import IntEnum
 
+from task.check import OutputMeta
+
 
 @dataclass(frozen=True)
 class BufferRef:
@@ -102,18 +104,6 @@ class Mapped:
 
 
 @dataclass(frozen=True)
-class Meta:
-    """One returned object as the worker saw it (task.check.OutputMeta's fields)."""
-
-    type_name: str
-    plain_tensor: bool
-    dtype: str = ""
-    shape: tuple[int, ...] = ()
-    device: str = ""
-    tensor_subclass: bool = False
-
-
-@dataclass(frozen=True)
 class ThreadUse:
     """A thread other than the worker's own that used CPU outside the timed window (``tid`` 0: threads that have
     exited, whose time shows only in the process clock)."""
@@ -139,7 +129,7 @@ class RunReply:
     elapsed_ns: float
     calls: int
     containers: tuple[str, ...]
-    metas: tuple[tuple[Meta, ...], ...]
+    metas: tuple[tuple[OutputMeta, ...], ...]
     copied: tuple[tuple[bool, ...], ...]
     late_streams: int = 0
     changed: tuple[int, ...] = ()

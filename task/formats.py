@@ -12,6 +12,10 @@ E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -
 SF_VEC = 16
 #: The blocked scale layout's atom: 32 x 4 rows by 4 scale columns, 512 bytes.
 ATOM_ROWS, ATOM_COLS = 128, 4
+#: Bytes of one atom (one e4m3fn byte a scale), stored contiguously.
+ATOM_BYTES = ATOM_ROWS * ATOM_COLS
+#: K elements one atom's 4 scale columns cover.
+ATOM_K = ATOM_COLS * SF_VEC
 #: Largest finite e4m3fn value.
 E4M3FN_MAX = 448.0
 
@@ -58,9 +62,28 @@ def decode_e4m3fn(sf: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch
     return _lut("e4m3fn", u.device).to(dtype)[u.long()]
 
 
+def blocked_rest(rows: int, sf_cols: int) -> tuple[int, int]:
+    """(rest_mn, rest_k): atoms along the rows (ceil(rows / 128)) and along the scale columns (ceil(sf_cols / 4))."""
+    return -(-rows // ATOM_ROWS), -(-sf_cols // ATOM_COLS)
+
+
 def blocked_shape(rows: int, sf_cols: int) -> tuple[int, int, int, int, int, int]:
     """Storage shape (L=1, rest_mn, rest_k, 32, 4, 4) of the blocked layout for ``rows`` x ``sf_cols`` scales."""
-    return (1, -(-rows // ATOM_ROWS), -(-sf_cols // ATOM_COLS), 32, 4, 4)
+    return (1, *blocked_rest(rows, sf_cols), 32, 4, 4)
+
+
+def blocked_view_shape(rows: int, sf_cols: int) -> tuple[int, int, int, int, int, int]:
+    """Shape of the exposed blocked view in input_t (storage permuted by BLOCKED_PERMUTE):
+    [32, 4, rest_mn, 4, rest_k, 1]."""
+    rest_mn, rest_k = blocked_rest(rows, sf_cols)
+    return (32, 4, rest_mn, 4, rest_k, 1)
+
+
+def blocked_view_strides(rows: int, sf_cols: int) -> tuple[int, int, int, int, int, int]:
+    """Element strides of the exposed view when its storage is the contiguous blocked layout (as generated):
+    (16, 4, rest_k * 512, 1, 512, rest_mn * rest_k * 512)."""
+    rest_mn, rest_k = blocked_rest(rows, sf_cols)
+    return (16, 4, rest_k * ATOM_BYTES, 1, ATOM_BYTES, rest_mn * rest_k * ATOM_BYTES)
 
 
 #: The permutation from blocked storage (L, rest_mn, rest_k, 32, 4, 4) to the exposed view
@@ -74,14 +97,15 @@ def blocked_offset(r, j, rest_k: int):
     ``((r // 128) * rest_k + j // 4) * 512 + (r % 32) * 16 + ((r % 128) // 32) * 4 + j % 4``; works on ints
     and integer tensors alike.
     """
-    return ((r // 128) * rest_k + j // 4) * 512 + (r % 32) * 16 + ((r % 128) // 32) * 4 + j % 4
+    return ((r // ATOM_ROWS) * rest_k + j // ATOM_COLS) * ATOM_BYTES + (r % 32) * 16 + ((r % ATOM_ROWS) // 32) * 4 \
+        + j % ATOM_COLS
 
 
 def blocked_index(rows: int, sf_cols: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """int64 [rows, sf_cols]: the storage offset of every valid scale (the index map of the blocked layout)."""
     r = torch.arange(rows, device=device).unsqueeze(1)
     j = torch.arange(sf_cols, device=device).unsqueeze(0)
-    return blocked_offset(r, j, -(-sf_cols // ATOM_COLS))
+    return blocked_offset(r, j, blocked_rest(rows, sf_cols)[1])
 
 
 def unblock(reordered: torch.Tensor, rows: int, sf_cols: int) -> torch.Tensor:

@@ -4,7 +4,21 @@ import numpy as np
 import pytest
 import torch
 
-from task.formats import E2M1_VALUES, blocked_index, blocked_offset, decode_e2m1, decode_e4m3fn, e4m3fn_value, unblock
+from task.formats import (
+    ATOM_BYTES,
+    ATOM_K,
+    E2M1_VALUES,
+    SF_VEC,
+    blocked_index,
+    blocked_offset,
+    blocked_view_shape,
+    blocked_view_strides,
+    decode_e2m1,
+    decode_e4m3fn,
+    e4m3fn_value,
+    unblock,
+)
+from task.inputs import generate_input
 
 
 def test_e2m1_decode_agrees_with_ml_dtypes_from_bits():
@@ -71,3 +85,12 @@ def test_unblock_inverts_the_official_permuted_view():
     view = storage.permute(3, 4, 1, 5, 2, 0)
     assert view.shape == (32, 4, 1, 4, 2, 1)
     assert torch.equal(unblock(view, rows, cols), values)
+
+
+@pytest.mark.parametrize(("rows", "k"), [(64, 256), (128, 512), (200, 320), (384, 7168)])
+def test_blocked_view_shape_and_strides_describe_the_generated_view(rows, k):
+    data = generate_input([rows], [128], [k], 1, seed=3)
+    sfa = data[2][0][0]
+    assert tuple(sfa.shape) == blocked_view_shape(rows, k // SF_VEC)
+    assert tuple(sfa.stride()) == blocked_view_strides(rows, k // SF_VEC)
+    assert blocked_view_strides(rows, k // SF_VEC)[4] == ATOM_BYTES == 512 and ATOM_K == 64

@@ -5,11 +5,12 @@ import pytest
 
 from harness import protocol as P
 from harness.protocol import BufferRef
+from task.check import OutputMeta
 
 
 def test_round_trip_keeps_types():
-    reply = P.RunReply(1500.0, 15, ("builtins.list",), ((P.Meta("torch.Tensor", True, "torch.float16", (4, 8, 1),
-                                                                "cuda:0"),),), ((True,),), 0, (3,),
+    reply = P.RunReply(1500.0, 15, ("builtins.list",), ((OutputMeta("torch.Tensor", True, "torch.float16", (4, 8, 1),
+                                                                     "cuda:0"),),), ((True,),), 0, (3,),
                        (P.ThreadUse("python", 123, 4000),), ("sys.setprofile hook",), (), (), (), 120.5, "")
     back = P.decode(P.encode(reply), (P.RunReply,))
     assert back == reply and back.metas[0][0].shape == (4, 8, 1) and back.threads[0].cpu_ns == 4000

@@ -22,6 +22,7 @@ from harness import protocol as P
 from harness.buffers import MappedBuffer, recv_fds
 from harness.channel import Writer
 from task.arena import Layout, Views
+from task.check import OutputMeta
 from task.inputs import default_device
 from task.spec import Case
 
@@ -65,12 +66,12 @@ def _type_label(obj) -> str:
     return name
 
 
-def _meta(obj) -> P.Meta:
+def _meta(obj) -> OutputMeta:
     t = type(obj)
     name = f"{_type_module(t)}.{_type_qualname(t)}"
     if t is _Tensor:
-        return P.Meta(name, True, str(obj.dtype), tuple(obj.shape), str(obj.device))
-    return P.Meta(name, False, tensor_subclass=_Tensor in type.__dict__["__mro__"].__get__(t))
+        return OutputMeta(name, True, str(obj.dtype), tuple(obj.shape), str(obj.device))
+    return OutputMeta(name, False, tensor_subclass=_Tensor in type.__dict__["__mro__"].__get__(t))
 
 
 def _cuda_poisoned() -> bool:

@@ -1,14 +1,22 @@
-"""One timed sample, through functions captured before the submission is imported.
+"""Timed samples, through functions captured before the submission is imported.
 
 Import this module before the submission: every torch function the measurement uses is bound here, so a
 submission that replaces ``torch.cuda.Event.elapsed_time`` (or any other attribute) changes nothing we use.
 ``guard_report()`` lists the attributes a submission did replace, for the record.
+
+Two loops: ``run_window`` is the worker's (marks held by the native guard, outputs copied out, other streams
+watched); ``measure`` is the plain loop of the official evaluator and of the standalone scripts (benchmarks/,
+submissions/*/bench.py), whose parameters name where they differ (L2 clear, kernels alone, events per call,
+stopping rule). Importing this module only binds names: it allocates nothing and creates no CUDA context.
 """
 from __future__ import annotations
 
 import ctypes
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
+from typing import Protocol
 
 import torch
 
@@ -36,6 +44,7 @@ if _cuda_available:
     _event_sync = torch.cuda.Event.synchronize
     _device_sync = torch.cuda.synchronize
     _current_stream = torch.cuda.current_stream
+    _spin_cycles = torch.cuda._sleep
 
 #: CU_LIMIT_PERSISTING_L2_CACHE_SIZE in the CUDA driver API (cuda.h, CUlimit).
 _CU_LIMIT_PERSISTING_L2 = 0x06
@@ -47,23 +56,30 @@ def guard_report() -> list[str]:
 
 
 class L2Flush:
-    """Clears the L2 before each sample: zeroes a buffer exactly the size of the device's L2 (allocated once),
-    and drops any persisting-L2 reservation (limit reset to 0, persisting lines reset) through the driver API."""
+    """Clears the L2 before each sample: zeroes a buffer exactly the size of the device's L2 (allocated once, on
+    the current stream), after dropping any persisting-L2 reservation through the driver API: ``limit`` sets the
+    persisting-L2 limit to 0, ``lines`` resets the persisting lines (each skipped where libcuda cannot be loaded).
+    fp4bench's worker does both; the official evaluator neither (``L2Flush(device, limit=False, lines=False)``)."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, limit: bool = True, lines: bool = True):
         self.bytes = torch.cuda.get_device_properties(device).L2_cache_size
         self._buf = _empty(self.bytes, dtype=torch.uint8, device=device)
-        try:
-            lib = ctypes.CDLL("libcuda.so.1")
-            self._set_limit = lib.cuCtxSetLimit
-            self._set_limit.argtypes = [ctypes.c_int, ctypes.c_size_t]
-            self._reset = lib.cuCtxResetPersistingL2Cache
-        except OSError:
-            self._set_limit = self._reset = None
+        self._set_limit = self._reset = None
+        if limit or lines:
+            try:
+                lib = ctypes.CDLL("libcuda.so.1")
+            except OSError:
+                return
+            if limit:
+                self._set_limit = lib.cuCtxSetLimit
+                self._set_limit.argtypes = [ctypes.c_int, ctypes.c_size_t]
+            if lines:
+                self._reset = lib.cuCtxResetPersistingL2Cache
 
     def __call__(self) -> None:
-        if self._reset is not None:
+        if self._set_limit is not None:
             self._set_limit(_CU_LIMIT_PERSISTING_L2, 0)
+        if self._reset is not None:
             self._reset()
         _zero_(self._buf)
 
@@ -119,8 +135,8 @@ class Window:
     after: object = None    # snapshot() right after the end mark
 
 
-def run_window(window, kernel, inputs: list, copy_out, cuda: bool, flush: "L2Flush | None" = None,
-               watch: "StreamWatch | None" = None, snapshot=lambda: None) -> Window:
+def run_window(window, kernel, inputs: list, copy_out, cuda: bool, flush: L2Flush | None = None,
+               watch: StreamWatch | None = None, snapshot=lambda: None) -> Window:
     """Run ``kernel`` on every input back to back between the marks ``window`` (the native guard, or its Python
     fallback) holds; L2 flushed first on CUDA. ``copy_out(outputs, into_scratch)`` copies what each call returned
     to the output buffer (right after the end mark, on the same stream: the state at the end of the window) and,
@@ -146,3 +162,92 @@ def run_window(window, kernel, inputs: list, copy_out, cuda: bool, flush: "L2Flu
     late = watch.late(marks, window, elapsed) if watch is not None else 0
     changed = copy_out(outputs, True) if cuda else ()
     return Window(elapsed, outputs, late, tuple(changed), before, after)
+
+
+class StopRule(Protocol):
+    """When ``measure`` stops (harness.results.stats.StoppingRule is the official one)."""
+
+    def is_finished(self, samples_ns: Sequence[float], wall_ns: float) -> bool:
+        """True to stop, given the per-call time of every sample so far (ns) and the wall time spent (ns)."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One pass of ``measure`` over its inputs. ``elapsed_ns``: start mark to end mark over all ``calls``;
+    ``host_ns``: host time for the calls to return (perf_counter_ns; with ``per_call`` on a GPU the event records
+    between calls too; on the CPU the same interval as the window);
+    ``call_ns``: each call's own time (events between calls on a GPU, the host clock on the CPU), only when
+    ``measure(per_call=True)``, else empty."""
+
+    calls: int
+    elapsed_ns: float
+    host_ns: float
+    call_ns: tuple[float, ...]
+
+    @property
+    def per_call_ns(self) -> float:
+        """The window's time per call (ns): the figure the official evaluator reports."""
+        return self.elapsed_ns / self.calls
+
+
+def measure(kernel, inputs: Sequence, stop: int | StopRule, flush: L2Flush | None = None,
+            queue_behind_cycles: int = 0, per_call: bool = False) -> list[Sample]:
+    """Time ``kernel(x)`` for every ``x`` of ``inputs`` back to back, one ``Sample`` per pass, the same inputs every
+    pass, until ``stop`` (a number of samples, or a ``StopRule`` asked after each sample with the per-call times
+    so far) says stop. Nothing is checked or copied: the official evaluator's loop, not the worker's guarded
+    ``run_window``. Per sample on a GPU: a device synchronize; ``flush()`` when given (None: the L2 keeps what the
+    last sample left); with ``queue_behind_cycles`` a GPU spin of that many clock cycles queued first, so the
+    window holds the kernels alone and not the host time that launches them; one CUDA event before the calls and
+    one after (``per_call``: one after every call); a device synchronize. On the CPU: a monotonic clock
+    (perf_counter_ns) around the calls. All times in ns.
+
+    Raises ValueError for no inputs or a count below 1; whatever a call raises."""
+    if not len(inputs):
+        raise ValueError("measure(): no inputs to time")
+    if isinstance(stop, int) and stop < 1:
+        raise ValueError(f"measure(): stop must be at least 1 sample, got {stop}")
+    finished = (lambda done, _wall: len(done) >= stop) if isinstance(stop, int) else stop.is_finished
+    samples, per_call_ns, t0 = [], [], _perf_ns()
+    while True:
+        s = _sample(kernel, inputs, flush, queue_behind_cycles, per_call) if _cuda_available else \
+            _cpu_sample(kernel, inputs, per_call)
+        samples.append(s)
+        per_call_ns.append(s.per_call_ns)
+        if finished(per_call_ns, _perf_ns() - t0):
+            return samples
+
+
+def _sample(kernel, inputs: Sequence, flush, queue_behind_cycles: int, per_call: bool) -> Sample:
+    """One CUDA sample of ``measure``."""
+    _device_sync()
+    if flush is not None:
+        flush()
+    if queue_behind_cycles:
+        _spin_cycles(queue_behind_cycles)
+    marks = [_Event(enable_timing=True) for _ in range(len(inputs) + 1 if per_call else 2)]
+    _record(marks[0])
+    host = _perf_ns()
+    for i, x in enumerate(inputs):
+        kernel(x)
+        if per_call:
+            _record(marks[i + 1])
+    host = _perf_ns() - host
+    if not per_call:
+        _record(marks[1])
+    _device_sync()
+    calls = tuple(_elapsed_ms(a, b) * 1e6 for a, b in pairwise(marks)) if per_call else ()
+    return Sample(len(inputs), _elapsed_ms(marks[0], marks[-1]) * 1e6, float(host), calls)
+
+
+def _cpu_sample(kernel, inputs: Sequence, per_call: bool) -> Sample:
+    """One CPU sample of ``measure``: the window is the host clock around the calls."""
+    stamps = [_perf_ns()]
+    for x in inputs:
+        kernel(x)
+        if per_call:
+            stamps.append(_perf_ns())
+    if not per_call:
+        stamps.append(_perf_ns())
+    calls = tuple(float(b - a) for a, b in pairwise(stamps)) if per_call else ()
+    elapsed = float(stamps[-1] - stamps[0])
+    return Sample(len(inputs), elapsed, elapsed, calls)

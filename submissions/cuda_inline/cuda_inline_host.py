@@ -1,4 +1,4 @@
-"""Host-side logic of the cuda_inline variant that needs no GPU (no torch either).
+"""Host-side logic of the cuda_inline variant that needs no GPU.
 
 - ``validate_problem_sizes``: what the kernel supports, as ValueError naming the expected and the given value.
 - ``make_plan``: the tile list the kernel runs one CTA per entry of, ``(group, m0, n0, sfb_tmem_col)`` in group,
@@ -16,6 +16,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
+from task.formats import ATOM_BYTES, ATOM_K, ATOM_ROWS, SF_VEC
+
 #: One launch holds every group's tensor maps in its parameter block (2 x 8 maps of 128 bytes).
 MAX_GROUPS = 8
 #: Output tile of one CTA and the K width of one pipeline stage.
@@ -23,13 +25,8 @@ TILE_M, TILE_N, TILE_K = 128, 64, 256
 #: K elements per tcgen05.mma of kind mxf4nvf4.
 MMA_K = 64
 STAGES = 6
-#: Elements per e4m3fn scale; the blocked layout's atom: 128 rows x 4 scale columns in 512 bytes.
-SF_VEC = 16
-SF_ATOM_ROWS = 128
-SF_ATOM_BYTES = 512
-SF_ATOM_K = 4 * SF_VEC
 #: Scale bytes one stage copies per operand: the 4 atoms of one 256-wide K block, contiguous in the layout.
-SF_BYTES_PER_STAGE = SF_ATOM_BYTES * (TILE_K // SF_ATOM_K)
+SF_BYTES_PER_STAGE = ATOM_BYTES * (TILE_K // ATOM_K)
 #: In tensor memory an atom sits in 32 lanes x 4 columns; rows 32c .. 32c+31 of the atom are column c.
 SF_ROWS_PER_TMEM_COL = 32
 #: M, N, K are ints in the kernel (parameters, TMA coordinates); kept clear of int overflow for m0 + 128.
@@ -115,7 +112,7 @@ def tile_offsets(sizes: Iterable[Size]) -> list[int]:
 def sfb_tmem_col(n0: int) -> int:
     """The tensor-memory column where the scales of B rows n0 .. n0+63 begin: the SFB copy brings the whole
     128-row atom (column c holds atom rows 32c .. 32c+31), so an odd 64-column tile starts at column 2."""
-    return (n0 % SF_ATOM_ROWS) // SF_ROWS_PER_TMEM_COL
+    return (n0 % ATOM_ROWS) // SF_ROWS_PER_TMEM_COL
 
 
 def build_tiles(sizes: Sequence[Size]) -> list[Tile]:
@@ -153,7 +150,7 @@ def make_plan(problem_sizes: Sequence[Sequence[int]]) -> Plan:
 def sf_tile_base(row0: int, k: int) -> int:
     """Byte offset, in the blocked storage of SFA (or SFB), of the first atom holding rows row0 .. row0+127
     (row0 a multiple of 64): atoms (row block, k atom) lie ``rest_k = K / 64`` to a row block."""
-    return (row0 // SF_ATOM_ROWS) * (k // SF_ATOM_K) * SF_ATOM_BYTES
+    return (row0 // ATOM_ROWS) * (k // ATOM_K) * ATOM_BYTES
 
 
 def sf_stage_offset(k_block: int) -> int:
@@ -165,7 +162,7 @@ def sf_stage_position(r: int, j: int) -> int:
     """Where scale (row r, scale-column j) sits in its stage buffer: MMA step ``(j % 16) // 4`` copies atom bytes
     ``step * 512 ..`` into tensor memory, lane ``r % 32``, column ``(r % 128) // 32``, byte ``j % 4``."""
     step = (j % (TILE_K // SF_VEC)) // 4
-    return step * SF_ATOM_BYTES + (r % 32) * 16 + ((r % SF_ATOM_ROWS) // 32) * 4 + j % 4
+    return step * ATOM_BYTES + (r % 32) * 16 + ((r % ATOM_ROWS) // 32) * 4 + j % 4
 
 
 # --- tensor maps ------------------------------------------------------------------------------------------------

@@ -15,6 +15,8 @@ from typing import Callable, Hashable, Sequence
 
 import torch
 
+from task.formats import SF_VEC, blocked_offset, blocked_view_shape, blocked_view_strides
+
 VARIANT = "cute_dense_per_group"
 
 
@@ -57,8 +59,6 @@ PTR_ALIGN_BYTES = 32
 INT32_MAX = 2**31 - 1
 #: Grid (ceil(M/128), ceil(N/128), 1): gridDim.x up to 2^31 - 1, gridDim.y up to 65535.
 MAX_GRID_X, MAX_GRID_Y = 2**31 - 1, 65535
-#: Scale atoms: 128 rows by 4 scale columns (64 K elements), 512 bytes (task.formats.ATOM_ROWS/ATOM_COLS).
-SF_ATOM_ROWS, SF_ATOM_COLS, SF_ATOM_BYTES = 128, 4, 512
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -82,39 +82,14 @@ def launch_grid(shape: GroupShape, cfg: KernelConfig = CONFIG) -> tuple[int, int
 # ---------------------------------------------------------------------------------------------------------------
 # The blocked 32x4x4 scale layout as the kernel addresses it
 # ---------------------------------------------------------------------------------------------------------------
-def sf_rest_k(k: int) -> int:
-    """Scale atoms along K: ceil(K / 64)."""
-    return ceil_div(k // 16, SF_ATOM_COLS)
-
-
-def sf_offset(row: int, sf_col: int, rest_k: int) -> int:
-    """Byte offset of scale (row, scale column) in the layout ``tile_atom_to_shape_SF((rows, K, 1), 16)``
-    builds: row modes ((32, 4), rest) strides ((16, 4), 512 * rest_k); K modes ((16, 4), rest_k) strides
-    ((0, 1), 512)."""
-    r32, r4, r_atom = row % 32, (row // 32) % 4, row // SF_ATOM_ROWS
-    c4, c_atom = sf_col % SF_ATOM_COLS, sf_col // SF_ATOM_COLS
-    return r32 * 16 + r4 * 4 + r_atom * SF_ATOM_BYTES * rest_k + c4 + c_atom * SF_ATOM_BYTES
-
-
 def sf_tile_offset(tile_mn: int, k_tile: int, rest_k: int, cfg: KernelConfig = CONFIG) -> int:
     """Byte offset of the first scale a CTA loads for row block ``tile_mn`` at K tile ``k_tile``."""
-    return sf_offset(tile_mn * cfg.tile_m, k_tile * cfg.tile_k // cfg.sf_vec, rest_k)
+    return blocked_offset(tile_mn * cfg.tile_m, k_tile * cfg.tile_k // cfg.sf_vec, rest_k)
 
 
 def sf_tile_bytes(cfg: KernelConfig = CONFIG) -> int:
     """Scale bytes one stage loads per operand: 128 rows x 16 scale columns, contiguous in the blocked layout."""
     return cfg.tile_m * cfg.tile_k // cfg.sf_vec
-
-
-def blocked_view_shape(rows: int, k: int) -> tuple[int, ...]:
-    """Shape of the reordered scale view in input_t: [32, 4, ceil(rows/128), 4, ceil(K/64), 1]."""
-    return (32, 4, ceil_div(rows, SF_ATOM_ROWS), 4, sf_rest_k(k), 1)
-
-
-def blocked_view_strides(rows: int, k: int) -> tuple[int, ...]:
-    """Element strides of that view when its storage is the contiguous blocked layout (the only one accepted)."""
-    rest_mn, rest_k = ceil_div(rows, SF_ATOM_ROWS), sf_rest_k(k)
-    return (16, 4, rest_k * SF_ATOM_BYTES, 1, SF_ATOM_BYTES, rest_mn * rest_k * SF_ATOM_BYTES)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -186,10 +161,10 @@ def validate_inputs(data, cfg: KernelConfig = CONFIG, variant: str = VARIANT) ->
         _check_tensor(a, f"{where} a", fp4, (s.m, half_k, 1), (half_k, 1, s.m * half_k))
         _check_tensor(b, f"{where} b", fp4, (s.n, half_k, 1), (half_k, 1, s.n * half_k))
         _check_tensor(c, f"{where} c", torch.float16, (s.m, s.n, 1), (s.n, 1, s.m * s.n))
-        _check_tensor(sfa, f"{where} sfa_reordered", fp8, blocked_view_shape(s.m, s.k),
-                      blocked_view_strides(s.m, s.k))
-        _check_tensor(sfb, f"{where} sfb_reordered", fp8, blocked_view_shape(s.n, s.k),
-                      blocked_view_strides(s.n, s.k))
+        _check_tensor(sfa, f"{where} sfa_reordered", fp8, blocked_view_shape(s.m, s.k // SF_VEC),
+                      blocked_view_strides(s.m, s.k // SF_VEC))
+        _check_tensor(sfb, f"{where} sfb_reordered", fp8, blocked_view_shape(s.n, s.k // SF_VEC),
+                      blocked_view_strides(s.n, s.k // SF_VEC))
         for name, t in (("a", a), ("b", b), ("c", c), ("sfa_reordered", sfa), ("sfb_reordered", sfb)):
             if t.device != device:
                 raise UnsupportedProblem(f"{where} {name}: expected device {device}, got {t.device}")

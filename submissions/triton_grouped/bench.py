@@ -5,14 +5,13 @@
     python3 submissions/triton_grouped/bench.py --inspect --configs all   # no GPU: compile for sm_90, print
                                                                           # registers, spills, smem, occupancy
 
-Timing: per shape, ``--inputs`` freshly generated inputs (seed + 42 i, the official draw); one sample = L2
-flushed (a buffer the size of the L2, zeroed on the stream), then every input run back to back between one
-pair of CUDA events, divided by the count. Reports mean and median us per call and TFLOP/s, against the bf16
-roofline (989.4 TFLOP/s dense). Each config is checked against task.reference.ref_kernel on the first input
-before it is timed.
+Timing: per shape, ``--inputs`` freshly generated inputs (seed + 42 i, the official draw); one sample is
+harness.worker.timing.measure's official loop (L2 cleared with a buffer the size of the L2, then every input
+back to back between one pair of CUDA events, divided by the count). Reports mean and median us per call and
+TFLOP/s, against the bf16 roofline (989.4 TFLOP/s dense). Each config is checked against
+task.reference.ref_kernel on the first input (task.check's tolerance) before it is timed.
 """
 import argparse
-from dataclasses import replace
 import importlib.util
 import json
 import math
@@ -21,6 +20,7 @@ import re
 import statistics
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -28,6 +28,9 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
+
+from harness.worker.timing import L2Flush, measure
+from task.check import compare
 
 _spec = importlib.util.spec_from_file_location("triton_grouped_submission", HERE / "submission.py")
 sub = importlib.util.module_from_spec(_spec)
@@ -167,14 +170,9 @@ def load_cases(shape_set="benchmarks"):
     return doc["cases"]
 
 
-def check(out, ref):
-    bad = 0
-    for o, r in zip(out, ref):
-        o, r = o.float(), r.float()
-        ok = (o - r).abs() <= 1e-3 + 1e-3 * r.abs()
-        ok |= torch.isnan(o) & torch.isnan(r)
-        bad += int((~ok).sum())
-    return bad
+def check(out, ref) -> int:
+    """Elements of all groups outside the official tolerance (task.check.compare)."""
+    return sum(compare(o, r).mismatches for o, r in zip(out, ref))
 
 
 def use_config(cfg, inputs):
@@ -189,26 +187,18 @@ def run_config(cfg, d):
     return sub.custom_kernel(d)
 
 
+#: ``--gpu-only``: GPU clock cycles the calls are queued behind (about 20 ms), so the window holds the kernels alone.
+GPU_ONLY_SPIN_CYCLES = 40_000_000
+
+
 def time_config(cfg, inputs, flush, samples, gpu_only=False):
-    """us per call, one figure per sample. ``gpu_only``: the calls are queued behind a GPU sleep of about
-    20 ms, so the window holds the kernels alone, not the host time that launches them."""
+    """us per call, one figure per sample. ``gpu_only``: the calls are queued behind a GPU spin, so the window
+    holds the kernels alone, not the host time that launches them."""
     fn = lambda d: run_config(cfg, d)  # noqa: E731
     for d in inputs:  # warm-up: compile, plans, tables
         fn(d)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(samples):
-        flush.zero_()
-        if gpu_only:
-            torch.cuda._sleep(40_000_000)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for d in inputs:
-            fn(d)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / len(inputs))
-    return times
+    runs = measure(fn, inputs, samples, flush=flush, queue_behind_cycles=GPU_ONLY_SPIN_CYCLES if gpu_only else 0)
+    return [s.per_call_ns / 1e3 for s in runs]
 
 
 def main():
@@ -231,7 +221,7 @@ def main():
 
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(dev)
-    flush = torch.empty(props.L2_cache_size, dtype=torch.uint8, device=dev)
+    flush = L2Flush(dev, limit=False, lines=False)
     print(f"{props.name}, {props.multi_processor_count} SMs, L2 {props.L2_cache_size} B; torch {torch.__version__}, "
           f"triton {sub.triton.__version__}", flush=True)
     results = {}

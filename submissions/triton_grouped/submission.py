@@ -31,15 +31,11 @@ import triton
 import triton.language as tl
 
 from task import input_t, output_t
+from task.formats import SF_VEC, blocked_view_shape, blocked_view_strides
 
 # ----------------------------------------------------------------------------------------------------------
 # Configuration
 # ----------------------------------------------------------------------------------------------------------
-
-#: Bytes of a blocked scale atom (32 x 4 rows x 4 scale columns) and its rows.
-_ATOM_BYTES, _ATOM_ROWS = 512, 128
-#: Values per scale factor.
-_SF_VEC = 16
 
 
 @dataclass(frozen=True)
@@ -781,11 +777,10 @@ def _expect(cond: bool, what: str, expected, got) -> None:
 
 
 def _blocked_view_ok(sf: torch.Tensor, rows: int, k: int) -> None:
-    rest_mn, rest_k = -(-rows // _ATOM_ROWS), k // 64
-    shape = (32, 4, rest_mn, 4, rest_k, 1)
+    shape = blocked_view_shape(rows, k // SF_VEC)
     _expect(tuple(sf.shape) == shape, "blocked scale shape [32, 4, ceil(rows/128), 4, K/64, 1]", shape,
             tuple(sf.shape))
-    strides = (16, 4, rest_k * _ATOM_BYTES, 1, _ATOM_BYTES)
+    strides = blocked_view_strides(rows, k // SF_VEC)[:5]
     _expect(tuple(sf.stride())[:5] == strides, "blocked scale strides (storage (L, rest_mn, rest_k, 32, 4, 4))",
             strides, tuple(sf.stride())[:5])
     _expect(sf.dtype in (torch.float8_e4m3fn, torch.uint8), "scale dtype", "float8_e4m3fn", sf.dtype)

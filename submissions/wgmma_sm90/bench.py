@@ -6,8 +6,9 @@
     python3 submissions/wgmma_sm90/bench.py --inspect          # no GPU: nvcc + ptxas report (registers, spills)
     WGMMA_SM90_NVCC_EXTRA=-DWG_TRACE python3 .../bench.py --trace   # per-CTA phase times of one call
 
-Timing, per benchmark shape, over 15 inputs drawn as the official loop draws them (seed + 42 i):
-- ``alone``: the 15 calls queued behind a GPU sleep, so host time stays out of the window (the kernels' time);
+Timing, per benchmark shape, over 15 inputs drawn as the official loop draws them (seed + 42 i), through
+harness.worker.timing.measure:
+- ``alone``: the 15 calls queued behind a GPU spin, so host time stays out of the window (the kernels' time);
 - ``official``: L2 cleared, then the 15 calls back to back between one pair of CUDA events (host time in).
 Figures: mean us per call over ``--samples`` samples, TFLOP/s, percent of the bf16 roofline (989.4 TFLOP/s).
 """
@@ -28,6 +29,7 @@ sys.path.insert(0, str(HERE))
 import torch  # noqa: E402
 
 import wgmma_sm90_host as host  # noqa: E402
+from harness.worker.timing import L2Flush, measure  # noqa: E402
 from task.check import check_outputs  # noqa: E402
 from task.cost import flops  # noqa: E402
 from task.inputs import generate_input  # noqa: E402
@@ -35,6 +37,8 @@ from task.reference import ref_kernel  # noqa: E402
 from task.spec import load_shapes  # noqa: E402
 
 BF16_DENSE_TFLOPS = 989.4
+#: ``alone``: GPU clock cycles the calls are queued behind (about 20 ms), longer than the host takes to queue them.
+ALONE_SPIN_CYCLES = 40_000_000
 
 
 def _name(case) -> str:
@@ -63,28 +67,9 @@ def check(data_modes=("official", "full-range")) -> list[dict]:
     return rows
 
 
-def _time(fn, inputs, alone: bool, flush: torch.Tensor) -> tuple[float, float]:
-    """(GPU us per call between the events, host us per call of the loop)."""
-    import time  # noqa: PLC0415
-    torch.cuda.synchronize()
-    if alone:
-        torch.cuda._sleep(40_000_000)
-    else:
-        flush.zero_()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    t0 = time.perf_counter()
-    for d in inputs:
-        fn(d)
-    host = (time.perf_counter() - t0) * 1e6 / len(inputs)
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1000 / len(inputs), host
-
-
-def _l2_buffer() -> torch.Tensor:
-    """A buffer the size of the GPU's L2: zeroing it clears the L2."""
-    return torch.empty(torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.uint8, device="cuda")
+def _l2_flush() -> L2Flush:
+    """The official evaluator's L2 clear: a buffer the size of the GPU's L2, zeroed."""
+    return L2Flush(torch.device("cuda", 0), limit=False, lines=False)
 
 
 def _benchmark_inputs():
@@ -101,18 +86,20 @@ def _benchmark_inputs():
 def time_benchmarks(samples: int) -> list[dict]:
     """Mean us per call, alone and official-style, for each benchmarks.yml case."""
     sub = _sub()
-    flush = _l2_buffer()
+    flush = _l2_flush()
     rows = []
     for case, inputs in _benchmark_inputs():
         row = {"case": _name(case)}
         for mode in ("alone", "official"):
-            runs = [_time(sub.custom_kernel, inputs, mode == "alone", flush) for _ in range(samples)]
-            ts = [r[0] for r in runs]
+            alone = mode == "alone"
+            runs = measure(sub.custom_kernel, inputs, samples, flush=None if alone else flush,
+                           queue_behind_cycles=ALONE_SPIN_CYCLES if alone else 0)
+            ts = [r.per_call_ns / 1e3 for r in runs]
             us = statistics.mean(ts)
             tflops = flops(case) / us / 1e6
             row[mode] = {"mean_us": round(us, 2), "median_us": round(statistics.median(ts), 2),
                          "tflops": round(tflops, 1), "pct_bf16": round(100 * tflops / BF16_DENSE_TFLOPS, 1),
-                         "host_us": round(statistics.mean(r[1] for r in runs), 2)}
+                         "host_us": round(statistics.mean(r.host_ns / r.calls / 1e3 for r in runs), 2)}
         print(json.dumps(row), flush=True)
         rows.append(row)
     geo = {mode: round(statistics.geometric_mean([r[mode]["mean_us"] for r in rows]), 2)
@@ -167,7 +154,7 @@ def trace() -> list[dict]:
     if "-DWG_TRACE" not in host.EXTRA_FLAGS:
         raise SystemExit("bench.py --trace needs WGMMA_SM90_NVCC_EXTRA=-DWG_TRACE")
     sub = _sub()
-    flush = _l2_buffer()
+    flush = _l2_flush()
     rows = []
     for case, inputs in _benchmark_inputs():
         plan = sub._PLANS[tuple(case.problem_sizes)]
@@ -179,7 +166,7 @@ def trace() -> list[dict]:
         row = {"case": _name(case), "split": plan.split, "paired": plan.paired}
         for mode in ("loop15", "single"):
             torch.cuda.synchronize()
-            flush.zero_()
+            flush()
             for d in (inputs if mode == "loop15" else inputs[:1]):
                 sub.custom_kernel(d)
             torch.cuda.synchronize()

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from task.formats import ATOM_BYTES, SF_VEC, blocked_view_shape, blocked_view_strides
+
 HERE = Path(__file__).resolve().parent
 KERNEL_SOURCE = HERE / "kernel.cu"
 FAST_CALL_SOURCE = HERE / "fast_call.cpp"
@@ -49,14 +51,12 @@ BM_MAX = 128
 #: Dynamic shared memory per CTA in bytes (kernel.cu SMEM_BYTES + 1024 for aligning the base to 1024 bytes):
 #: DEC_BUFS decoded A buffers of BM_MAX x BK fp16, then STAGES raw stages (B rows, A rows, B scale atoms, two of A's
 #: scale atoms).
-STAGE_BYTES = BN * BK // 2 + BM_MAX * BK // 2 + 512 + 1024
+STAGE_BYTES = BN * BK // 2 + BM_MAX * BK // 2 + ATOM_BYTES + 2 * ATOM_BYTES
 SMEM_BYTES = DEC_BUFS * BM_MAX * BK * 2 + STAGES * STAGE_BYTES + 1024
 #: A paired CTA (choose_paired): two pipelines' shared memory, one alignment pad; 2 x THREADS threads.
 PAIRED_SMEM_BYTES = 2 * (SMEM_BYTES - 1024) + 1024
 #: fp32 values per split-K slot: both halves' partials (kernel.cu split_k_last).
 SPLIT_SLOT_FLOATS = 2 * BN * BM_MAX
-
-_BLOCKED_ATOM_ROWS, _BLOCKED_ATOM_BYTES = 128, 512
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -84,11 +84,10 @@ def check_sizes(sizes) -> None:
 
 
 def _blocked_ok(i: int, name: str, sf: torch.Tensor, rows: int, k: int) -> None:
-    rest_mn, rest_k = -(-rows // _BLOCKED_ATOM_ROWS), k // 64
-    shape = (32, 4, rest_mn, 4, rest_k, 1)
+    shape = blocked_view_shape(rows, k // SF_VEC)
     _expect(tuple(sf.shape) == shape, f"group {i} {name} blocked shape [32, 4, ceil(rows/128), 4, K/64, 1]",
             shape, tuple(sf.shape))
-    strides = (16, 4, rest_k * _BLOCKED_ATOM_BYTES, 1, _BLOCKED_ATOM_BYTES)
+    strides = blocked_view_strides(rows, k // SF_VEC)[:5]
     _expect(tuple(sf.stride())[:5] == strides, f"group {i} {name} strides (storage (rest_mn, rest_k, 32, 4, 4))",
             strides, tuple(sf.stride())[:5])
     _expect(sf.dtype in (torch.float8_e4m3fn, torch.uint8), f"group {i} {name} dtype", "float8_e4m3fn", sf.dtype)

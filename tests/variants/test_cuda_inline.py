@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from harness.parent.registry import read_variant
-from task.formats import blocked_offset, unblock
+from task.check import compare
+from task.formats import ATOM_BYTES, ATOM_ROWS, SF_VEC, blocked_offset, unblock
 from task.inputs import generate_input
 from task.reference import dequantize, ref_kernel, round_to_fp16
 from task.spec import load_shapes
@@ -74,9 +75,9 @@ def test_host_constants_mirror_kernel_cu():
                                                                                    host.TILE_K)
     assert _constexpr("kMmaK") == host.MMA_K
     assert _constexpr("kStages") == host.STAGES
-    assert _constexpr("kSfVec") == host.SF_VEC
-    assert _constexpr("kSfAtomRows") == host.SF_ATOM_ROWS
-    assert _constexpr("kSfAtomBytes") == host.SF_ATOM_BYTES
+    assert _constexpr("kSfVec") == SF_VEC
+    assert _constexpr("kSfAtomRows") == ATOM_ROWS
+    assert _constexpr("kSfAtomBytes") == ATOM_BYTES
     assert "constexpr int64_t kMaxExtent = 0x7FFFFFFF - kTileM;" in KERNEL_CU.read_text()
     assert host.MAX_EXTENT == 0x7FFFFFFF - host.TILE_M
     assert host.SF_BYTES_PER_STAGE == 2048
@@ -447,8 +448,9 @@ def assert_matches_reference(out, data):
     expected = ref_kernel(data)
     assert len(out) == len(expected)
     for got, want in zip(out, expected):
-        assert got.shape == want.shape and got.dtype == torch.float16
-        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
+        assert got.dtype == torch.float16
+        evidence = compare(got, want)
+        assert evidence.ok, evidence.describe()
 
 
 @pytest.mark.gpu

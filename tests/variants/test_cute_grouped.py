@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from task.check import check_outputs
-from task.formats import blocked_offset
+from task.formats import SF_VEC, blocked_offset, blocked_rest
 from task.inputs import generate_input
 from task.reference import ref_kernel
 from task.spec import load_shapes
@@ -100,18 +100,9 @@ def test_group_lookup_rejects_ctas_outside_the_grid():
 # ---------------------------------------------------------------------------------------------------------------
 # Scale factors in the blocked 32x4x4 layout
 # ---------------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("rows,k", [(40, 256), (128, 512), (200, 768), (388, 7168)])
-def test_sf_offset_is_the_blocked_layout(rows, k):
-    rest_k = host.sf_rest_k(k)
-    assert rest_k == -(-(k // 16) // 4)
-    for r in range(rows):
-        for j in range(0, k // 16, 3):
-            assert host.sf_offset(r, j, rest_k) == blocked_offset(r, j, rest_k)
-
-
 @pytest.mark.parametrize("rows,k", [(40, 256), (256, 768), (388, 2048)])
 def test_a_stage_of_scales_is_one_contiguous_2048_byte_block(rows, k):
-    rest_k = host.sf_rest_k(k)
+    rest_k = blocked_rest(rows, k // SF_VEC)[1]
     assert host.sf_tile_bytes() == 2048
     for tile in range(host.ceil_div(rows, 128)):
         for kt in range(k // 256):
@@ -120,14 +111,6 @@ def test_a_stage_of_scales_is_one_contiguous_2048_byte_block(rows, k):
             offsets = {blocked_offset(r, j, rest_k)
                        for r in range(tile * 128, tile * 128 + 128) for j in range(kt * 16, kt * 16 + 16)}
             assert offsets == set(range(start, start + 2048))
-
-
-def test_blocked_view_shape_and_strides_match_the_generator():
-    data = generate_input([40, 256], [128, 384], [256, 768], 2, 3)
-    for (sfa, sfb), (m, n, k, _l) in zip(data[2], data[3]):
-        for t, rows in ((sfa, m), (sfb, n)):
-            assert tuple(t.shape) == host.blocked_view_shape(rows, k)
-            assert tuple(t.stride()) == host.blocked_view_strides(rows, k)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -392,10 +375,10 @@ def test_cute_scale_layout_addresses_the_blocked_layout():
         collect(blockscaled_utils.tile_atom_to_shape_SF((m, k, 1), 16))
 
     cute.compile(probe)
-    rest_k = host.sf_rest_k(k)
+    rest_k = blocked_rest(m, k // SF_VEC)[1]
     assert len(seen["pairs"]) == len(range(0, m, 3)) * (k // 16)
     for r, j, offset in seen["pairs"]:
-        assert int(offset) == blocked_offset(r, j, rest_k) == host.sf_offset(r, j, rest_k)
+        assert int(offset) == blocked_offset(r, j, rest_k)
 
 
 # ---------------------------------------------------------------------------------------------------------------

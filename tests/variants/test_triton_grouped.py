@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from task.check import compare
 from task.inputs import generate_input
 from task.reference import ref_kernel
 from task.spec import load_shapes
@@ -37,13 +38,8 @@ sub = _load()
 
 
 def mismatches(out, ref) -> list[int]:
-    """Per group: elements outside |got - ref| <= 1e-3 + 1e-3 |ref| (NaN matches NaN only)."""
-    counts = []
-    for o, r in zip(out, ref):
-        o, r = o.double().cpu(), r.double().cpu()
-        ok = ((o - r).abs() <= 1e-3 + 1e-3 * r.abs()) | (torch.isnan(o) & torch.isnan(r))
-        counts.append(int((~ok).sum()))
-    return counts
+    """Per group: elements outside the official tolerance (task.check.compare)."""
+    return [compare(o, r).mismatches for o, r in zip(out, ref)]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -52,6 +48,7 @@ def mismatches(out, ref) -> list[int]:
 INTERPRETER_SCRIPT = r"""
 import importlib.util, json, sys
 import torch
+from task.check import compare
 from task.inputs import generate_input
 from task.reference import ref_kernel
 spec = importlib.util.spec_from_file_location("tg_interp", sys.argv[1])
@@ -69,11 +66,7 @@ for case in json.loads(sys.argv[2]):
             for _, _, c in d[0]:
                 c.fill_(float("nan"))  # every element must be written
             out = sub.custom_kernel(d) if cfg is None else sub.grouped_gemm(d, cfg)
-            bad = []
-            for o, r in zip(out, ref):
-                ok = ((o.double() - r.double()).abs() <= 1e-3 + 1e-3 * r.double().abs())
-                ok |= torch.isnan(o) & torch.isnan(r)
-                bad.append(int((~ok).sum()))
+            bad = [compare(o, r).mismatches for o, r in zip(out, ref)]
             same = all(o.data_ptr() == c.data_ptr() for o, (_, _, c) in zip(out, d[0]))
             results.append(dict(case=case, data=data, config=name, mismatches=bad, into_c=same))
 print("RESULTS " + json.dumps(results))

@@ -1,0 +1,53 @@
+"""harness.worker.timing.measure on the CPU: a sample per pass over the inputs, the stopping rule asked with the
+per-call times so far, per-call times only when asked, and one-line errors for an empty loop."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.results.stats import StoppingRule
+from harness.worker.timing import Sample, measure
+
+#: These assert the CPU clock's figures; with CUDA, measure takes the event path (run by the benchmark scripts).
+cpu_path = pytest.mark.skipif(torch.cuda.is_available(), reason="measure takes the CUDA path here")
+
+
+@cpu_path
+def test_count_runs_every_input_once_per_sample_in_order():
+    seen = []
+    samples = measure(seen.append, ["a", "b", "c"], 4)
+    assert seen == ["a", "b", "c"] * 4
+    assert [s.calls for s in samples] == [3, 3, 3, 3]
+    assert all(s.elapsed_ns > 0 and s.host_ns == s.elapsed_ns and s.call_ns == () for s in samples)
+
+
+@cpu_path
+def test_per_call_times_add_up_to_the_window():
+    (s,) = measure(lambda x: sum(range(x)), [1000, 2000], 1, per_call=True)
+    assert len(s.call_ns) == 2 and all(t > 0 for t in s.call_ns)
+    assert sum(s.call_ns) == s.elapsed_ns
+
+
+def test_stopping_rule_sees_per_call_times_and_stops_at_max_runs():
+    asked = []
+
+    class Rule:
+        def is_finished(self, samples_ns, wall_ns):
+            asked.append((list(samples_ns), wall_ns))
+            return len(samples_ns) == 3
+
+    samples = measure(lambda x: None, [1, 2], Rule())
+    assert len(samples) == 3 and [len(a) for a, _ in asked] == [1, 2, 3]
+    assert asked[-1][0] == [s.per_call_ns for s in samples] and asked[-1][1] > 0
+    assert len(measure(lambda x: None, [1], StoppingRule(min_runs=1, min_time_ns=0, max_runs=5,
+                                                         max_rel_err=0.0))) == 5
+
+
+def test_per_call_ns_is_the_window_over_the_calls():
+    assert Sample(calls=4, elapsed_ns=1000.0, host_ns=900.0, call_ns=()).per_call_ns == 250.0
+
+
+@pytest.mark.parametrize(("inputs", "stop", "message"), [([], 1, "no inputs"), ([1], 0, "at least 1 sample")])
+def test_empty_loops_are_refused(inputs, stop, message):
+    with pytest.raises(ValueError, match=message):
+        measure(lambda x: None, inputs, stop)
