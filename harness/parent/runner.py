@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import subprocess
 import time
-import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
@@ -22,7 +21,7 @@ from harness.parent.registry import ROOT, Variant
 from harness.parent.samples import ReferenceError, Sample, SharedSet
 from harness.parent.sandbox import Sandbox, plan_for
 from harness.parent.settings import MODES, Settings
-from harness.results.record import CaseResult, RunRecord, Status, SubmissionInfo
+from harness.results.record import CaseResult, RunRecord, Status, SubmissionInfo, new_run_id
 from harness.results.stats import geomean, summarize
 from task.arena import Layout
 from task.cost import peaks_for, sol_ns
@@ -364,7 +363,7 @@ def new_record(variant: Variant, shapes: ShapeSet, opts: RunOptions) -> RunRecor
     Raises SandboxError when ``opts.sandbox`` is strict and a protection is missing here."""
     plan = plan_for(variant, opts.sandbox, opts.settings, default_device().type == "cuda")
     return RunRecord(
-        run_id=uuid.uuid4().hex[:12], started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        run_id=new_run_id(), started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         mode=opts.mode, data=opts.data, shape_set=shapes.name, secret_seed=opts.secret,
         submission=SubmissionInfo(variant.name, str(variant.path), variant.sha256, dict(variant.popcorn)),
         environment=environment(), cases=(), complete=False, git_commit=git_commit(), shape_set_id=shapes.id,

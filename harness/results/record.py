@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import uuid
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -127,6 +128,12 @@ def _plain(obj):
     if isinstance(obj, (list, tuple)):
         return [_plain(v) for v in obj]
     return obj
+
+
+def new_run_id() -> str:
+    """A fresh run id: 12 random hex digits (48 bits of a uuid4), e.g. ``3fa9c1d2e4b7``. Ids carry no time
+    (``started_at`` does); the store resolves a unique prefix of one."""
+    return uuid.uuid4().hex[:12]
 
 
 def case_from_dict(d: dict) -> Case:

@@ -31,7 +31,6 @@ import dataclasses
 import datetime as _dt
 import json
 import os
-import secrets
 import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
@@ -68,12 +67,6 @@ def gpu_model(device: str) -> str:
     name itself when it is not a known model (e.g. a CPU)."""
     peaks = peaks_for(device)
     return peaks.model if peaks else device
-
-
-def new_run_id() -> str:
-    """A fresh run id: UTC time to the second plus 6 random hex digits, e.g. ``20261129-175622-3fa9c1``
-    (sorts by time; unique across machines in practice)."""
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
 
 
 def _now() -> str:
