@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from harness.cli.commands import main
-from harness.results import store as store_mod
+from harness.results import schema as schema_mod
 from harness.results.ranking import best_runs, comparable_key
 from harness.results.record import CaseResult, Environment, RunRecord, Status, SubmissionInfo, run_from_dict
 from harness.results.stats import geomean, summarize
@@ -96,6 +96,7 @@ def test_migration_gives_old_runs_the_id_of_their_cases(tmp_path):
     conn = sqlite3.connect(db)  # back to v1, as an older fp4bench wrote it
     conn.execute("DROP INDEX runs_by_shape_set_id")
     conn.execute("ALTER TABLE runs DROP COLUMN shape_set_id")
+    conn.execute("ALTER TABLE runs DROP COLUMN notes")  # schema v3's
     for run_id, body in conn.execute("SELECT run_id, record_json FROM runs").fetchall():
         d = json.loads(body)
         d.pop("shape_set_id")
@@ -104,7 +105,7 @@ def test_migration_gives_old_runs_the_id_of_their_cases(tmp_path):
     conn.commit()
     conn.close()
     with ResultStore(db) as store:
-        assert store.version == len(store_mod.MIGRATIONS) == 2
+        assert store.version == len(schema_mod.MIGRATIONS) == 3
         assert [(r.run_id, r.shape_set_id) for r in store.runs()] == [("r1", smoke.id), ("r2", tests.id), ("r3", "")]
 
 
