@@ -90,17 +90,35 @@ class Loaded:
 
 @dataclass(frozen=True)
 class Failed:
-    """``kind``: import | entry | exception | cuda | map | protocol."""
+    """``kind``: import | entry | exception | cuda | map | protocol. ``type``, ``message``, ``traceback``: the
+    exception's (``message`` empty when ``str()`` of it failed: ``str_raised`` names what that raised,
+    ``str_nonstring`` says it returned something else); ``callables``: for ``entry`` (no callable
+    ``custom_kernel``), the public callables the module does define."""
 
     kind: str
     type: str
     message: str
     traceback: str = ""
+    str_raised: str = ""
+    str_nonstring: bool = False
+    callables: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Mapped:
     pass
+
+
+@dataclass(frozen=True)
+@dataclass(frozen=True)
+class Container:
+    """What one call returned, by type: ``name`` (module.qualname, as the type calls itself), ``exact``: the type
+    is list, tuple or torch.Tensor itself (identity, not name); ``base``: which of list, tuple, torch.Tensor a
+    type that is not exact derives from ("" none)."""
+
+    name: str
+    exact: bool
+    base: str = ""
 
 
 @dataclass(frozen=True)
@@ -116,25 +134,27 @@ class ThreadUse:
 @dataclass(frozen=True)
 class RunReply:
     """Facts of one run request. ``elapsed_ns``: the window, all calls (0 for untimed kinds); ``containers``:
-    each call's returned container type (``builtins.list`` only when ``type(x) is list``); ``metas`` per call per
+    each call's returned container (its type, ``Container``); ``metas`` per call per
     item; ``copied`` per call per group: whether that output was copied to the output buffer (a plain fp16
     tensor of the expected shape on the expected device); ``late_streams``: torch pool streams whose queued work
     finished after the end event; ``changed``: 1-based calls whose outputs changed after the end event;
     ``threads``: CPU used outside the window by threads not ours; ``hooks``: trace/profile/monitoring hooks and
-    signal handlers found and removed after the calls; ``modes``: torch function/dispatch modes left active;
+    signal handlers found and removed after the calls; ``refused``: hooks the guard refused to install (they
+    never ran, e.g. ``sys.addaudithook``); ``modes``: torch function/dispatch modes left active;
     ``guard``: timing attributes the submission replaced (we measure with captured ones); ``tampered``:
     measurement objects that changed identity; ``kernel_ns``: kernels' device time per call (``kernels``);
     ``profile``: the profiler's table (``profile``)."""
 
     elapsed_ns: float
     calls: int
-    containers: tuple[str, ...]
+    containers: tuple[Container, ...]
     metas: tuple[tuple[OutputMeta, ...], ...]
     copied: tuple[tuple[bool, ...], ...]
     late_streams: int = 0
     changed: tuple[int, ...] = ()
     threads: tuple[ThreadUse, ...] = ()
     hooks: tuple[str, ...] = ()
+    refused: tuple[str, ...] = ()
     modes: tuple[str, ...] = ()
     guard: tuple[str, ...] = ()
     tampered: tuple[str, ...] = ()

@@ -73,9 +73,6 @@ class Case:
         lst = lambda xs: "[" + ", ".join(str(x) for x in xs) + "]"  # noqa: E731
         return f"m: {lst(self.m)}; n: {lst(self.n)}; k: {lst(self.k)}; g: {self.g}; seed: {self.seed}"
 
-    def with_seed(self, seed: int) -> "Case":
-        return Case(self.m, self.n, self.k, self.g, seed, self.name)
-
 
 def shape_set_id(cases: Iterable[Case]) -> str:
     """A shape set's identity: the first ``SHAPE_SET_ID_DIGITS`` hex digits of the sha256 of its cases' official
@@ -210,7 +207,3 @@ def load_shapes(spec: str) -> ShapeSet:
         f"--shapes {spec!r}: expected a shape-set name ({', '.join(known)}), a .yml or text file, "
         f"or an inline case like 'm: [96]; n: [128]; k: [256]; g: 1; seed: 1'"
     )
-
-
-def all_cases(sets: Iterable[ShapeSet]) -> list[Case]:
-    return [c for s in sets for c in s.cases]

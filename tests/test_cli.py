@@ -56,13 +56,36 @@ def test_settings_keys_keep_their_kinds(tmp_path):
     path = tmp_path / "s.yml"
     path.write_text("timing:\n  max_runs: 5\n")
     assert load_settings(path) == Settings(max_runs=5)
+    path.write_text("timing:\n  budget_s: {benchmark: 2}\n")  # the other modes keep their budgets
+    assert load_settings(path).budget_s == (("benchmark", 2.0), ("leaderboard", 30.0), ("compare", 10.0))
     for text, message in (("timing:\n  max_runs: 2.5\n", "max_runs must be an int, got 2.5"),
                           ("timing:\n  max_runs: 0\n", "max_runs must be positive, got 0"),
+                          ("timing:\n  budget_s: {profile: 1}\n",
+                           "budget_s: 'profile' takes no timed samples; budgets are for benchmark, leaderboard, "
+                           "compare"),
+                          ("timing:\n  budget_s: {benchmark: -1}\n",
+                           "budget_s: benchmark must be a positive number of seconds, got -1"),
                           ("- timing\n",
                            "expected a mapping with sections 'timeouts', 'timing' and 'sandbox', got list")):
         path.write_text(text)
         with pytest.raises(SettingsError, match=message):
             load_settings(path)
+
+
+def test_the_config_file_states_the_defaults():
+    """configs/run.yml documents the defaults; Settings holds them: the two must not drift apart."""
+    from harness.parent.settings import DEFAULT_FILE, Settings, load_settings
+
+    assert load_settings(DEFAULT_FILE) == Settings()
+
+
+def test_a_mode_without_a_budget_is_refused():
+    from harness.parent.settings import Settings
+
+    assert Settings().stopping_rule("leaderboard").budget_ns == 30e9
+    with pytest.raises(ValueError, match="no time budget for mode 'profile': budgets exist for benchmark, "
+                                         "leaderboard, compare"):
+        Settings().stopping_rule("profile")
 
 
 # --- errors a new user meets: one line, a clear exit code, before anything is measured --------------------

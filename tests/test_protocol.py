@@ -9,11 +9,15 @@ from task.check import OutputMeta
 
 
 def test_round_trip_keeps_types():
-    reply = P.RunReply(1500.0, 15, ("builtins.list",), ((OutputMeta("torch.Tensor", True, "torch.float16", (4, 8, 1),
-                                                                     "cuda:0"),),), ((True,),), 0, (3,),
-                       (P.ThreadUse("python", 123, 4000),), ("sys.setprofile hook",), (), (), (), 120.5, "")
+    reply = P.RunReply(1500.0, 15, (P.Container("builtins.list", True),),
+                       ((OutputMeta("torch.Tensor", True, "torch.float16", (4, 8, 1), "cuda:0"),),), ((True,),), 0, (3,),
+                       (P.ThreadUse("python", 123, 4000),), ("sys.setprofile hook",), ("sys.addaudithook",), (), (),
+                       (), 120.5, "")
     back = P.decode(P.encode(reply), (P.RunReply,))
     assert back == reply and back.metas[0][0].shape == (4, 8, 1) and back.threads[0].cpu_ns == 4000
+    assert back.containers[0] == P.Container("builtins.list", True, "") and back.refused == ("sys.addaudithook",)
+    failed = P.Failed("entry", "MissingEntryPoint", "", callables=("kernel", "helper"))
+    assert P.decode(P.encode(failed), (P.Failed,)) == failed
     m = P.Map(BufferRef("cuda", 10, 0, "ab" * 64), BufferRef("memfd", 5), BufferRef("memfd", 2))
     assert P.decode(P.encode(m)) == m
 

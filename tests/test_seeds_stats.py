@@ -44,7 +44,8 @@ def test_geomean():
 
 
 def test_stopping_rule():
-    rule = StoppingRule(budget_ns=10e9)
+    rule = StoppingRule(min_runs=3, min_time_ns=100e6, max_rel_err=0.001, budget_ns=10e9, max_wall_ns=120e9,
+                        max_runs=100)
     assert not rule.is_finished([1e6, 1e6], 0)                      # fewer than 3 samples
     assert not rule.is_finished([1e6, 1.1e6, 0.9e6], 1e6)           # under 100 ms measured, noisy
     assert rule.is_finished([50e6, 50e6, 50e6], 0)                  # >= 100 ms and no noise

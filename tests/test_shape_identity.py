@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from harness.cli.commands import main
-from harness.results import store as store_mod
+from harness.results import schema as schema_mod
 from harness.results.ranking import best_runs, comparable_key
 from harness.results.record import CaseResult, Environment, RunRecord, Status, SubmissionInfo, run_from_dict
 from harness.results.stats import geomean, summarize
@@ -52,7 +52,7 @@ def test_the_id_is_the_content_not_the_name(two_smokes):
     renamed = ShapeSet("other", tuple(dataclasses.replace(c, name="x") for c in a.cases))
     assert renamed.id == a.id  # names of the set and its cases are labels
     assert load_shapes("m: [64]; n: [128]; k: [256]; g: 1; seed: 1").id == a.id  # inline, the same case
-    reseeded = ShapeSet("smoke", (a.cases[0].with_seed(2),))
+    reseeded = ShapeSet("smoke", (dataclasses.replace(a.cases[0], seed=2),))
     assert reseeded.id != a.id  # the seed is content: other inputs
     line = "m: [64]; n: [128]; k: [256]; g: 1; seed: 1"
     assert a.id == hashlib.sha256(line.encode()).hexdigest()[:12] == shape_set_id(a.cases)
@@ -96,6 +96,7 @@ def test_migration_gives_old_runs_the_id_of_their_cases(tmp_path):
     conn = sqlite3.connect(db)  # back to v1, as an older fp4bench wrote it
     conn.execute("DROP INDEX runs_by_shape_set_id")
     conn.execute("ALTER TABLE runs DROP COLUMN shape_set_id")
+    conn.execute("ALTER TABLE runs DROP COLUMN notes")  # schema v3's
     for run_id, body in conn.execute("SELECT run_id, record_json FROM runs").fetchall():
         d = json.loads(body)
         d.pop("shape_set_id")
@@ -104,7 +105,7 @@ def test_migration_gives_old_runs_the_id_of_their_cases(tmp_path):
     conn.commit()
     conn.close()
     with ResultStore(db) as store:
-        assert store.version == len(store_mod.MIGRATIONS) == 2
+        assert store.version == len(schema_mod.MIGRATIONS) == 3
         assert [(r.run_id, r.shape_set_id) for r in store.runs()] == [("r1", smoke.id), ("r2", tests.id), ("r3", "")]
 
 

@@ -12,16 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from harness.results import store as store_mod
-from harness.results.record import CaseResult, Environment, RunRecord, Status, SubmissionInfo
+from harness.results import schema as schema_mod
+from harness.results.record import CaseResult, Environment, RunRecord, Status, SubmissionInfo, new_run_id
+from harness.results.schema import schema_version
 from harness.results.stats import geomean, summarize
 from harness.results.store import (
     ResultStore,
     StoreError,
     StoreRecorder,
-    new_run_id,
     resolve_db_path,
-    schema_version,
 )
 from task.spec import Case
 
@@ -162,9 +161,9 @@ def test_run_killed_midway_keeps_its_cases_and_stays_incomplete(db):
 
 def test_fresh_file_is_marked_and_versioned(db):
     with ResultStore(db) as store:
-        assert store.version == schema_version() == len(store_mod.MIGRATIONS)
+        assert store.version == schema_version() == len(schema_mod.MIGRATIONS)
     conn = sqlite3.connect(db)
-    assert conn.execute("PRAGMA application_id").fetchone()[0] == store_mod.APPLICATION_ID
+    assert conn.execute("PRAGMA application_id").fetchone()[0] == schema_mod.APPLICATION_ID
     conn.close()
 
 
@@ -203,9 +202,9 @@ def test_older_file_is_migrated_in_order_and_keeps_its_runs(db, monkeypatch):
     def add_note(conn):
         conn.execute("ALTER TABLE runs ADD COLUMN note TEXT NOT NULL DEFAULT ''")
 
-    monkeypatch.setattr(store_mod, "MIGRATIONS", [*store_mod.MIGRATIONS, add_note])
+    monkeypatch.setattr(schema_mod, "MIGRATIONS", [*schema_mod.MIGRATIONS, add_note])
     with ResultStore(db) as store:
-        assert store.version == schema_version() == len(store_mod.MIGRATIONS)
+        assert store.version == schema_version() == len(schema_mod.MIGRATIONS)
         assert store.load("r1") == make_run()
         store.save(make_run("r2"))
     conn = sqlite3.connect(db)
@@ -220,7 +219,7 @@ def test_failed_migration_leaves_the_file_at_its_old_version(db, monkeypatch):
         conn.execute("ALTER TABLE runs ADD COLUMN note TEXT")
         raise RuntimeError("step failed halfway")
 
-    monkeypatch.setattr(store_mod, "MIGRATIONS", [*store_mod.MIGRATIONS, broken])
+    monkeypatch.setattr(schema_mod, "MIGRATIONS", [*schema_mod.MIGRATIONS, broken])
     with pytest.raises(RuntimeError, match="halfway"):
         ResultStore(db)
     monkeypatch.undo()
@@ -266,7 +265,7 @@ def test_db_path_resolution(monkeypatch, tmp_path):
 
 def test_new_run_ids_differ():
     a, b = new_run_id(), new_run_id()
-    assert a != b and len(a) == len("20261129-175622-3fa9c1")
+    assert a != b and len(a) == 12 and int(a, 16) >= 0
 
 
 def test_store_recorder_follows_the_runner_hooks_and_forwards_them(db):
@@ -288,6 +287,44 @@ def test_store_recorder_follows_the_runner_hooks_and_forwards_them(db):
         rec.on_finish(run)
         assert store.load("r1") == run
     assert seen[:4] == ["on_start", "on_case_start", "on_sample", "on_case"] and seen[-1] == "on_finish"
+
+
+def test_run_notes_are_kept_on_the_run_and_cases_are_never_rewritten(db):
+    run = dataclasses.replace(make_run(), notes=("the submission replaced time.perf_counter; fp4bench measures "
+                                                 "with its own captured copy",))
+    with ResultStore(db) as store:
+        rec = StoreRecorder(store)
+        rec.on_start(dataclasses.replace(run, cases=(), complete=False, geomean_ns=None, notes=()))
+        for i, case in enumerate(run.cases):
+            rec.on_case(i, case)
+        rec.on_finish(run)
+        back = store.load("r1")
+    assert back == run and back.notes == run.notes
+    assert [c.message for c in back.cases] == [c.message for c in make_run().cases]
+
+
+def test_a_v2_store_gains_notes_and_keeps_its_cases_and_cuda_failures(db, monkeypatch):
+    """A store written before run notes (schema v2) and before the CUDA-failure fact: its runs load with no
+    notes, and a case whose message says "CUDA error" still counts as a CUDA failure (exit code 110)."""
+    from harness.protocol import ExitCode
+    from harness.results.record import exit_code
+
+    crashed = dataclasses.replace(make_run(), cases=(
+        case_result(BENCH[0], [], Status.ERROR, "CUDA error: RuntimeError: illegal memory access"),))
+    monkeypatch.setattr(schema_mod, "MIGRATIONS", schema_mod.MIGRATIONS[:2])
+    with ResultStore(db) as store:
+        store._insert_run(store._conn, crashed)
+        body = dataclasses.asdict(crashed.cases[0])
+        del body["cuda_failure"], body["samples_ns"]
+        store._conn.execute("INSERT INTO cases (run_id, idx, name, spec, status, message, record_json) VALUES "
+                            "(?, 0, '', ?, 'error', ?, ?)",
+                            ("r1", BENCH[0].text(), crashed.cases[0].message, json.dumps(body)))
+        store._conn.execute("UPDATE runs SET complete = 1, finished_at = 'x' WHERE run_id = 'r1'")
+    monkeypatch.undo()
+    with ResultStore(db) as store:
+        assert store.version == 3
+        back = store.load("r1")
+    assert back.notes == () and back.cases[0].cuda_failure and exit_code(back) is ExitCode.CUDA_FAILURE
 
 
 def test_git_commit_says_dirty_when_tracked_files_differ(tmp_path):

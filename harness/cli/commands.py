@@ -248,6 +248,8 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
         if target is not None:
             target.write_text(record.to_json())
         console.print(results_table(record))
+        for note in record.notes:
+            console.print(Text(f"note: {note}", style="dim"))
         for i, r in enumerate(record.cases):
             if r.profile:
                 console.print(profile_section(r, i))
@@ -307,6 +309,9 @@ def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, 
                  "timed_alone": result.timed_alone}
         cli_reports.emit(compare_table(va.name, vb.name, result.rows, result.overall, fmt, result.overall_label,
                                        extra), out)
+    for letter, record in (("A", result.a), ("B", result.b)):
+        for note in record.notes:
+            err.print(Text(f"note: {letter} ({record.submission.name}): {note}", style="dim"))
     if store:
         err.print(Text(f"recorded: A {result.a.run_id}, B {result.b.run_id} in {store.path} "
                        f"(fp4bench report {result.a.run_id} {result.b.run_id})", style="dim"))

@@ -2,11 +2,11 @@
 
 Two runs timed one after the other see different clocks, temperatures and neighbours; their difference can be
 larger than either run's interval suggests (harness/results/ranking.py says so). ``compare`` removes that drift: each
-variant gets its own worker (``runner.Session``), and per shape
+variant gets its own worker (``cases.Session``), and per shape (each side's shape is one ``cases.CaseAttempt``)
 
 1. A: correctness call, warm-up; B: correctness call, warm-up (as ``run`` does for one variant);
 2. timed samples alternate A, B, A, B, ...; pair ``i`` of both sides draws its inputs from the same seeds
-   (``seeds.sample_seeds(case seed, i, calls_per_sample)``, exactly what ``CaseRunner.timed`` uses), so each
+   (``seeds.sample_seeds(case seed, i, calls_per_sample)``, exactly what ``CaseAttempt.timed`` uses), so each
    pair times identical inputs, and every output of every timed call is checked (``CaseRunner.sample``);
 3. sampling stops when the settings' stopping rule (``Settings.stopping_rule("compare")``, budget per side)
    says stop for both sides, at the rule's max-runs or wall limit, and never before 2 pairs (unless max_runs
@@ -38,14 +38,17 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.parent import cases as lifecycle
+from harness.parent import judge
 from harness.parent import seeds as seedlib
+from harness.parent.cases import CaseAttempt, CaseRunner, Observer, RunOptions, Session
 from harness.parent.environment import device_facts
 from harness.parent.registry import Variant
-from harness.parent.runner import CaseFailed, CaseRunner, Observer, RunOptions, Session, close_record, new_record
+from harness.parent.runner import close_record, new_record
 from harness.protocol import ExitCode
 from harness.results.ranking import CompareRow, Comparison, NoRatio, compare_geomeans, compare_samples, plural
 from harness.results.record import CaseResult, RunRecord, Status, exit_code
-from harness.results.stats import StoppingRule, summarize
+from harness.results.stats import StoppingRule
 from task.inputs import default_device
 from task.spec import Case, ShapeSet
 
@@ -106,23 +109,23 @@ class CompareResult:
 
 
 class _Side:
-    """One variant's worker, case runner, observer and results, and the state of the current shape."""
+    """One variant's worker, case runner, observer and results, and its attempt at the current shape."""
 
     def __init__(self, letter: str, variant: Variant, opts: RunOptions, observer: Observer, device: torch.device):
         self.letter, self.variant, self.observer = letter, variant, observer
         self.session = Session(variant, opts.settings, sandbox=opts.sandbox)
         self.runner = CaseRunner(self.session, opts, observer, device)
         self.results: list[CaseResult] = []
-        self.samples: list[float] = []
-        self.failure: CaseFailed | None = None
+        self.attempt: CaseAttempt | None = None
 
     @property
     def name(self) -> str:
         return f"{self.letter} ({self.variant.name})"
 
-    def begin(self, index: int, case: Case) -> None:
-        self.samples, self.failure = [], None
+    def begin(self, index: int, case: Case, seed: int) -> CaseAttempt:
+        self.attempt = CaseAttempt(self.runner, index, case, seed)
         self.observer.on_case_start(index, case)
+        return self.attempt
 
     def finish(self, result: CaseResult) -> None:
         self.observer.on_case(len(self.results), result)
@@ -159,8 +162,7 @@ def compare(a: Variant, b: Variant, shapes: ShapeSet, opts: RunOptions = RunOpti
                 for case in shapes.cases:
                     s.finish(CaseResult(case, Status.SKIPPED, unmet[s.letter]))
         if active:
-            _run_cases(shapes.cases, case_seeds, active, opts.settings.stopping_rule(MODE),
-                       opts.settings.calls_per_sample)
+            _run_cases(shapes.cases, case_seeds, active, opts.settings.stopping_rule(MODE))
     finally:
         for s in sides:
             s.session.release()
@@ -175,66 +177,43 @@ def compare(a: Variant, b: Variant, shapes: ShapeSet, opts: RunOptions = RunOpti
     return CompareResult(rec_a, rec_b, per_shape, overall, label, reason, alone)
 
 
-def _run_cases(cases, case_seeds, sides: tuple[_Side, ...], rule: StoppingRule, calls: int) -> None:
-    """Load the workers of ``sides`` (both, or the one that can run here), then every case: correctness and
-    warm-up per side, then interleaved timed samples (pairs, or one side's samples alone)."""
-    failed = {}
-    for s in sides:
-        try:
-            s.session.load()
-        except CaseFailed as exc:  # import error or no entry point: this side fails every case
-            failed[s.letter] = exc
-    if failed:
-        why = ", ".join(f"{s.name} could not be loaded" for s in sides if s.letter in failed)
+def _run_cases(cases, case_seeds, sides: tuple[_Side, ...], rule: StoppingRule) -> None:
+    """The ``compare`` schedule: load the workers of ``sides`` (both, or the one that can run here), then every
+    case: correctness and warm-up per side, then interleaved timed samples (pairs, or one side's samples alone)."""
+    failed = {s.letter: exc for s in sides if (exc := lifecycle.load(s.session))}
+    if failed:  # import error or no entry point: that side fails every case
+        why = judge.partner_not_loaded([s.name for s in sides if s.letter in failed])
         for case in cases:
             for s in sides:
                 exc = failed.get(s.letter)
-                s.finish(CaseResult(case, exc.status, exc.message) if exc
-                         else CaseResult(case, Status.SKIPPED, f"not run: {why}"))
+                s.finish(CaseResult(case, exc.status, exc.message) if exc else CaseResult(case, Status.SKIPPED, why))
         return
     for index, (case, seed) in enumerate(zip(cases, case_seeds)):
-        t0 = time.monotonic()
-        for s in sides:
-            s.begin(index, case)
-        for s in sides:
-            try:
-                s.runner.correctness(case, seed)
-                if not any(x.failure for x in sides):
-                    s.runner.warmup(case, seed)
-            except CaseFailed as exc:
-                s.failure = exc
-        if not any(s.failure for s in sides):
-            _interleave(index, case, seed, sides, rule, calls)
-        wall_s = time.monotonic() - t0
+        attempts = [s.begin(index, case, seed) for s in sides]
+        for a in attempts:
+            if a.check() and not any(x.failure for x in attempts):
+                a.prepare()
+        if not any(a.failure for a in attempts):
+            _interleave(attempts, rule)
         for s, other in zip(sides, sides[::-1]):
-            stats = summarize(s.samples) if s.samples else None
-            if s.failure:
-                result = CaseResult(case, s.failure.status, s.failure.message, tuple(s.samples), stats,
-                                    s.runner.checked(case), wall_s)
-            else:
-                note = (f"timing stopped after {len(s.samples)} sample(s): {other.name} "
-                        f"{other.failure.status.value} on this shape") if other.failure else ""
-                result = CaseResult(case, Status.PASS, note, tuple(s.samples), stats, s.runner.checked(case), wall_s)
-            s.finish(result)
+            partner = other.attempt.failure
+            note = judge.partner_failed(len(s.attempt.samples), other.name, partner.status) if partner else ""
+            s.finish(s.attempt.result(note))
 
 
-def _interleave(index: int, case: Case, seed: int, sides: tuple[_Side, ...], rule: StoppingRule,
-                calls: int) -> None:
+def _interleave(attempts: list[CaseAttempt], rule: StoppingRule) -> None:
     """Timed pairs A_i, B_i (same seeds) until both sides' rule says stop (or max runs); a failure ends it."""
     t0 = time.monotonic_ns()
     pairs = 0
     while True:
-        for s in sides:
-            try:
-                s.samples.append(s.runner.sample(index, case, seed, pairs))
-            except CaseFailed as exc:
-                s.failure = exc
+        for a in attempts:
+            if not a.sample():
                 return
         pairs += 1
         if pairs >= rule.max_runs:
             return
         wall = time.monotonic_ns() - t0
-        if pairs >= MIN_PAIRS and all(rule.is_finished(s.samples, wall) for s in sides):
+        if pairs >= MIN_PAIRS and all(rule.is_finished(a.samples, wall) for a in attempts):
             return
 
 

@@ -26,7 +26,12 @@ class WorkerTimeout(Exception):
 
 
 class WorkerDied(Exception):
-    """The worker process ended mid-request; the message says how (signal, exit code, last stderr lines)."""
+    """The worker process ended mid-request; the message says how (signal, exit code, last stderr lines) and
+    ``code`` is its exit status (negative: the signal; None: unknown)."""
+
+    def __init__(self, message: str, code: int | None):
+        super().__init__(message)
+        self.code = code
 
 
 def _how_it_ended(code: int | None) -> str:
@@ -112,7 +117,7 @@ class WorkerProcess:
                 self.kill()
                 code = self.proc.returncode
             code = self._launch.exit_code(code)
-            raise WorkerDied(f"the worker process {_how_it_ended(code)}{self._stderr_tail()}") from None
+            raise WorkerDied(f"the worker process {_how_it_ended(code)}{self._stderr_tail()}", code) from None
 
     def _stderr_tail(self, lines: int = 6) -> str:
         try:

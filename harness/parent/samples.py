@@ -1,10 +1,10 @@
-"""The trusted parent's side of a case's samples: inputs drawn once, expected outputs, and the judgement.
+"""The trusted parent's side of a case's samples: inputs drawn once and the expected outputs (judge.py judges).
 
 Per sample: the inputs are drawn into the parent's own device buffer (task.arena), the expected outputs are
 computed from that copy (task.reference), and only then are the inputs copied into the buffer the worker maps
 (harness.buffers): nothing the worker does to shared memory can change what it is judged against. After the
-worker's reply, every output of every call is compared with one flat comparison on the device; the evidence of
-the first mismatch is looked up only when there is one.
+worker's reply, harness.parent.judge compares every output of every call with one flat comparison on the
+device, through ``got``/``expected``; ``views`` gives the evidence of the first mismatch only when there is one.
 
 Draws: the correctness call uses the official generator's order, bit for bit (task.inputs.generate_input);
 warm-up and timed samples draw the same distribution with a few kernels per group for all calls at once
@@ -17,7 +17,6 @@ import torch
 from harness import protocol as P
 from harness.buffers import SharedBuffer
 from task.arena import Layout, Views, copy_plain, draw_official, reference_inputs, write_input
-from task.check import OutputMeta, ReferenceError, check_outputs, compare, validate_container
 from task.inputs import generate_input
 from task.reference import ref_kernel
 from task.spec import Case
@@ -120,40 +119,19 @@ class Sample:
         with torch.cuda.stream(self._side):
             copy_plain(private, plain)
 
-    def judge(self, reply: P.RunReply) -> str | None:
-        """None if every call returned the expected outputs; else what is wrong, for the first call that is.
-        Raises ReferenceError if the reference itself is not finite."""
-        L = self.layout
-        sizes = self.case.problem_sizes
-        calls = len(reply.containers)
-        prefix = (lambda j: f"call {j + 1} of {calls}: ") if calls > 1 else (lambda j: "")
-        if calls != L.calls:
-            return f"expected {L.calls} calls, the worker reported {calls}"
-        for j, (container, metas) in enumerate(zip(reply.containers, reply.metas)):
-            problem = validate_container(container, [OutputMeta(m.type_name, m.plain_tensor, m.dtype, m.shape,
-                                                                m.device, m.tensor_subclass) for m in metas],
-                                         sizes, str(self.device))
-            if problem:
-                return prefix(j) + problem
-            if not all(reply.copied[j]):
-                return prefix(j) + "outputs were not copied back (the worker saw them change type or shape)"
-        got = self.shared.buffers["output"].tensor[:L.output_bytes].view(torch.float16)
-        expected = self._expected.view(torch.float16)
-        # Official data's sums are exact, so a right kernel's outputs are usually bit for bit the reference's:
-        # one integer comparison settles them; anything else goes through the tolerance check.
-        if torch.equal(got.view(torch.int16), expected.view(torch.int16)):
-            if not bool(torch.isfinite(expected).all()):
-                raise ReferenceError("the reference output holds NaN or inf")
-            return None
-        if compare(got, expected).ok:
-            return None
-        views_got = Views(L, self._private, self.shared.buffers["host"].tensor, self.shared.buffers["output"].tensor)
-        views_exp = Views(L, self._private, self.shared.buffers["host"].tensor, self._expected)
-        for j in range(L.calls):
-            mismatch = check_outputs(views_got.outputs(j), views_exp.outputs(j))
-            if mismatch:
-                return prefix(j) + mismatch
-        return "outputs differ from the reference"  # only reachable if the flat and per-group checks disagree
+    def got(self) -> torch.Tensor:
+        """What the worker wrote to the output buffer for this sample: fp16, flat, the outputs' layout."""
+        return self.shared.buffers["output"].tensor[:self.layout.output_bytes].view(torch.float16)
+
+    def expected(self) -> torch.Tensor:
+        """The reference outputs ``prepare`` computed: fp16, flat, the same layout as ``got``."""
+        return self._expected.view(torch.float16)
+
+    def views(self) -> tuple[Views, Views]:
+        """(got, expected) as per-call, per-group views, for the evidence of a mismatch."""
+        host = self.shared.buffers["host"].tensor
+        return (Views(self.layout, self._private, host, self.shared.buffers["output"].tensor),
+                Views(self.layout, self._private, host, self._expected))
 
 
-__all__ = ["SharedSet", "Sample", "ReferenceError"]
+__all__ = ["SharedSet", "Sample"]

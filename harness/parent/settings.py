@@ -11,6 +11,8 @@ from harness.results.stats import StoppingRule
 
 #: The official evaluator's modes, as ``run --mode`` takes them (harness.parent.runner runs them).
 MODES = ("test", "benchmark", "leaderboard", "profile")
+#: The modes that take timed samples, so have a time budget (``budget_s``): compare is ``fp4bench compare``.
+TIMED_MODES = ("benchmark", "leaderboard", "compare")
 
 DEFAULT_FILE = ROOT / "configs" / "run.yml"
 
@@ -27,6 +29,9 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True)
 class Settings:
+    """Every run setting, with its default: the one place the numbers live (configs/run.yml repeats them as
+    documentation; tests/test_cli.py holds the two equal). Times in s unless the name says otherwise."""
+
     import_s: float = 300.0
     first_call_s: float = 900.0
     call_s: float = 120.0
@@ -39,7 +44,7 @@ class Settings:
     max_rel_err: float = 0.001
     max_runs: int = 100
     max_wall_s: float = 120.0
-    budget_s: tuple = (("benchmark", 10.0), ("leaderboard", 30.0), ("profile", 1.0), ("compare", 10.0))
+    budget_s: tuple = (("benchmark", 10.0), ("leaderboard", 30.0), ("compare", 10.0))  # per TIMED_MODES
     limit_address_space_mb: int = 32768   # sandbox: the worker's limits (harness/parent/sandbox.py)
     limit_file_size_mb: int = 16384
     limit_processes: int = 4096
@@ -47,8 +52,12 @@ class Settings:
     isolate_pid_ipc: str = "auto"
 
     def stopping_rule(self, mode: str) -> StoppingRule:
-        """The official stopping rule with this run's numbers; ``mode`` picks the time budget."""
-        budget = dict(self.budget_s).get(mode, 10.0)
+        """The official stopping rule with this run's numbers; ``mode`` (one of TIMED_MODES) picks the time
+        budget. Raises ValueError for a mode without timed samples or a budget."""
+        budgets = dict(self.budget_s)
+        if mode not in budgets:
+            raise ValueError(f"no time budget for mode {mode!r}: budgets exist for {', '.join(budgets)}")
+        budget = budgets[mode]
         return StoppingRule(self.min_runs, self.min_time_ms * 1e6, self.max_rel_err, budget * 1e9,
                             self.max_wall_s * 1e9, self.max_runs)
 
@@ -82,9 +91,7 @@ def load_settings(path: Path | None = None) -> Settings:
         if not hasattr(defaults, key):
             raise SettingsError(f"{path}: unknown setting {key!r}")
         if key == "budget_s":
-            if not isinstance(value, dict):
-                raise SettingsError(f"{path}: budget_s must map mode -> seconds, got {value!r}")
-            out[key] = tuple((str(k), float(v)) for k, v in value.items())
+            out[key] = _budgets(path, value, defaults.budget_s)
             continue
         if key in CHOICES:
             if value not in CHOICES[key]:
@@ -98,3 +105,19 @@ def load_settings(path: Path | None = None) -> Settings:
             raise SettingsError(f"{path}: {key} must be positive, got {value!r}")
         out[key] = want(value)
     return replace(defaults, **out)
+
+
+def _budgets(path: Path, value, defaults: tuple) -> tuple:
+    """``budget_s`` from a settings file merged over ``defaults`` (a file may name only the modes it changes).
+    Raises SettingsError for a mode without timed samples or a budget that is not a positive number."""
+    if not isinstance(value, dict):
+        raise SettingsError(f"{path}: budget_s must map mode -> seconds, got {value!r}")
+    budgets = dict(defaults)
+    for mode, seconds in value.items():
+        if mode not in TIMED_MODES:
+            raise SettingsError(f"{path}: budget_s: {mode!r} takes no timed samples; budgets are for "
+                                f"{', '.join(TIMED_MODES)}")
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or seconds <= 0:
+            raise SettingsError(f"{path}: budget_s: {mode} must be a positive number of seconds, got {seconds!r}")
+        budgets[mode] = float(seconds)
+    return tuple(budgets.items())

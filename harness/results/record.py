@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import uuid
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -51,6 +52,7 @@ class CaseResult:
     profile: str = ""             # profile mode: the torch profiler's kernel table
     kernel_ns: float | None = None       # GPU kernels' device time per call (CUPTI pass after the samples)
     overhead_ms_per_sample: float | None = None  # timed phase's wall time outside the windows, per sample
+    cuda_failure: bool = False    # the worker hit a CUDA error (reported one, or exited with code 110)
 
     @property
     def host_share(self) -> float | None:
@@ -107,6 +109,7 @@ class RunRecord:
     window: str = ""                  # where the timed window's marks were held: native | python
     shape_set_id: str = ""        # task.spec.shape_set_id of the cases run ("" in records from before it)
     sandbox: str = ""                 # how workers were confined: "off", or what held (harness.parent.sandbox)
+    notes: tuple[str, ...] = ()       # run-wide notes: timers the submission replaced, hooks refused, stray bytes
 
     @property
     def passed(self) -> bool:
@@ -129,22 +132,39 @@ def _plain(obj):
     return obj
 
 
+def new_run_id() -> str:
+    """A fresh run id: 12 random hex digits (48 bits of a uuid4), e.g. ``3fa9c1d2e4b7``. Ids carry no time
+    (``started_at`` does); the store resolves a unique prefix of one."""
+    return uuid.uuid4().hex[:12]
+
+
 def case_from_dict(d: dict) -> Case:
     return Case(tuple(d["m"]), tuple(d["n"]), tuple(d["k"]), d["g"], d["seed"], d.get("name", ""))
 
 
+def _cuda_failure(c: dict, status: Status) -> bool:
+    """The case's CUDA-failure fact; records from before it was kept show it only in their message."""
+    if "cuda_failure" in c:
+        return bool(c["cuda_failure"])
+    return status in (Status.ERROR, Status.CRASH) and "CUDA error" in c["message"]
+
+
+def _case_from_dict(c: dict) -> CaseResult:
+    status = Status(c["status"])
+    return CaseResult(case_from_dict(c["case"]), status, c["message"], tuple(c["samples_ns"]),
+                      Stats(**c["stats"]) if c["stats"] else None, c["calls_checked"], c["wall_s"],
+                      c.get("profile", ""), c.get("kernel_ns"), c.get("overhead_ms_per_sample"),
+                      _cuda_failure(c, status))
+
+
 def run_from_dict(d: dict) -> RunRecord:
-    """Inverse of ``RunRecord.to_dict`` (for the results store and report tools)."""
-    cases = tuple(
-        CaseResult(case_from_dict(c["case"]), Status(c["status"]), c["message"], tuple(c["samples_ns"]),
-                   Stats(**c["stats"]) if c["stats"] else None, c["calls_checked"], c["wall_s"],
-                   c.get("profile", ""), c.get("kernel_ns"), c.get("overhead_ms_per_sample"))
-        for c in d["cases"])
+    """Inverse of ``RunRecord.to_dict`` (for the results store and report tools); fields added later take their
+    defaults in older records."""
     return RunRecord(d["run_id"], d["started_at"], d["mode"], d["data"], d["shape_set"], d["secret_seed"],
-                     SubmissionInfo(**d["submission"]), Environment(**d["environment"]), cases, d["complete"],
+                     SubmissionInfo(**d["submission"]), Environment(**d["environment"]),
+                     tuple(_case_from_dict(c) for c in d["cases"]), d["complete"],
                      d.get("git_commit", ""), d.get("geomean_ns"), d.get("wall_s", 0.0), d.get("window", ""),
-                     d.get("shape_set_id", ""),
-                     d.get("sandbox", ""))
+                     d.get("shape_set_id", ""), d.get("sandbox", ""), tuple(d.get("notes", ())))
 
 
 def exit_code(record: RunRecord) -> ExitCode:
@@ -152,7 +172,7 @@ def exit_code(record: RunRecord) -> ExitCode:
     statuses = {c.status for c in record.cases}
     if Status.TIMEOUT in statuses:
         return ExitCode.TIMEOUT
-    if any(c.status in (Status.ERROR, Status.CRASH) and "CUDA error" in c.message for c in record.cases):
+    if any(c.cuda_failure for c in record.cases):
         return ExitCode.CUDA_FAILURE
     if statuses & {Status.FAIL, Status.ERROR, Status.CRASH}:
         return ExitCode.CHECK_FAILED

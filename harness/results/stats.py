@@ -33,16 +33,17 @@ def geomean(values: Sequence[float]) -> float:
 
 @dataclass(frozen=True)
 class StoppingRule:
-    """When to stop sampling one shape. The official values: at least 3 samples and 100 ms of measured time,
-    then stop at relative standard error < 0.1 %, or mean * runs > budget (10 s benchmark, 30 s leaderboard),
-    or 120 s of wall time; never more than 100 samples."""
+    """When to stop sampling one shape: at least ``min_runs`` samples and ``min_time_ns`` of measured time, then
+    stop at relative standard error < ``max_rel_err``, or mean * runs > ``budget_ns``, or ``max_wall_ns`` of wall
+    time; never more than ``max_runs`` samples. No defaults here: the numbers (the official ones) live in
+    harness.parent.settings.Settings, which builds the rule per mode (``Settings.stopping_rule``)."""
 
-    min_runs: int = 3
-    min_time_ns: float = 100e6
-    max_rel_err: float = 0.001
-    budget_ns: float = 10e9
-    max_wall_ns: float = 120e9
-    max_runs: int = 100
+    min_runs: int
+    min_time_ns: float
+    max_rel_err: float
+    budget_ns: float
+    max_wall_ns: float
+    max_runs: int
 
     def is_finished(self, samples_ns: Sequence[float], wall_ns: float) -> bool:
         """True when sampling should stop, given the per-call sample times so far and the wall time spent."""

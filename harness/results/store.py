@@ -8,22 +8,23 @@ stays marked incomplete)::
     store = ResultStore(resolve_db_path(db_option))
     store.begin(run)                          # RunRecord with cases=() and complete=False
     store.add_case(run.run_id, case, i)       # once per case, as soon as it is measured
-    store.finish(run.run_id, geomean_ns, complete=True)
+    store.finish(run.run_id, geomean_ns, complete=True, notes=run_notes)
 
 Layout (schema version in ``PRAGMA user_version``, file marked with ``PRAGMA application_id``):
 
 - ``runs``: one row a run; queryable columns (variant, mode, data, shape set, secret seed, commit, submission
-  path and sha256, device, GPU model, complete, geomean_ns, started/finished times) plus ``record_json``, the
-  run's ``to_dict()`` without its cases.
+  path and sha256, device, GPU model, complete, geomean_ns, started/finished times, notes) plus ``record_json``,
+  the run's ``to_dict()`` without its cases.
 - ``cases``: one row a case, keyed (run_id, idx); name, spec text, status, message, the ``Stats`` columns
   (ns) plus ``record_json``, the case as a dict without its samples.
 - ``samples``: one row a timed sample, keyed (run_id, idx, sample_idx): ``duration_ns`` per call.
 
 Records are rebuilt with ``harness.results.record.run_from_dict``, so fields added to the records later load from old
 rows through that function's defaults. ``runs.shape_set_id`` (schema v2) identifies a run's shape set by its
-content (``task.spec.shape_set_id``); ``shape_set`` is only its label. Schema changes go in ``MIGRATIONS`` (step
-i takes version i to i+1); opening an older file applies the missing steps in order, each in its own
-transaction; a newer or foreign file is refused with ``StoreError``.
+content (``task.spec.shape_set_id``); ``shape_set`` is only its label. Rows are appended and never rewritten:
+``finish`` sets only the run row's end (time, complete, geomean, the run-wide ``notes``, schema v3). Schema changes
+go in harness.results.schema (``MIGRATIONS``); opening an older file applies the missing steps in order, each in
+its own transaction; a newer or foreign file is refused with ``StoreError``.
 """
 from __future__ import annotations
 
@@ -31,22 +32,19 @@ import dataclasses
 import datetime as _dt
 import json
 import os
-import secrets
 import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Iterator, Sequence
 
 from harness import ROOT
+from harness.results import schema
 from harness.results.record import CaseResult, RunRecord, Status, run_from_dict
-from task import spec as task_spec
 from task.cost import gpu_model
 
 #: The store used when neither ``--db`` nor ``$FP4BENCH_DB`` says otherwise.
 DEFAULT_DB = ROOT / "results" / "fp4bench.sqlite"
 ENV_VAR = "FP4BENCH_DB"
-#: ``PRAGMA application_id`` of an fp4bench store: the ASCII bytes "fp4b".
-APPLICATION_ID = 0x66703462
 #: Seconds a connection waits for another process's write lock before giving up.
 BUSY_TIMEOUT_S = 30.0
 
@@ -63,81 +61,10 @@ def resolve_db_path(db: str | os.PathLike | None = None) -> Path:
     return Path(env) if env else DEFAULT_DB
 
 
-def new_run_id() -> str:
-    """A fresh run id: UTC time to the second plus 6 random hex digits, e.g. ``20261129-175622-3fa9c1``
-    (sorts by time; unique across machines in practice)."""
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
 
 
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-# ------------------------------------------------------------------------------------------------ schema
-def _v1(conn: sqlite3.Connection) -> None:
-    conn.execute("""
-        CREATE TABLE runs (
-            run_id TEXT PRIMARY KEY,
-            started_at TEXT NOT NULL,           -- ISO 8601 UTC, from the record
-            finished_at TEXT,                   -- set by finish(); NULL: never finished
-            mode TEXT NOT NULL,
-            data TEXT NOT NULL,
-            shape_set TEXT NOT NULL,
-            secret_seed INTEGER,
-            variant TEXT NOT NULL,              -- submission.name
-            submission_path TEXT NOT NULL,
-            submission_sha256 TEXT NOT NULL,
-            git_commit TEXT NOT NULL,
-            device TEXT NOT NULL,
-            gpu_model TEXT NOT NULL,            -- gpu_model(device)
-            complete INTEGER NOT NULL DEFAULT 0,
-            geomean_ns REAL,
-            record_json TEXT NOT NULL           -- RunRecord.to_dict() without cases/complete/geomean_ns
-        )""")
-    conn.execute("""
-        CREATE TABLE cases (
-            run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
-            idx INTEGER NOT NULL,
-            name TEXT NOT NULL,
-            spec TEXT NOT NULL,                 -- Case.text()
-            status TEXT NOT NULL,
-            message TEXT NOT NULL,
-            runs INTEGER, mean_ns REAL, std_ns REAL, err_ns REAL, best_ns REAL, worst_ns REAL,
-            record_json TEXT NOT NULL,          -- the CaseResult as a dict without samples_ns
-            PRIMARY KEY (run_id, idx)
-        )""")
-    conn.execute("""
-        CREATE TABLE samples (
-            run_id TEXT NOT NULL,
-            idx INTEGER NOT NULL,
-            sample_idx INTEGER NOT NULL,
-            duration_ns REAL NOT NULL,          -- one sample's duration per call
-            PRIMARY KEY (run_id, idx, sample_idx),
-            FOREIGN KEY (run_id, idx) REFERENCES cases(run_id, idx) ON DELETE CASCADE
-        )""")
-    conn.execute("CREATE INDEX runs_by_variant ON runs(variant, mode, started_at)")
-    conn.execute("CREATE INDEX runs_by_group ON runs(gpu_model, shape_set, mode, started_at)")
-
-
-def _v2(conn: sqlite3.Connection) -> None:
-    """Shape-set identity: ``runs.shape_set_id``. Runs already stored complete get the id of their cases' spec
-    lines (all their cases are stored); a run never finished keeps '' (its case list may be partial)."""
-    conn.execute("ALTER TABLE runs ADD COLUMN shape_set_id TEXT NOT NULL DEFAULT ''")
-    for (run_id,) in conn.execute("SELECT run_id FROM runs WHERE complete = 1").fetchall():
-        specs = [r[0] for r in conn.execute("SELECT spec FROM cases WHERE run_id = ? ORDER BY idx", (run_id,))]
-        if specs:
-            conn.execute("UPDATE runs SET shape_set_id = ? WHERE run_id = ?",
-                         (task_spec.shape_set_id(task_spec.parse_case_line(x) for x in specs), run_id))
-    conn.execute("CREATE INDEX runs_by_shape_set_id ON runs(shape_set_id, mode, started_at)")
-
-
-#: Migration steps: ``MIGRATIONS[i]`` takes a store at schema version i to version i + 1. Append, never edit.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2]
-
-
-def schema_version() -> int:
-    """The schema version this code writes (the number of migration steps)."""
-    return len(MIGRATIONS)
 
 
 # ----------------------------------------------------------------------------------------------- store
@@ -228,8 +155,8 @@ class ResultStore:
     def _migrate(self) -> None:
         version = self._conn.execute("PRAGMA user_version").fetchone()[0]
         app_id = self._conn.execute("PRAGMA application_id").fetchone()[0]
-        current = schema_version()
-        if app_id not in (0, APPLICATION_ID):
+        current = schema.schema_version()
+        if app_id not in (0, schema.APPLICATION_ID):
             raise StoreError(f"{self.path}: not an fp4bench results store (application_id {app_id:#x})")
         if version == 0 and app_id == 0:
             tables = self._conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0]
@@ -241,8 +168,8 @@ class ResultStore:
                              f"v{current}. Update fp4bench or use another --db.")
         for step in range(version, current):
             with self._tx() as conn:
-                MIGRATIONS[step](conn)
-                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                schema.MIGRATIONS[step](conn)
+                conn.execute(f"PRAGMA application_id = {schema.APPLICATION_ID}")
                 conn.execute(f"PRAGMA user_version = {step + 1}")
 
     @property
@@ -276,12 +203,10 @@ class ResultStore:
                 raise StoreError(f"add_case(): run {run_id} is already finished")
             self._insert_case(conn, run_id, case, index)
 
-    def finish(self, run_id: str, geomean_ns: float | None, complete: bool,
-               messages: Sequence[str] | None = None) -> None:
+    def finish(self, run_id: str, geomean_ns: float | None, complete: bool, notes: Sequence[str] = ()) -> None:
         """Mark a run finished: ``complete`` False when it was cut short; ``geomean_ns`` the geometric mean of
-        the per-case mean times (ns) when every case passed, else None. ``messages``, if given: each stored
-        case's final message by index (the runner appends run-wide notes, such as a replaced timer, at the
-        end). One transaction.
+        the per-case mean times (ns) when every case passed, else None; ``notes`` the run-wide notes (such as a
+        replaced timer). Stored cases are never rewritten. One transaction.
 
         Raises StoreError if the run is unknown or already finished."""
         with self._tx() as conn:
@@ -290,16 +215,8 @@ class ResultStore:
                 raise StoreError(f"finish(): no run {run_id!r} in {self.path}")
             if row["finished_at"] is not None:
                 raise StoreError(f"finish(): run {run_id} was already finished at {row['finished_at']}")
-            for idx, message in enumerate(messages or ()):
-                old = conn.execute("SELECT message, record_json FROM cases WHERE run_id = ? AND idx = ?",
-                                   (run_id, idx)).fetchone()
-                if old is not None and old["message"] != message:
-                    body = json.loads(old["record_json"])
-                    body["message"] = message
-                    conn.execute("UPDATE cases SET message = ?, record_json = ? WHERE run_id = ? AND idx = ?",
-                                 (message, json.dumps(body), run_id, idx))
-            conn.execute("UPDATE runs SET finished_at = ?, complete = ?, geomean_ns = ? WHERE run_id = ?",
-                         (_now(), int(bool(complete)), geomean_ns, run_id))
+            conn.execute("UPDATE runs SET finished_at = ?, complete = ?, geomean_ns = ?, notes = ? WHERE run_id = ?",
+                         (_now(), int(bool(complete)), geomean_ns, json.dumps(list(notes)), run_id))
 
     def save(self, run: RunRecord) -> None:
         """Store a whole finished record in one transaction (imports, tests). Raises StoreError if the run id
@@ -308,12 +225,12 @@ class ResultStore:
             self._insert_run(conn, run)
             for i, case in enumerate(run.cases):
                 self._insert_case(conn, run.run_id, case, i)
-            conn.execute("UPDATE runs SET finished_at = ?, complete = ?, geomean_ns = ? WHERE run_id = ?",
-                         (_now(), int(run.complete), run.geomean_ns, run.run_id))
+            conn.execute("UPDATE runs SET finished_at = ?, complete = ?, geomean_ns = ?, notes = ? WHERE run_id = ?",
+                         (_now(), int(run.complete), run.geomean_ns, json.dumps(list(run.notes)), run.run_id))
 
     def _insert_run(self, conn: sqlite3.Connection, run: RunRecord) -> None:
         meta = run.to_dict()
-        for key in ("cases", "complete", "geomean_ns"):
+        for key in ("cases", "complete", "geomean_ns", "notes"):
             meta.pop(key, None)
         try:
             conn.execute(
@@ -369,7 +286,7 @@ class ResultStore:
             body["samples_ns"] = samples.get(c["idx"], [])
             cases.append(body)
         d.update(cases=cases, complete=bool(row["complete"]), geomean_ns=row["geomean_ns"],
-                 shape_set_id=row["shape_set_id"])
+                 shape_set_id=row["shape_set_id"], notes=json.loads(row["notes"]))
         try:
             return run_from_dict(d)
         except (KeyError, TypeError, ValueError) as exc:
@@ -488,7 +405,7 @@ class StoreRecorder:
         self._forward("on_case", index, result)
 
     def on_finish(self, record: RunRecord) -> None:
-        self.store.finish(record.run_id, record.geomean_ns, record.complete, [c.message for c in record.cases])
+        self.store.finish(record.run_id, record.geomean_ns, record.complete, record.notes)
         self.finished = True
         self._forward("on_finish", record)
 

@@ -35,35 +35,39 @@ _Tensor, _list, _tuple = torch.Tensor, list, tuple
 _f16 = torch.float16
 _foreach_copy = torch._foreach_copy_
 _equal = torch.equal
-
-
-def _safe_str(exc: BaseException) -> str:
-    """``str(exc)``, or a note when the submission's exception cannot be turned into text."""
-    try:
-        text = str(exc)
-        return text if type(text) is str else "<__str__ returned a non-string>"
-    except BaseException as inner:  # noqa: BLE001 - its __str__ is submission code
-        return f"<str() of the exception raised {_type_name(type(inner))}>"
+#: How the window guard names a hook it refused to install (native.cleared()): the hook never ran.
+_REFUSED = " refused"
 
 
 def _failed(kind: str, exc: BaseException) -> P.Failed:
+    """The exception as facts: its type, its text (or what turning it into text raised), its traceback."""
+    message, raised, nonstring = "", "", False
+    try:
+        text = str(exc)
+        if type(text) is str:
+            message = text
+        else:
+            nonstring = True
+    except BaseException as inner:  # noqa: BLE001 - its __str__ is submission code
+        raised = _type_name(type(inner))
     try:
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:]
     except BaseException:  # noqa: BLE001 - formatting calls the exception's __str__
         tb = "".join(traceback.format_tb(exc.__traceback__))[-8000:]
-    return P.Failed(kind, _type_name(type(exc)), _safe_str(exc), tb)
+    return P.Failed(kind, _type_name(type(exc)), message, tb, raised, nonstring)
 
 
-def _type_label(obj) -> str:
-    """The true type of ``obj``: ``builtins.list`` only for the built-in list itself (identity, not name)."""
+def _container(obj) -> P.Container:
+    """The true type of ``obj``: exact (list, tuple, Tensor by identity, not name) or which of them it derives
+    from."""
     t = type(obj)
     name = f"{_type_module(t)}.{_type_qualname(t)}"
     if t is _list or t is _tuple or t is _Tensor:
-        return name
-    for base, label in ((_list, "list"), (_tuple, "tuple"), (_Tensor, "torch.Tensor")):
-        if base in type.__dict__["__mro__"].__get__(t):
-            return f"a subclass of {label} named {name}"
-    return name
+        return P.Container(name, True)
+    mro = type.__dict__["__mro__"].__get__(t)
+    base = next((label for cls, label in ((_list, "list"), (_tuple, "tuple"), (_Tensor, "torch.Tensor"))
+                 if cls in mro), "")
+    return P.Container(name, False, base)
 
 
 def _meta(obj) -> OutputMeta:
@@ -129,9 +133,7 @@ class Worker:
         kernel = getattr(module, "custom_kernel", None)
         if not callable(kernel):
             found = sorted(n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n)))
-            self.send(P.to_dict(P.Failed("entry", "MissingEntryPoint",
-                                         f"{path} defines no callable custom_kernel(data) (callables found: "
-                                         f"{', '.join(found) or 'none'})")))
+            self.send(P.to_dict(P.Failed("entry", "MissingEntryPoint", "", callables=tuple(found))))
             return
         self.kernel = kernel
         held = "native" if self.window.HELD_IN == "C" else f"python: {getattr(self.window, 'caveat', '')}"
@@ -174,9 +176,11 @@ class Worker:
             self._report(exc)
             return
         before, after = result.before or before, result.after or threads.snapshot()
-        hooks = self.window.cleared()
+        found = self.window.cleared()
+        hooks = tuple(h for h in found if not h.endswith(_REFUSED))
+        refused = tuple(h[:-len(_REFUSED)] for h in found if h.endswith(_REFUSED))
         outputs = result.outputs
-        containers = tuple(_type_label(o) for o in outputs)
+        containers = tuple(_container(o) for o in outputs)
         metas = tuple(tuple(_meta(x) for x in o) if type(o) is _list else () for o in outputs)
         end = threads.snapshot()
         used = []
@@ -185,8 +189,8 @@ class Worker:
         reply = P.RunReply(
             result.elapsed_ns if req.kind == "time" else 0.0, len(inputs), containers, metas,
             tuple(tuple(c) for c in copied), result.late_streams, result.changed,
-            tuple(P.ThreadUse(f.name, f.tid or 0, f.cpu_ns) for f in used), tuple(hooks), tuple(_torch_modes()),
-            tuple(timing.guard_report()), tuple(tampered()), kernel_ns, table)
+            tuple(P.ThreadUse(f.name, f.tid or 0, f.cpu_ns) for f in used), hooks, refused,
+            tuple(_torch_modes()), tuple(timing.guard_report()), tuple(tampered()), kernel_ns, table)
         self.send(P.to_dict(reply))
         del outputs, result
         self.window.release()

@@ -1,0 +1,323 @@
+"""One case's lifecycle, shared by every schedule (runner.run: one variant; compare: two interleaved).
+
+A ``Session`` is a worker with the submission loaded and the sample buffers it maps. A ``CaseRunner`` runs the
+phases of a case on a session: correctness call, warm-up, timed samples, the kernel-time pass, the profile; every
+reply is judged by harness.parent.judge. A ``CaseAttempt`` is one case from its first phase to its CaseResult:
+the first failure ends it, and samples measured before it stay (they passed every check). Schedules decide only
+the order of phases across cases and variants.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from harness import protocol as P
+from harness.parent import judge
+from harness.parent import seeds as seedlib
+from harness.parent.environment import device_facts
+from harness.parent.judge import CaseFailed, Verdict
+from harness.parent.process import WorkerDied, WorkerProcess, WorkerTimeout
+from harness.parent.registry import Variant
+from harness.parent.samples import Sample, SharedSet
+from harness.parent.sandbox import Sandbox, plan_for
+from harness.parent.settings import Settings
+from harness.results.record import CaseResult, RunRecord, Status
+from harness.results.stats import summarize
+from task.cost import peaks_for
+from task.inputs import default_device
+from task.spec import Case
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What to run: ``mode`` (one of MODES), ``data`` (official | full-range), ``secret`` (None: no secret),
+    ``sandbox`` (how workers are confined: harness.parent.sandbox)."""
+
+    mode: str
+    data: str = "official"
+    secret: int | None = None
+    settings: Settings = Settings()
+    sandbox: Sandbox = Sandbox()
+
+
+class Observer:
+    """Hooks for progress display and the results store; every method is optional to override."""
+
+    def on_start(self, record: RunRecord) -> None: ...
+    def on_case_start(self, index: int, case: Case) -> None: ...
+    def on_sample(self, index: int, runs: int) -> None: ...
+    def on_case(self, index: int, result: CaseResult) -> None: ...
+    def on_finish(self, record: RunRecord) -> None: ...
+
+
+class Session:
+    """A worker with the submission loaded, and the sample buffers it maps; the worker is started on demand and
+    restarted after any fault (the buffers stay: a new worker maps them again)."""
+
+    def __init__(self, variant: Variant, settings: Settings, device: torch.device | None = None,
+                 sandbox: Sandbox = Sandbox()):
+        self.variant, self.settings = variant, settings
+        self.device = device or default_device()
+        self.sandbox = plan_for(variant, sandbox, settings, self.device.type == "cuda")
+        self.proc: WorkerProcess | None = None
+        self.first_call = True
+        self.stray_bytes = 0
+        self.shared = SharedSet(self.device)
+        self._mapped = -1
+
+    def load(self) -> None:
+        """Start a worker and import the submission. Raises CaseFailed(ERROR) if the import fails."""
+        if self.proc is not None:
+            return
+        self.proc = WorkerProcess(sandbox=self.sandbox)
+        self.first_call = True
+        self._mapped = -1
+        self.proc.send(P.Load(str(self.variant.path)))
+        reply = self._receive(self.settings.import_s, (P.Loaded, P.Failed))
+        if isinstance(reply, P.Failed):
+            self.close()
+            raise judge.load_failed(reply, str(self.variant.path))
+
+    def _receive(self, timeout_s: float, expect: tuple):
+        try:
+            header, _payload = self.proc.receive(timeout_s)
+            return P.from_dict(header, expect)
+        except WorkerTimeout as exc:
+            self.close()
+            raise CaseFailed(Status.TIMEOUT, str(exc)) from None
+        except WorkerDied as exc:
+            self.close()
+            raise CaseFailed(Status.CRASH, str(exc), cuda=exc.code == P.ExitCode.CUDA_FAILURE) from None
+        except P.ProtocolError as exc:
+            self.close()
+            raise judge.protocol_broken(exc) from None
+
+    def reserve(self, layouts) -> None:
+        """Size the shared buffers for the largest of ``layouts`` up front, so no case has to grow them."""
+        if layouts and not self.shared.fits(*layouts):
+            self.shared.grow(*layouts)
+
+    def buffers_for(self, layout) -> SharedSet:
+        """The shared buffers, grown for ``layout`` if needed, mapped by the current worker (started if needed);
+        buffers the worker mapped before a grow are freed once it has mapped the new ones."""
+        self.load()
+        if not self.shared.fits(layout):
+            self.shared.grow(layout)
+        if self._mapped != self.shared.generation:
+            msg, fds = self.shared.map_request()
+            self.proc.send(msg, fds)
+            reply = self._receive(self.settings.import_s, (P.Mapped, P.Failed))
+            if isinstance(reply, P.Failed):
+                self.close()
+                raise judge.map_failed(reply)
+            self._mapped = self.shared.generation
+            self.shared.free_retired()
+        return self.shared
+
+    def run(self, req: P.Run) -> P.RunReply:
+        """One run request on inputs already in the buffers. The first request after a (re)start gets the
+        first-call time limit (compiles happen there). Raises CaseFailed for the submission's faults."""
+        timeout = self.settings.first_call_s if self.first_call else self.settings.call_s
+        self.first_call = False
+        self.proc.send(req)
+        reply = self._receive(timeout, (P.RunReply, P.Failed))
+        if isinstance(reply, P.Failed):
+            failed = judge.call_failed(reply)
+            if failed.cuda:  # the worker exits: its context is gone
+                self.close()
+            raise failed
+        return reply
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.stray_bytes += self.proc.stray_bytes
+            self.proc.close()
+            self.proc = None
+            self._mapped = -1
+        self.shared.free_retired()
+
+    def release(self) -> None:
+        """Close the worker and free the shared buffers."""
+        self.close()
+        self.shared.close()
+
+
+class CaseRunner:
+    """Runs the phases of one case: correctness call, warm-up, timed samples with every output checked.
+    ``notes``: what passing replies were noted for (judge.notes), each once, in order."""
+
+    def __init__(self, session: Session, opts: RunOptions, observer: Observer, device: torch.device):
+        self.session, self.opts, self.observer, self.device = session, opts, observer, device
+        facts = device_facts()
+        self.peaks = peaks_for(facts.name) if facts.cuda else None
+        self.notes: list[str] = []
+        self._samples: dict[tuple, Sample] = {}
+        self._checked: dict[Case, int] = {}
+
+    def checked(self, case: Case) -> int:
+        """How many of ``case``'s outputs passed the check so far (every call of every request)."""
+        return self._checked.get(case, 0)
+
+    def _sample(self, case: Case, calls: int) -> Sample:
+        key = (case.m, case.n, case.k, calls)
+        if key not in self._samples:
+            if len(self._samples) >= 2:  # keep the device memory of two shapes at most
+                self._samples.pop(next(iter(self._samples)))
+            self._samples[key] = Sample(case, calls, self.opts.data, self.device, self.session.shared)
+        return self._samples[key]
+
+    def _call(self, case: Case, seeds: list[int], kind: str, official_order: bool = False,
+              watch: bool = True) -> P.RunReply:
+        sample = self._sample(case, len(seeds))
+        self.session.buffers_for(sample.layout)
+        sample.prepare(seeds, official_order)
+        reply = self.session.run(P.Run(case.m, case.n, case.k, len(seeds), kind, watch=watch))
+        judge.reply(sample, reply)
+        self._checked[case] = self.checked(case) + len(seeds)
+        self.notes += [n for n in judge.notes(reply) if n not in self.notes]
+        return reply
+
+    def correctness(self, case: Case, seed: int) -> None:
+        self._call(case, [seed], "check", official_order=True, watch=False)  # compiles run here, on threads too
+
+    def warmup(self, case: Case, seed: int) -> int:
+        """Warm-up samples (timed like the others, outputs checked, times not kept): at least ``warmup_samples``
+        (and two, to see a trend), then more until two in a row differ by at most ``warmup_settle`` (relative) or
+        ``warmup_max`` have run. Returns how many ran.
+        Raises CaseFailed as ``sample`` does."""
+        st = self.opts.settings
+        times: list[float] = []
+        while True:
+            seeds = seedlib.sample_seeds(seed, len(times), st.calls_per_sample, warmup=True)
+            times.append(self._call(case, seeds, "time").elapsed_ns)
+            if len(times) >= st.warmup_max:
+                break
+            if len(times) >= max(st.warmup_samples, 2) and abs(times[-1] - times[-2]) <= st.warmup_settle * times[-1]:
+                break
+        return len(times)
+
+    def sample(self, index: int, case: Case, seed: int, i: int) -> float:
+        """Timed sample ``i`` (0-based) of case number ``index`` (case seed ``seed``): ``calls_per_sample`` calls on
+        fresh inputs drawn for ``seeds.sample_seeds(seed, i, calls_per_sample)``, every output checked against
+        the reference. Reports ``on_sample(index, i + 1)`` to the observer.
+
+        Returns the per-call time in ns (the sample's duration / its calls). Raises CaseFailed: FAIL for a wrong
+        output, work outside the window, tampering, or a time below this GPU's physical floor (task.cost, CUDA
+        only); ERROR, CRASH or TIMEOUT for the submission's faults."""
+        seeds = seedlib.sample_seeds(seed, i, self.opts.settings.calls_per_sample)
+        reply = self._call(case, seeds, "time")
+        per_call = reply.elapsed_ns / reply.calls
+        judge.floor(case, per_call, self.peaks)
+        self.observer.on_sample(index, i + 1)
+        return per_call
+
+    def kernel_time(self, case: Case, seed: int, after: int) -> float | None:
+        """Kernels' device time per call (ns, CUPTI through torch.profiler) on fresh inputs (the seeds of timed
+        sample ``after``, never timed), every output checked; None without CUDA."""
+        if self.device.type != "cuda":
+            return None
+        reply = self._call(case, seedlib.sample_seeds(seed, after, self.opts.settings.calls_per_sample), "kernels",
+                           watch=False)
+        return reply.kernel_ns
+
+    def profile(self, case: Case, seed: int) -> str:
+        reply = self._call(case, seedlib.sample_seeds(seed, 0, 1), "profile", watch=False)
+        return reply.profile
+
+
+class CaseAttempt:
+    """Case number ``index`` (case seed ``seed``) on ``runner``'s variant, from its first phase to its CaseResult.
+
+    Each phase method returns True when it passed; the first failure is kept as ``failure`` (a judge.Verdict)
+    and every later phase is a no-op returning False. ``samples``: per-call ns of each timed sample so far;
+    ``wall_s``: the time spent in this case's phases (generation and checks included)."""
+
+    def __init__(self, runner: CaseRunner, index: int, case: Case, seed: int):
+        self.runner, self.index, self.case, self.seed = runner, index, case, seed
+        self.samples: list[float] = []
+        self.failure: Verdict | None = None
+        self.checked = self.ready = False
+        self.wall_s = 0.0
+        self.kernel_ns: float | None = None
+        self.overhead_ms: float | None = None
+        self.profile = ""
+
+    def _step(self, phase) -> bool:
+        if self.failure is not None:
+            return False
+        t0 = time.monotonic()
+        try:
+            phase()
+            return True
+        except CaseFailed as exc:
+            self.failure = exc.verdict
+            return False
+        finally:
+            self.wall_s += time.monotonic() - t0
+
+    def check(self) -> bool:
+        """The correctness call on the official draw (compiles happen here). Runs once; later calls return
+        whether it passed."""
+        if not self.checked:
+            self.checked = self._step(lambda: self.runner.correctness(self.case, self.seed))
+        return self.checked
+
+    def prepare(self) -> bool:
+        """Correctness call, then warm-up: the case is ready to be timed. Runs once; later calls return whether
+        it passed."""
+        if not self.ready:
+            self.ready = self.check() and self._step(lambda: self.runner.warmup(self.case, self.seed))
+        return self.ready
+
+    def sample(self) -> bool:
+        """One more timed sample (``CaseRunner.sample``), appended to ``samples``."""
+        return self._step(lambda: self.samples.append(
+            self.runner.sample(self.index, self.case, self.seed, len(self.samples))))
+
+    def timed(self, mode: str) -> bool:
+        """Timed samples until the settings' stopping rule for ``mode`` says stop, then the kernel-time pass
+        (CUDA); sets ``overhead_ms`` (the loop's wall time outside the windows, per sample) and ``kernel_ns``."""
+        settings = self.runner.opts.settings
+        rule = settings.stopping_rule(mode)
+        t0 = time.monotonic_ns()
+        while self.sample():
+            if rule.is_finished(self.samples, time.monotonic_ns() - t0):
+                wall_s = (time.monotonic_ns() - t0) / 1e9
+                self.overhead_ms = overhead_per_sample_ms(wall_s, self.samples, settings.calls_per_sample)
+                return self._step(lambda: setattr(self, "kernel_ns", self.runner.kernel_time(
+                    self.case, self.seed, len(self.samples))))
+        return False
+
+    def profiled(self) -> bool:
+        """The profiler's kernel table for one call (``profile``)."""
+        return self._step(lambda: setattr(self, "profile", self.runner.profile(self.case, self.seed)))
+
+    def result(self, note: str = "") -> CaseResult:
+        """The CaseResult: the failure's status and message, or PASS with ``note`` as its message."""
+        stats = summarize(self.samples) if self.samples else None
+        calls = self.runner.checked(self.case)
+        f = self.failure
+        if f is not None:
+            return CaseResult(self.case, f.status, f.message, tuple(self.samples), stats, calls, self.wall_s,
+                              cuda_failure=f.cuda)
+        return CaseResult(self.case, Status.PASS, note, tuple(self.samples), stats, calls, self.wall_s,
+                          self.profile, self.kernel_ns, self.overhead_ms)
+
+
+def load(session: Session) -> CaseFailed | None:
+    """Start ``session``'s worker and import the submission: None, or why it could not be loaded."""
+    try:
+        session.load()
+    except CaseFailed as exc:
+        return exc
+    return None
+
+
+def overhead_per_sample_ms(wall_s: float, samples_ns: list[float], calls: int) -> float | None:
+    """The timed phase's wall time outside the timed windows, per sample, in ms (``samples_ns``: per-call
+    times, so a window is ``calls`` times one)."""
+    if not samples_ns:
+        return None
+    return (wall_s * 1e9 - sum(samples_ns) * calls) / len(samples_ns) / 1e6

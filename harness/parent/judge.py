@@ -1,0 +1,198 @@
+"""Every verdict on a case, in one trusted place: the worker reports facts (harness.protocol), this module turns
+them into a status and the sentence a user reads.
+
+What is judged: a failed load, map or call (``Failed``); the facts of a run reply (tampering, work outside the
+timed window, the outputs against the reference: ``reply``); a time below the GPU's physical floor (``floor``);
+the notes a passing run carries (``notes``); and the messages of cases that a schedule did not run.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from harness import protocol as P
+from harness.parent.samples import Sample
+from harness.results.record import Status
+from task.check import OutputMeta, ReferenceError, check_outputs, compare, validate_container
+from task.cost import GpuPeaks, sol_ns
+from task.spec import Case
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Why a case ends: its ``status``, the ``message`` shown, and ``cuda``: the worker hit a CUDA error (the
+    exit code is then 110, CUDA_FAILURE)."""
+
+    status: Status
+    message: str
+    cuda: bool = False
+
+
+class CaseFailed(Exception):
+    """Ends a case early with a Verdict (raised inside a case's phases only)."""
+
+    def __init__(self, status: Status, message: str, cuda: bool = False):
+        super().__init__(message)
+        self.status, self.message, self.cuda = status, message, cuda
+
+    @property
+    def verdict(self) -> Verdict:
+        return Verdict(self.status, self.message, self.cuda)
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.1f} ms"
+
+
+def exception_text(reply: P.Failed) -> str:
+    """The submission's exception as ``Type: message``: its own text, or what went wrong turning it into text."""
+    if reply.str_raised:
+        return f"{reply.type}: <str() of the exception raised {reply.str_raised}>"
+    if reply.str_nonstring:
+        return f"{reply.type}: <__str__ returned a non-string>"
+    return f"{reply.type}: {reply.message}"
+
+
+def load_failed(reply: P.Failed, path: str) -> CaseFailed:
+    """The import raised (``kind`` import) or the module has no callable ``custom_kernel`` (``kind`` entry)."""
+    if reply.kind == "entry":
+        found = ", ".join(reply.callables) or "none"
+        return CaseFailed(Status.ERROR, f"no entry point: MissingEntryPoint: {path} defines no callable "
+                                        f"custom_kernel(data) (callables found: {found})")
+    return CaseFailed(Status.ERROR, f"import failed: {exception_text(reply)}\n{reply.traceback}".strip())
+
+
+def map_failed(reply: P.Failed) -> CaseFailed:
+    return CaseFailed(Status.ERROR, f"harness error: the worker could not map the sample buffers: "
+                                    f"{reply.type}: {reply.message}")
+
+
+def call_failed(reply: P.Failed) -> CaseFailed:
+    """The submission raised during a run request; ``kind`` cuda: the CUDA context is gone (the worker exits)."""
+    cuda = reply.kind == "cuda"
+    word = "CUDA error" if cuda else "raised"
+    return CaseFailed(Status.ERROR, f"{word}: {exception_text(reply)}\n{reply.traceback}".strip(), cuda)
+
+
+def protocol_broken(exc: P.ProtocolError) -> CaseFailed:
+    return CaseFailed(Status.ERROR, f"harness error: the worker answered out of protocol: {exc}")
+
+
+def outside_window(reply: P.RunReply) -> str | None:
+    """The verdict on what the worker saw around the window, or None: threads that used CPU outside it, hooks
+    and modes that run submission code inside ours, work left on other streams, outputs changed after it."""
+    if reply.threads:
+        shown = [f"thread '{t.name}' (tid {t.tid}) used {_ms(t.cpu_ns)}" if t.tid
+                 else f"threads that have since exited used {_ms(t.cpu_ns)}" for t in reply.threads[:3]]
+        more = f" and {len(reply.threads) - 3} more thread(s) did too" if len(reply.threads) > 3 else ""
+        return (f"work outside the timed window: {'; '.join(shown)}{more} of CPU between samples or around the "
+                f"window; a submission's threads must be idle outside its custom_kernel calls")
+    active = list(reply.hooks) + list(reply.modes)
+    if active:
+        return ("the submission left code that runs outside its calls: " + ", ".join(active)
+                + "; fp4bench removed it, and the case fails because it could act outside the timed window")
+    if reply.late_streams:
+        return (f"{reply.late_streams} other CUDA stream(s) still had work queued when the timed window closed; "
+                f"the call must be complete when its end event fires (join side streams to the current one)")
+    if reply.changed:
+        return (f"call {reply.changed[0]}: outputs changed after the timed window closed (work on another stream "
+                f"or finished after the end event); the call must be complete when its end event fires")
+    return None
+
+
+def container_label(c: P.Container) -> str:
+    """How a returned container is named in a verdict: its type, or for a subclass of list, tuple or Tensor
+    (whatever it calls itself) ``a subclass of list named <its name>``."""
+    return c.name if c.exact or not c.base else f"a subclass of {c.base} named {c.name}"
+
+
+def outputs(sample: Sample, reply: P.RunReply) -> str | None:
+    """None if every call returned the expected outputs; else what is wrong, for the first call that is.
+    Raises ReferenceError if the reference itself is not finite."""
+    L, case = sample.layout, sample.case
+    calls = len(reply.containers)
+    prefix = (lambda j: f"call {j + 1} of {calls}: ") if calls > 1 else (lambda j: "")
+    if calls != L.calls:
+        return f"expected {L.calls} calls, the worker reported {calls}"
+    for j, (container, metas) in enumerate(zip(reply.containers, reply.metas)):
+        problem = validate_container(container_label(container),
+                                     list(metas),
+                                     case.problem_sizes, str(sample.device))
+        if problem:
+            return prefix(j) + problem
+        if not all(reply.copied[j]):
+            return prefix(j) + "outputs were not copied back (the worker saw them change type or shape)"
+    got, expected = sample.got(), sample.expected()
+    # Official data's sums are exact, so a right kernel's outputs are usually bit for bit the reference's:
+    # one integer comparison settles them; anything else goes through the tolerance check.
+    if torch.equal(got.view(torch.int16), expected.view(torch.int16)):
+        if not bool(torch.isfinite(expected).all()):
+            raise ReferenceError("the reference output holds NaN or inf")
+        return None
+    if compare(got, expected).ok:
+        return None
+    views_got, views_exp = sample.views()
+    for j in range(L.calls):
+        mismatch = check_outputs(views_got.outputs(j), views_exp.outputs(j))
+        if mismatch:
+            return prefix(j) + mismatch
+    return "outputs differ from the reference"  # only reachable if the flat and per-group checks disagree
+
+
+def reply(sample: Sample, run: P.RunReply) -> None:
+    """Judge one run reply on ``sample``: tampering, then work outside the window, then the outputs.
+    Raises CaseFailed (FAIL for the submission's doing, ERROR for a reference that is not finite)."""
+    if run.tampered:
+        raise CaseFailed(Status.FAIL, "the submission modified fp4bench's measurement code or objects: "
+                                      + ", ".join(run.tampered))
+    complaint = outside_window(run)
+    if complaint:
+        raise CaseFailed(Status.FAIL, complaint)
+    try:
+        mismatch = outputs(sample, run)
+    except ReferenceError as exc:
+        raise CaseFailed(Status.ERROR, f"harness error: {exc}") from None
+    if mismatch:
+        raise CaseFailed(Status.FAIL, mismatch)
+
+
+def floor(case: Case, per_call_ns: float, peaks: GpuPeaks | None) -> None:
+    """Raises CaseFailed(FAIL) when ``per_call_ns`` is below this GPU's physical floor (task.cost; ``peaks``
+    None: no floor, e.g. a CPU)."""
+    low = sol_ns(case, peaks, floor=True) if peaks else None
+    if low is not None and per_call_ns < low:
+        raise CaseFailed(Status.FAIL, f"impossible time: {per_call_ns:.0f} ns per call is below this GPU's "
+                                      f"physical floor of {low:.0f} ns ({peaks.model}: FLOPs at "
+                                      f"{peaks.floor_tflops:g} TFLOP/s, bytes at {peaks.hbm_tbps:g} TB/s)")
+
+
+def notes(run: P.RunReply) -> list[str]:
+    """What a passing reply is noted for: timing attributes it replaced, hooks the guard refused to install."""
+    return ([f"the submission replaced {name}; fp4bench measures with its own captured copy" for name in run.guard]
+            + [f"{h} refused (it never ran)" for h in run.refused])
+
+
+def stray_note(stray_bytes: int) -> str:
+    return f"ignored {stray_bytes} stray bytes the submission wrote to the result channel"
+
+
+def not_loaded(first: CaseFailed) -> str:
+    """The message of every shape after the first when the submission could not be loaded (``run``)."""
+    return (f"not run: the submission could not be loaded ({first.message.splitlines()[0]}; "
+            f"the whole message is on shape 1)")
+
+
+def earlier_failed(status: Status) -> str:
+    """The message of a shape a leaderboard run skips after a failure."""
+    return f"not run: an earlier shape did not pass ({status.value})"
+
+
+def partner_not_loaded(names: list[str]) -> str:
+    """The message of the side that loaded when its partner in ``compare`` could not."""
+    return "not run: " + ", ".join(f"{n} could not be loaded" for n in names)
+
+
+def partner_failed(samples: int, partner: str, status: Status) -> str:
+    """The note of the side that passed a shape its partner in ``compare`` failed."""
+    return f"timing stopped after {samples} sample(s): {partner} {status.value} on this shape"

@@ -1,0 +1,81 @@
+"""harness.parent.judge: facts from the worker in, verdicts out; a CUDA failure is a fact, never read from text."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from harness import protocol as P
+from harness.parent import judge
+from harness.protocol import ExitCode
+from harness.results.record import CaseResult, Environment, RunRecord, Status, SubmissionInfo, exit_code
+from task.spec import Case
+
+CASE = Case((64,), (128,), (256,), 1, 1)
+
+
+def test_failed_calls_are_worded_from_facts():
+    cuda = judge.call_failed(P.Failed("cuda", "RuntimeError", "illegal memory access", "tb"))
+    assert (cuda.status, cuda.message, cuda.cuda) == (Status.ERROR, "CUDA error: RuntimeError: illegal memory "
+                                                                     "access\ntb", True)
+    raised = judge.call_failed(P.Failed("exception", "KernelError", "", "", str_raised="UnicodeDecodeError"))
+    assert (raised.message, raised.cuda) == ("raised: KernelError: <str() of the exception raised "
+                                             "UnicodeDecodeError>", False)
+    entry = judge.load_failed(P.Failed("entry", "MissingEntryPoint", "", callables=("kernel",)), "/x/k.py")
+    assert entry.message == ("no entry point: MissingEntryPoint: /x/k.py defines no callable custom_kernel(data) "
+                             "(callables found: kernel)")
+
+
+def test_container_labels_name_subclasses():
+    assert judge.container_label(P.Container("builtins.list", True)) == "builtins.list"
+    assert judge.container_label(P.Container("builtins.list", False, "list")) == \
+        "a subclass of list named builtins.list"
+    assert judge.container_label(P.Container("x.Y", False)) == "x.Y"
+
+
+def test_exit_code_reads_the_cuda_fact_not_the_message():
+    """A submission that raises an exception saying "CUDA error" is not a CUDA failure; a worker that exited with
+    110 is, whatever its message."""
+    record = RunRecord("r", "t", "test", "official", "s", None, SubmissionInfo("v", "p", "h"),
+                       Environment(*"abcdefghi"), (), True)
+    lying = CaseResult(CASE, Status.ERROR, "raised: ValueError: CUDA error: fake")
+    died = CaseResult(CASE, Status.CRASH, "the worker process exited with code 110", cuda_failure=True)
+    assert exit_code(dataclasses.replace(record, cases=(lying,))) is ExitCode.CHECK_FAILED
+    assert exit_code(dataclasses.replace(record, cases=(lying, died))) is ExitCode.CUDA_FAILURE
+
+
+def test_run_notes_are_worded_here():
+    reply = P.RunReply(0.0, 1, (), (), (), guard=("time.perf_counter",), refused=("sys.addaudithook",))
+    assert judge.notes(reply) == ["the submission replaced time.perf_counter; fp4bench measures with its own "
+                                  "captured copy", "sys.addaudithook refused (it never ran)"]
+    assert judge.outside_window(reply) is None
+    hooked = dataclasses.replace(reply, hooks=("gc callback (f)",))
+    assert judge.outside_window(hooked).startswith("the submission left code that runs outside its calls: gc ")
+
+
+def test_a_worker_that_exits_110_is_a_cuda_failure():
+    from conftest import SHARED_CASES
+
+    from harness.parent.cases import Session
+    from harness.parent.process import WorkerDied
+    from harness.parent.registry import read_variant
+    from harness.parent.settings import Settings
+
+    class Dead:
+        stray_bytes = 0
+
+        def __init__(self, code):
+            self.code = code
+
+        def receive(self, timeout_s):
+            raise WorkerDied("the worker process exited after a CUDA error (exit code 110)", self.code)
+
+        def close(self):
+            pass
+
+    session = Session(read_variant(SHARED_CASES / "honest_torch.py"), Settings())
+    for code, cuda in ((ExitCode.CUDA_FAILURE, True), (1, False), (-9, False)):
+        session.proc = Dead(code)
+        with pytest.raises(judge.CaseFailed) as failed:
+            session._receive(1.0, (P.RunReply,))
+        assert (failed.value.status, failed.value.cuda) == (Status.CRASH, cuda)
