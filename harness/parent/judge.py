@@ -14,7 +14,7 @@ import torch
 from harness import protocol as P
 from harness.parent.samples import Sample
 from harness.results.record import Status
-from task.check import OutputMeta, ReferenceError, check_outputs, compare, validate_container
+from task.check import ReferenceError, check_outputs, compare, validate_container
 from task.cost import GpuPeaks, sol_ns
 from task.spec import Case
 
