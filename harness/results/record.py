@@ -63,6 +63,10 @@ class CaseResult:
     def passed(self) -> bool:
         return self.status is Status.PASS
 
+    def to_dict(self) -> dict:
+        """Plain types only (the status as its value), as in ``RunRecord.to_dict()["cases"]``."""
+        return _plain(dataclasses.asdict(self))
+
 
 @dataclass(frozen=True)
 class Environment:
@@ -133,13 +137,16 @@ def case_from_dict(d: dict) -> Case:
     return Case(tuple(d["m"]), tuple(d["n"]), tuple(d["k"]), d["g"], d["seed"], d.get("name", ""))
 
 
+def case_result_from_dict(c: dict) -> CaseResult:
+    """Inverse of ``CaseResult.to_dict``."""
+    return CaseResult(case_from_dict(c["case"]), Status(c["status"]), c["message"], tuple(c["samples_ns"]),
+                      Stats(**c["stats"]) if c["stats"] else None, c["calls_checked"], c["wall_s"],
+                      c.get("profile", ""), c.get("kernel_ns"), c.get("overhead_ms_per_sample"))
+
+
 def run_from_dict(d: dict) -> RunRecord:
     """Inverse of ``RunRecord.to_dict`` (for the results store and report tools)."""
-    cases = tuple(
-        CaseResult(case_from_dict(c["case"]), Status(c["status"]), c["message"], tuple(c["samples_ns"]),
-                   Stats(**c["stats"]) if c["stats"] else None, c["calls_checked"], c["wall_s"],
-                   c.get("profile", ""), c.get("kernel_ns"), c.get("overhead_ms_per_sample"))
-        for c in d["cases"])
+    cases = tuple(case_result_from_dict(c) for c in d["cases"])
     return RunRecord(d["run_id"], d["started_at"], d["mode"], d["data"], d["shape_set"], d["secret_seed"],
                      SubmissionInfo(**d["submission"]), Environment(**d["environment"]), cases, d["complete"],
                      d.get("git_commit", ""), d.get("geomean_ns"), d.get("wall_s", 0.0), d.get("window", ""),
