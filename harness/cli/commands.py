@@ -212,16 +212,67 @@ def _sandbox(mode, variants, settings, db, no_store) -> sandbox_mod.Sandbox:
         _fail(str(exc), ExitCode.BAD_SPEC)
 
 
+def _json_target(json_path: Path | None, variants, variant) -> Path | None:
+    """Where --json writes ``variant``'s record: the file itself for one submission, else FILE-<name>.json."""
+    if not json_path:
+        return None
+    return json_path if len(variants) == 1 else json_path.with_name(f"{json_path.stem}-{variant.name}.json")
+
+
+def _show(console: Console, record, target: Path | None) -> None:
+    """Write ``record`` to its --json ``target`` (if any) and print its results table and profiles."""
+    if target is not None:
+        target.write_text(record.to_json())
+    console.print(results_table(record))
+    for i, r in enumerate(record.cases):
+        if r.profile:
+            console.print(profile_section(r, i))
+
+
+def _run_pool(variants, shape_set, opts, store, gpus, cluster, console) -> list:
+    """The variants as tasks on a Dask cluster (harness.parent.pool): exits 113 for a bad --gpus or --cluster,
+    130 after Ctrl-C (the runs begun kept as incomplete in the store)."""
+    from harness.parent import pool
+
+    progress = (ProgressObserver(console, len(shape_set.cases), f"{len(variants)} submission(s) on "
+                                 f"{'GPUs ' + gpus if gpus else cluster}", sides=len(variants))
+                if console.is_terminal else None)
+    runs = pool.PoolRun(variants, shape_set, opts, store, progress)
+    try:
+        if gpus is not None and cluster is not None:
+            raise pool.PoolError("--gpus and --cluster cannot be used together")
+        devices = pool.gpu_list(gpus) if gpus is not None else None
+        if cluster is not None:
+            pool.local_workers(cluster)
+        with progress or contextlib.nullcontext(), pool.open_client(devices, cluster) as client:
+            return runs.run(client)
+    except pool.PoolError as exc:
+        _fail(str(exc), ExitCode.BAD_SPEC)
+    except KeyboardInterrupt:
+        for run_id in runs.abandon():
+            Console(stderr=True, highlight=False, soft_wrap=True).print(
+                f"interrupted: run {run_id} kept as incomplete in {escape(str(store.path))}")
+        sys.exit(EXIT_INTERRUPTED)
+    except StoreError as exc:
+        _fail(str(exc), EXIT_STORE)
+
+
 @main.command("run")
 @click.option("--submission", "submissions", required=True,
               help="A folder under submissions/, a folder, or a .py file; several separated by commas.")
 @click.option("--mode", type=click.Choice(MODES), default="test", show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write every figure and the environment to this file (one submission) or FILE-<name>.json.")
+@click.option("--gpus", default=None,
+              help="Spread the submissions over these GPUs (0,1 or all), one worker each, on a local Dask cluster.")
+@click.option("--cluster", default=None,
+              help="Spread the submissions over a Dask cluster: tcp://HOST:8786, or local:N for N local workers.")
 @_run_options
-def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, timeout, db, no_store, sandbox) -> None:
+def run_cmd(submissions, shapes, mode, data, seed, json_path, gpus, cluster, settings_path, timeout, db, no_store,
+            sandbox) -> None:
     """Run submissions over a shape set; exit code as the official runner (0, 110, 112, 113, 114; 130 after
-    Ctrl-C, with the cases measured so far kept in the store and the --json file)."""
+    Ctrl-C, with the cases measured so far kept in the store and the --json file). With --gpus or --cluster
+    the submissions run side by side, one per GPU (README)."""
     console = Console()
     variants, shape_set, settings, secret = _prepare([x.strip() for x in submissions.split(",") if x.strip()],
                                                      shapes, settings_path, timeout, seed, mode, data)
@@ -231,11 +282,13 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
 
     opts = RunOptions(mode, data, secret, settings, _sandbox(sandbox, variants, settings, db, no_store))
     records = []
-    for variant in variants:
+    if gpus is not None or cluster is not None:
+        records = _run_pool(variants, shape_set, opts, store, gpus, cluster, console)
+        for variant, record in zip(variants, records):
+            _show(console, record, _json_target(json_path, variants, variant))
+    for variant in variants[len(records):]:
         label = f"{variant.name} {mode}"
-        target, recorder, kept = None, None, None
-        if json_path:
-            target = json_path if len(variants) == 1 else json_path.with_name(f"{json_path.stem}-{variant.name}.json")
+        target, recorder, kept = _json_target(json_path, variants, variant), None, None
         try:
             if mode in ("benchmark", "leaderboard") and console.is_terminal:
                 with ProgressObserver(console, len(shape_set.cases), label) as obs:
@@ -251,12 +304,7 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
         except StoreError as exc:
             _fail(str(exc), EXIT_STORE)
         records.append(record)
-        if target is not None:
-            target.write_text(record.to_json())
-        console.print(results_table(record))
-        for i, r in enumerate(record.cases):
-            if r.profile:
-                console.print(profile_section(r, i))
+        _show(console, record, target)
     if len(records) > 1:
         console.print(side_by_side(records))
     for record in records:

@@ -22,7 +22,7 @@ import queue
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Iterator
+from collections.abc import Iterator
 
 from harness.parent import runner
 from harness.parent.bundle import Bundle, pack, unpack
@@ -64,9 +64,14 @@ class Task:
     opts: runner.RunOptions
 
 
-def gpu_list(text: str, count: int) -> list[str]:
+def gpu_list(text: str, count: int | None = None) -> list[str]:
     """``--gpus`` (``all`` or comma-separated indices such as ``0,1``) -> CUDA device indices as strings, for
-    ``count`` GPUs here. Raises PoolError with no GPU, for an index out of range, repeated, or not a number."""
+    ``count`` GPUs (None: as many as torch sees here). Raises PoolError with no GPU, for an index out of range,
+    repeated, or not a number."""
+    if count is None:
+        import torch
+
+        count = torch.cuda.device_count()
     if count == 0:
         raise PoolError("--gpus: this machine has no CUDA GPU (to spread runs over CPU workers, use "
                         "--cluster local:N)")
@@ -113,8 +118,13 @@ def open_client(gpus: list[str] | None = None, cluster: str | None = None) -> It
                                  resources={RESOURCE: 1}, memory_limit=0, dashboard_address=None)
         else:
             local = None
-        with local or contextlib.nullcontext(), Client(local or cluster) as client:
-            yield client
+        with local or contextlib.nullcontext():
+            try:
+                client = Client(local or cluster)
+            except OSError as exc:
+                raise PoolError(f"--cluster {cluster}: cannot reach the scheduler ({exc})") from None
+            with client:
+                yield client
 
 
 def run_task(task: Task) -> dict:
