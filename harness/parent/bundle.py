@@ -1,8 +1,8 @@
 """A submission's files carried by content, so a machine without the submitter's checkout can run it.
 
 ``pack(variant)`` reads the files a variant may import: its whole folder for ``submissions/<name>/submission.py``
-(other files beside it may be imported; ``__pycache__`` and dot-files stay behind), the file alone for any other
-.py file. ``unpack(bundle, root)`` writes them under ``root/<bundle id>/`` (the id is a hash of every file's
+(other files beside it may be imported; ``__pycache__`` and dot-files stay behind); for any other .py file, that
+file and the .py files beside it (a serial run can import those too; subfolders stay behind). ``unpack(bundle, root)`` writes them under ``root/<bundle id>/`` (the id is a hash of every file's
 name and sha256, so equal contents share one folder and a changed file gets a new one), checking every file's
 hash, and returns the Variant to run from there: same name, same entry sha256 as the packed one.
 """
@@ -47,7 +47,7 @@ def _carried(variant: Variant) -> tuple[Path, list[Path]]:
     """The folder the bundle mirrors and the files it carries (see the module docstring)."""
     path = Path(variant.path).resolve()
     if path.name != ENTRY_FILE:
-        return path.parent, [path]
+        return path.parent, sorted(p for p in path.parent.glob("*.py") if p.is_file() and not p.name.startswith("."))
     folder = path.parent
     files = []
     for here, dirs, names in os.walk(folder):

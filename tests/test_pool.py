@@ -1,0 +1,176 @@
+"""Pool runs on Dask (harness.parent.pool, harness.parent.bundle): options, bundles, and on a LocalCluster of two
+CPU workers, records equal to a serial run's but for times, and a worker killed mid-run losing nothing measured."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import threading
+import time
+
+import pytest
+import torch
+from click.testing import CliRunner
+from conftest import SHARED_CASES
+
+from harness.cli.commands import main
+from harness.parent import pool, runner
+from harness.parent.bundle import BundleError, pack, unpack
+from harness.parent.registry import read_variant, resolve
+from harness.parent.sandbox import Sandbox
+from harness.parent.settings import load_settings
+from harness.results.record import Status
+from harness.results.store import ResultStore
+from task.spec import load_shapes
+
+SMOKE = load_shapes("smoke")
+#: A submission that passes every case but the second (M = 128), where it hangs: before hanging it writes its
+#: parent's pid (the Dask worker's) to $FP4BENCH_TEST_MARK, and it exits once that parent is gone.
+HANGS_ON_SECOND = '''
+import os, time
+from pathlib import Path
+exec((Path(os.environ["FP4BENCH_TEST_HONEST"])).read_text())
+_honest = custom_kernel
+
+def custom_kernel(data):
+    if data[3][0][0] == 128:
+        parent = os.getppid()
+        Path(os.environ["FP4BENCH_TEST_MARK"]).write_text(str(parent))
+        deadline = time.monotonic() + 120
+        while os.getppid() == parent and time.monotonic() < deadline:
+            time.sleep(0.1)
+        os._exit(0)
+    return _honest(data)
+'''
+
+
+# --- options -------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, count, expected", [
+    ("all", 2, ["0", "1"]), ("1", 2, ["1"]), (" 1, 0 ", 4, ["1", "0"]),
+])
+def test_gpu_list(text, count, expected):
+    assert pool.gpu_list(text, count) == expected
+
+
+@pytest.mark.parametrize("text, count, message", [
+    ("0", 0, "--gpus: this machine has no CUDA GPU (to spread runs over CPU workers, use --cluster local:N)"),
+    ("2", 2, "--gpus 2: this machine has 2 GPU(s), indices 0 to 1, each once"),
+    ("0,0", 2, "--gpus 0,0: this machine has 2 GPU(s), indices 0 to 1, each once"),
+    ("a", 2, "--gpus: expected all or GPU indices separated by commas (e.g. 0,1), got 'a'"),
+])
+def test_bad_gpu_lists_say_why(text, count, message):
+    with pytest.raises(pool.PoolError) as info:
+        pool.gpu_list(text, count)
+    assert str(info.value) == message
+
+
+def test_cluster_forms():
+    assert pool.local_workers("local:3") == 3
+    assert pool.local_workers("tcp://10.0.0.1:8786") is None
+    for bad in ("local:0", "local:x", "10.0.0.1:8786"):
+        with pytest.raises(pool.PoolError):
+            pool.local_workers(bad)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_gpus_on_a_cpu_machine_is_one_line_and_exit_113():
+    result = CliRunner().invoke(main, ["run", "--submission", "torch_reference", "--no-store", "--gpus", "0,1"])
+    assert result.exit_code == 113
+    assert result.output == ("error: --gpus: this machine has no CUDA GPU (to spread runs over CPU workers, use "
+                             "--cluster local:N)\n")
+
+
+# --- bundles -------------------------------------------------------------------------------------------------
+def test_a_folder_travels_whole_by_content(tmp_path):
+    src = tmp_path / "src" / "mine"
+    (src / "__pycache__").mkdir(parents=True)
+    (src / "submission.py").write_text("from helper import X\n")
+    (src / "helper.py").write_text("X = 1\n")
+    (src / "__pycache__" / "helper.pyc").write_bytes(b"stale")
+    variant = read_variant(src / "submission.py")
+    bundle = pack(variant)
+    assert [p for p, _ in bundle.files] == ["helper.py", "submission.py"]
+    copy = unpack(bundle, tmp_path / "bundles")
+    assert (copy.name, copy.sha256) == ("mine", variant.sha256)
+    assert copy.path == tmp_path / "bundles" / bundle.id / "submission.py"
+    assert (copy.path.parent / "helper.py").read_text() == "X = 1\n"
+    assert unpack(pack(variant), tmp_path / "bundles").path == copy.path  # same content, same folder
+    (src / "helper.py").write_text("X = 2\n")
+    assert pack(variant).id != bundle.id
+
+
+def test_a_loose_file_travels_with_the_modules_beside_it_and_a_bad_blob_is_refused(tmp_path):
+    variant = read_variant(SHARED_CASES / "honest_torch.py")
+    bundle = pack(variant)
+    assert [p for p, _ in bundle.files] == sorted(p.name for p in SHARED_CASES.glob("*.py"))
+    assert bundle.entry == "honest_torch.py"
+    forged = dataclasses.replace(bundle, blobs={h: b"x = 1\n" for h in bundle.blobs})
+    with pytest.raises(BundleError, match="does not match its sha256"):
+        unpack(forged, tmp_path)
+    assert not (tmp_path / bundle.id).exists()
+
+
+# --- on a LocalCluster ---------------------------------------------------------------------------------------
+def _without_times(record) -> dict:
+    d = record.to_dict()
+    for key in ("run_id", "started_at", "wall_s"):
+        d.pop(key)
+    for case in d["cases"]:
+        case.pop("wall_s")
+    return d
+
+
+@pytest.mark.slow
+def test_a_pool_stores_what_a_serial_run_stores_but_times(tmp_path):
+    variants = [resolve("torch_reference"), resolve(str(SHARED_CASES / "honest_torch.py")),
+                resolve(str(SHARED_CASES / "wrong_outputs.py"))]
+    opts = runner.RunOptions("test", secret=7)
+    with ResultStore(tmp_path / "serial.sqlite") as store:
+        from harness.results.store import StoreRecorder
+        serial = [runner.run(v, SMOKE, opts, StoreRecorder(store)) for v in variants]
+        serial = [store.load(r.run_id) for r in serial]
+    with ResultStore(tmp_path / "pool.sqlite") as store, pool.open_client(cluster="local:2") as client:
+        pooled = pool.PoolRun(variants, SMOKE, opts, store).run(client)
+        stored = [store.load(r.run_id) for r in pooled]
+        assert len(store.runs()) == 3
+    assert [r.cases[0].status for r in stored] == [Status.PASS, Status.PASS, Status.FAIL]
+    assert [_without_times(r) for r in stored] == [_without_times(r) for r in serial]
+    assert [_without_times(r) for r in pooled] == [_without_times(r) for r in serial]
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_run_keeps_what_was_measured_then_the_task_is_an_error(tmp_path, monkeypatch):
+    hang = tmp_path / "hangs_on_second.py"
+    hang.write_text(HANGS_ON_SECOND)
+    mark = tmp_path / "mark"
+    monkeypatch.setenv("FP4BENCH_TEST_MARK", str(mark))
+    monkeypatch.setenv("FP4BENCH_TEST_HONEST", str(SHARED_CASES / "honest_torch.py"))
+    variants = [resolve(str(hang)), resolve("torch_reference"), resolve(str(SHARED_CASES / "honest_torch.py"))]
+    opts = runner.RunOptions("test", settings=load_settings().with_timeout(300), sandbox=Sandbox("off"))
+    killed = []
+
+    def killer():  # each attempt of the hanging task: kill the Dask worker running it
+        deadline = time.monotonic() + 240
+        while len(killed) < pool.ALLOWED_FAILURES + 1 and time.monotonic() < deadline:
+            if mark.exists() and mark.read_text():
+                pid = int(mark.read_text())
+                mark.unlink()
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=killer)
+    with ResultStore(tmp_path / "r.sqlite") as store, pool.open_client(cluster="local:2") as client:
+        thread.start()
+        records = pool.PoolRun(variants, SMOKE, opts, store).run(client)
+        thread.join()
+        runs = {r.run_id: store.load(r.run_id) for r in store.runs()}
+    assert len(killed) == 2 and killed[0] != killed[1]
+    assert [c.status for r in records[1:] for c in r.cases] == [Status.PASS] * 6
+    hung = [r for r in runs.values() if r.submission.name == "hangs_on_second"]
+    first, last = sorted(hung, key=lambda r: r.complete)
+    assert (first.complete, [c.status for c in first.cases]) == (False, [Status.PASS])
+    assert last.run_id == records[0].run_id and last.complete
+    assert [c.status for c in last.cases] == [Status.PASS, Status.ERROR, Status.ERROR]
+    assert last.cases[1].message.startswith("not measured: the machine running it died 2 times")
+    assert last.submission.path == str(hang.resolve())
