@@ -72,6 +72,17 @@ def test_cluster_forms():
             pool.local_workers(bad)
 
 
+def test_a_cluster_without_gpu_workers_is_refused():
+    class Client:
+        def scheduler_info(self, n_workers):
+            return {"workers": {"tcp://a:1": {"resources": {}}, "tcp://b:1": {}}}
+
+    with pytest.raises(pool.PoolError, match="no worker with the resource GPU .start each worker with --nthreads 1"):
+        pool.gpu_slots(Client())
+    assert pool.gpu_slots(type("C", (), {"scheduler_info": lambda self, n_workers: {"workers": {
+        "a": {"resources": {"GPU": 2}}, "b": {"resources": {"GPU": 1.0}}}}})()) == 3
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_gpus_on_a_cpu_machine_is_one_line_and_exit_113():
     result = CliRunner().invoke(main, ["run", "--submission", "torch_reference", "--no-store", "--gpus", "0,1"])
@@ -112,11 +123,16 @@ def test_a_loose_file_travels_with_the_modules_beside_it_and_a_bad_blob_is_refus
 
 # --- on a LocalCluster ---------------------------------------------------------------------------------------
 def _without_times(record) -> dict:
+    """The record with its times (and what times decide: how many warm-up calls were checked) left out."""
     d = record.to_dict()
-    for key in ("run_id", "started_at", "wall_s"):
+    for key in ("run_id", "started_at", "wall_s", "geomean_ns"):
         d.pop(key)
+    timed = record.mode != "test"
     for case in d["cases"]:
-        case.pop("wall_s")
+        for key in ("wall_s", "overhead_ms_per_sample") + (("calls_checked",) if timed else ()):
+            case.pop(key)
+        case["samples_ns"] = len(case["samples_ns"])
+        case["stats"] = case["stats"] and case["stats"]["runs"]
     return d
 
 
@@ -174,3 +190,20 @@ def test_a_worker_killed_mid_run_keeps_what_was_measured_then_the_task_is_an_err
     assert [c.status for c in last.cases] == [Status.PASS, Status.ERROR, Status.ERROR]
     assert last.cases[1].message.startswith("not measured: the machine running it died 2 times")
     assert last.submission.path == str(hang.resolve())
+
+
+@pytest.mark.slow
+def test_both_sides_of_a_compare_run_on_one_worker_as_a_serial_compare_does(tmp_path):
+    from harness.parent import compare
+
+    (tmp_path / "run.yml").write_text("timing: {min_runs: 2, max_runs: 2}\n")
+    opts = runner.RunOptions(compare.MODE, settings=load_settings(tmp_path / "run.yml"))
+    a, b = resolve("torch_reference"), resolve(str(SHARED_CASES / "honest_torch.py"))
+    serial = compare.compare(a, b, SMOKE, opts)
+    with ResultStore(tmp_path / "r.sqlite") as store, pool.open_client(cluster="local:1") as client:
+        pooled = pool.PoolRun([a, b], SMOKE, opts, store).compare(client)
+        stored = [store.load(pooled.a.run_id), store.load(pooled.b.run_id)]
+    assert [_without_times(r) for r in stored] == [_without_times(serial.a), _without_times(serial.b)]
+    assert [r.cases[0].samples_ns for r in stored] == [pooled.a.cases[0].samples_ns, pooled.b.cases[0].samples_ns]
+    assert len(pooled.rows) == 3 and all(s.comparison is not None for s in pooled.shapes)
+    assert pooled.a.environment.hostname == stored[1].environment.hostname  # one worker ran both sides

@@ -103,6 +103,11 @@ def _run_options(fn):
         click.option("--sandbox", type=click.Choice(sandbox_mod.MODES), default="auto", show_default=True,
                      help="Confine each worker: auto uses what this machine has and records it; strict refuses "
                           "to run unless every protection holds; off runs it unconfined (fp4bench doctor)."),
+        click.option("--gpus", default=None,
+                     help="Run on these GPUs (0,1 or all), one Dask worker each: submissions side by side; both "
+                          "sides of a compare on one of them."),
+        click.option("--cluster", default=None,
+                     help="Run on a Dask cluster as --gpus does: tcp://HOST:8786, or local:N for N local workers."),
     )):
         fn = option(fn)
     return fn
@@ -229,23 +234,21 @@ def _show(console: Console, record, target: Path | None) -> None:
             console.print(profile_section(r, i))
 
 
-def _run_pool(variants, shape_set, opts, store, gpus, cluster, console) -> list:
-    """The variants as tasks on a Dask cluster (harness.parent.pool): exits 113 for a bad --gpus or --cluster,
-    130 after Ctrl-C (the runs begun kept as incomplete in the store)."""
+def _pool(variants, shape_set, opts, store, gpus, cluster, progress, compare: bool = False):
+    """The variants as tasks on a Dask cluster (harness.parent.pool), ``progress`` told of every case; returns
+    their records, or with ``compare`` the CompareResult. Exits 113 for a bad --gpus or --cluster, 130 after
+    Ctrl-C (the runs begun kept as incomplete in the store)."""
     from harness.parent import pool
 
-    progress = (ProgressObserver(console, len(shape_set.cases), f"{len(variants)} submission(s) on "
-                                 f"{'GPUs ' + gpus if gpus else cluster}", sides=len(variants))
-                if console.is_terminal else None)
-    runs = pool.PoolRun(variants, shape_set, opts, store, progress)
+    runs = pool.PoolRun(list(variants), shape_set, opts, store, progress)
     try:
         if gpus is not None and cluster is not None:
             raise pool.PoolError("--gpus and --cluster cannot be used together")
         devices = pool.gpu_list(gpus) if gpus is not None else None
         if cluster is not None:
             pool.local_workers(cluster)
-        with progress or contextlib.nullcontext(), pool.open_client(devices, cluster) as client:
-            return runs.run(client)
+        with pool.open_client(devices, cluster) as client:
+            return runs.compare(client) if compare else runs.run(client)
     except pool.PoolError as exc:
         _fail(str(exc), ExitCode.BAD_SPEC)
     except KeyboardInterrupt:
@@ -263,13 +266,9 @@ def _run_pool(variants, shape_set, opts, store, gpus, cluster, console) -> list:
 @click.option("--mode", type=click.Choice(MODES), default="test", show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write every figure and the environment to this file (one submission) or FILE-<name>.json.")
-@click.option("--gpus", default=None,
-              help="Spread the submissions over these GPUs (0,1 or all), one worker each, on a local Dask cluster.")
-@click.option("--cluster", default=None,
-              help="Spread the submissions over a Dask cluster: tcp://HOST:8786, or local:N for N local workers.")
 @_run_options
-def run_cmd(submissions, shapes, mode, data, seed, json_path, gpus, cluster, settings_path, timeout, db, no_store,
-            sandbox) -> None:
+def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, timeout, db, no_store, sandbox, gpus,
+            cluster) -> None:
     """Run submissions over a shape set; exit code as the official runner (0, 110, 112, 113, 114; 130 after
     Ctrl-C, with the cases measured so far kept in the store and the --json file). With --gpus or --cluster
     the submissions run side by side, one per GPU (README)."""
@@ -283,7 +282,11 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, gpus, cluster, set
     opts = RunOptions(mode, data, secret, settings, _sandbox(sandbox, variants, settings, db, no_store))
     records = []
     if gpus is not None or cluster is not None:
-        records = _run_pool(variants, shape_set, opts, store, gpus, cluster, console)
+        progress = (ProgressObserver(console, len(shape_set.cases), f"{len(variants)} submission(s) on "
+                                     f"{'GPUs ' + gpus if gpus else cluster}", sides=len(variants))
+                    if console.is_terminal else None)
+        with progress or contextlib.nullcontext():
+            records = _pool(variants, shape_set, opts, store, gpus, cluster, progress)
         for variant, record in zip(variants, records):
             _show(console, record, _json_target(json_path, variants, variant))
     for variant in variants[len(records):]:
@@ -320,7 +323,8 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, gpus, cluster, set
               show_default=True, help="How to write the comparison table (text: a table in the terminal).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the comparison table to this file instead of standard output.")
-def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, sandbox, fmt, out) -> None:
+def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, sandbox, gpus, cluster, fmt,
+                out) -> None:
     """Time submission A against B interleaved (A, B, A, B ... on identical inputs, every output checked) on
     each shape: ratio A/B of per-call times with a 95% CI and a verdict, plus the geomean. A and B as for
     run --submission. Exit code as run's: nonzero when either side failed a shape."""
@@ -340,7 +344,10 @@ def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, 
         observers = tuple(recorders)
     try:
         with progress or contextlib.nullcontext():
-            result = compare_mod.compare(va, vb, shape_set, opts, observers)
+            if gpus is not None or cluster is not None:
+                result = _pool((va, vb), shape_set, opts, store, gpus, cluster, progress, compare=True)
+            else:
+                result = compare_mod.compare(va, vb, shape_set, opts, observers)
     except KeyboardInterrupt:
         _interrupted([], recorders, store, [])
     except StoreError as exc:

@@ -2,9 +2,10 @@
 
 ``pack(variant)`` reads the files a variant may import: its whole folder for ``submissions/<name>/submission.py``
 (other files beside it may be imported; ``__pycache__`` and dot-files stay behind); for any other .py file, that
-file and the .py files beside it (a serial run can import those too; subfolders stay behind). ``unpack(bundle, root)`` writes them under ``root/<bundle id>/`` (the id is a hash of every file's
-name and sha256, so equal contents share one folder and a changed file gets a new one), checking every file's
-hash, and returns the Variant to run from there: same name, same entry sha256 as the packed one.
+file and the .py files beside it (a serial run can import those too; subfolders stay behind). ``unpack(bundle,
+root)`` writes them under ``root/<bundle id>/`` (the id is a hash of every file's name and sha256, so equal contents
+share one folder and a changed file gets a new one), checking every file's hash, and returns the Variant to run from
+there: same name, same entry sha256 as the packed one.
 """
 from __future__ import annotations
 

@@ -1,17 +1,19 @@
 """Runs spread over a pool of GPUs or machines, on Dask distributed (``run --gpus 0,1 | all`` or ``--cluster``).
 
-A task is one variant over the whole shape set, on one Dask worker holding one GPU (worker resource ``GPU=1``,
-so a worker runs one task at a time). The task carries the submission's files by content
-(harness.parent.bundle), the shape set and the RunOptions (settings, secret seed, sandbox request); on the
-worker it runs ``runner.run`` as a serial run does, so the case seeds, the trusted parent and its untrusted
-worker process are the same, and the record names the worker's device and host (``environment``).
+A task is one variant over the whole shape set (``run``), or both sides of a ``compare`` (so they share one GPU), on
+one Dask worker holding one GPU (worker resource ``GPU=1``, so a worker runs one task at a time). It carries the
+submission's files by content (harness.parent.bundle), the shape set and the RunOptions (settings, secret seed,
+sandbox request); on the worker it runs ``runner.run`` (or ``compare.compare``) as a serial run does, so the case
+seeds, the trusted parent and its untrusted worker process are the same, and the record names the worker's device
+and host (``environment``).
 
-While a task runs, its worker reports each hook (``on_start``, ``on_case``, ...) as a Dask event (topic
-``TOPIC``); the client stores every case as it arrives (harness.results.store.StoreRecorder), so a worker
-that dies loses only the case in flight. The scheduler retries a task whose worker died once on another worker
-(``allowed-failures`` = ``ALLOWED_FAILURES``): the dead attempt's run stays in the store, incomplete, with the
-cases it measured. A task that fails again (or raises) is recorded with every case it did not measure as
-ERROR. The record keeps the submission's path as the client named it (the worker's copy is a cache).
+While a task runs, its worker reports each hook (``on_start``, ``on_case``, ...) as a Dask event (topic ``TOPIC``);
+tasks are submitted as GPUs free up (``gpu_slots``); the client stores every case as it arrives
+(harness.results.store.StoreRecorder), so a worker that dies loses only the case in flight. The scheduler retries a
+task whose worker died once on another worker (``allowed-failures`` = ``ALLOWED_FAILURES``): the dead attempt's run
+stays in the store, incomplete, with the cases it measured. A task that fails again (or raises) is recorded with
+every case it did not measure as ERROR. The record keeps the submission's path as the client named it (the worker's
+copy is a cache).
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from harness.parent import runner
 from harness.parent.bundle import Bundle, pack, unpack
 from harness.parent.registry import Variant
 from harness.parent.sandbox import cache_base
+from harness.results.ranking import plural
 from harness.results.record import (
     CaseResult,
     Environment,
@@ -56,10 +59,11 @@ class PoolError(ValueError):
 
 @dataclass(frozen=True)
 class Task:
-    """One variant over one shape set on one GPU; ``index`` orders the records as the variants were given."""
+    """One variant over one shape set on one GPU, or two compared there; ``slots``: the index of each bundle's
+    record among the pool run's records (the variants' order as given)."""
 
-    index: int
-    bundle: Bundle
+    slots: tuple[int, ...]
+    bundles: tuple[Bundle, ...]
     shapes: ShapeSet
     opts: runner.RunOptions
 
@@ -98,6 +102,18 @@ def local_workers(cluster: str) -> int | None:
     return None
 
 
+def gpu_slots(client) -> int:
+    """How many tasks ``client``'s cluster runs at once: the sum of its workers' GPU resources. Tasks are
+    submitted only as slots free up, so a worker that dies held only the task it was running (a task assigned
+    to a busy worker would count that worker's death as its own failure). Raises PoolError when there are none."""
+    workers = client.scheduler_info(n_workers=-1)["workers"].values()
+    slots = sum(int(w.get("resources", {}).get(RESOURCE, 0)) for w in workers)
+    if slots == 0:
+        raise PoolError(f"the Dask cluster has no worker with the resource {RESOURCE} (start each worker with "
+                        f"--nthreads 1 --resources {RESOURCE}=1)")
+    return slots
+
+
 @contextlib.contextmanager
 def open_client(gpus: list[str] | None = None, cluster: str | None = None) -> Iterator:
     """A dask.distributed Client: on a local cluster of one worker per GPU in ``gpus`` (each pinned by
@@ -127,24 +143,29 @@ def open_client(gpus: list[str] | None = None, cluster: str | None = None) -> It
                 yield client
 
 
-def run_task(task: Task) -> dict:
-    """Runs in a Dask worker: unpack the submission, run it as a serial run would, return ``to_dict()`` of its
-    record. Each hook is also sent to the client as an event as it happens."""
-    variant = unpack(task.bundle, cache_base() / "bundles")
-    return runner.run(variant, task.shapes, task.opts, _Events(task.index)).to_dict()
+def run_task(task: Task):
+    """Runs in a Dask worker: unpack the submissions and run them as a serial run would; returns the RunRecord,
+    or for two bundles the CompareResult. Each hook is also sent to the client as an event as it happens."""
+    variants = [unpack(b, cache_base() / "bundles") for b in task.bundles]
+    observers = tuple(_Events(slot) for slot in task.slots)
+    if len(variants) == 1:
+        return runner.run(variants[0], task.shapes, task.opts, observers[0])
+    from harness.parent import compare
+
+    return compare.compare(*variants, task.shapes, task.opts, observers)
 
 
 class _Events(runner.Observer):
     """Worker side: the runner's hooks as Dask events on TOPIC; records travel as JSON text (an event must be
     msgpack of exact built-in types, and a record's fields may be str subclasses such as torch's version)."""
 
-    def __init__(self, task: int):
+    def __init__(self, slot: int):
         from distributed import get_worker
 
-        self.worker, self.task, self.run_id = get_worker(), task, ""
+        self.worker, self.slot, self.run_id = get_worker(), slot, ""
 
     def _send(self, kind: str, **fields) -> None:
-        self.worker.log_event(TOPIC, {"task": self.task, "run_id": self.run_id, "kind": kind, **fields})
+        self.worker.log_event(TOPIC, {"slot": self.slot, "run_id": self.run_id, "kind": kind, **fields})
 
     def on_start(self, record: RunRecord) -> None:
         self.run_id = record.run_id
@@ -162,8 +183,8 @@ class _Events(runner.Observer):
 
 @dataclass
 class _Attempt:
-    """The client's view of one task: the run its current attempt began, the cases stored for it, and the case
-    indices the progress display has counted (over all attempts)."""
+    """The client's view of one record slot (a variant): the run its task's current attempt began, the cases
+    stored for it, and the case indices the progress display has counted (over all attempts)."""
 
     variant: Variant
     record: RunRecord | None = None
@@ -174,9 +195,9 @@ class _Attempt:
 
 
 class PoolRun:
-    """Client side of a pool run: submit one Task per variant, store what the events and results say, return the
-    records. ``store`` None: nothing stored (--no-store); ``display``: an Observer-like progress display over
-    every task's cases (or None)."""
+    """Client side of a pool run: submit the Tasks (``run``: one per variant; ``compare``: one for both), store
+    what the events and results say, return the records. ``store`` None: nothing stored (--no-store);
+    ``display``: an Observer-like progress display over every task's cases (or None)."""
 
     def __init__(self, variants: list[Variant], shapes: ShapeSet, opts: runner.RunOptions,
                  store: ResultStore | None = None, display=None):
@@ -188,25 +209,65 @@ class PoolRun:
     def run(self, client) -> list[RunRecord]:
         """Run every variant on ``client``'s workers; returns their records in the order given. Raises
         KeyboardInterrupt as it came (call ``abandon`` then)."""
+        self._execute(client, [Task((i,), (pack(v),), self.shapes, self.opts) for i, v in enumerate(self.variants)])
+        return [a.final for a in self.attempts]
+
+    def compare(self, client):
+        """Compare the two variants (A, B) on one worker of ``client``; returns the CompareResult (its records as
+        stored). A task that failed gives one with no ratios, each shape's note saying why."""
+        from harness.parent import compare
+
+        a, b = self.variants
+        result = self._execute(client, [Task((0, 1), (pack(a), pack(b)), self.shapes, self.opts)])[0]
+        ra, rb = (x.final for x in self.attempts)
+        if result is None:
+            shapes = tuple(compare.ShapeComparison(i, c.case, c, rb.cases[i], None, c.message)
+                           for i, c in enumerate(ra.cases))
+            return compare.CompareResult(ra, rb, shapes, None, f"geomean (0 of {plural(len(shapes), 'shape')})")
+        return dataclasses.replace(result, a=ra, b=rb)
+
+    def _execute(self, client, tasks: list[Task]) -> list:
+        """Submit ``tasks``, store their events and results as they come; returns each task's result (None for a
+        task that failed)."""
         from distributed import as_completed
+
+        results: list = [None] * len(tasks)
+        waiting, futures, done = list(range(len(tasks))), {}, as_completed()
+
+        def submit() -> None:
+            i = waiting.pop(0)
+            key = f"fp4bench-{self.variants[tasks[i].slots[0]].name}-{uuid.uuid4().hex[:8]}"
+            future = client.submit(run_task, tasks[i], resources={RESOURCE: 1}, pure=False, key=key)
+            futures[future] = i
+            done.add(future)
 
         client.subscribe_topic(TOPIC, lambda event: self._events.put(event[1]))
         try:
-            futures = {client.submit(run_task, Task(i, pack(v), self.shapes, self.opts), resources={RESOURCE: 1},
-                                     pure=False, key=f"fp4bench-{v.name}-{uuid.uuid4().hex[:8]}"): i
-                       for i, v in enumerate(self.variants)}
-            done = as_completed(futures)
+            for _ in range(min(gpu_slots(client), len(tasks))):
+                submit()
             while not done.is_empty():
                 self._drain(POLL_S)
                 for future in done.next_batch(block=False):
                     self._drain(0)  # every event sent before the result, before the result
-                    if future.status == "finished":
-                        self._finished(futures[future], run_from_dict(future.result()))
-                    else:
-                        self._failed(futures[future], future.exception())
+                    i = futures.pop(future)
+                    results[i] = self._settle(tasks[i].slots, future)
+                    future.release()  # a worker that dies later must not make the scheduler run it again
+                    if waiting:
+                        submit()
         finally:
             client.unsubscribe_topic(TOPIC)
-        return [a.final for a in self.attempts]
+        return results
+
+    def _settle(self, slots: tuple[int, ...], future):
+        """Record a finished task's future: its records, or its failure on every slot. Returns its result or None."""
+        if future.status != "finished":
+            for slot in slots:
+                self._failed(slot, future.exception())
+            return None
+        result = future.result()
+        for slot, record in zip(slots, (result,) if len(slots) == 1 else (result.a, result.b)):
+            self._finished(slot, record)
+        return result
 
     def abandon(self) -> list[str]:
         """After an interruption: every run begun and not finished is marked finished and incomplete, keeping
@@ -222,7 +283,7 @@ class PoolRun:
             pass
 
     def _event(self, msg: dict) -> None:
-        attempt = self.attempts[msg["task"]]
+        attempt = self.attempts[msg["slot"]]
         if attempt.final is not None:
             return  # late news of a task already recorded
         if msg["kind"] == "start":
