@@ -5,13 +5,15 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
 import torch
 from click.testing import CliRunner
-from conftest import SHARED_CASES
+from conftest import ROOT, SHARED_CASES
 
 from harness.cli.commands import main
 from harness.parent import pool, runner
@@ -25,7 +27,7 @@ from task.spec import load_shapes
 
 SMOKE = load_shapes("smoke")
 #: A submission that passes every case but the second (M = 128), where it hangs: before hanging it writes its
-#: parent's pid (the Dask worker's) to $FP4BENCH_TEST_MARK, and it exits once that parent is gone.
+#: parent's pid (the Dask worker's) to $FP4BENCH_TEST_MARK if set, and it exits once that parent is gone.
 HANGS_ON_SECOND = '''
 import os, time
 from pathlib import Path
@@ -35,7 +37,8 @@ _honest = custom_kernel
 def custom_kernel(data):
     if data[3][0][0] == 128:
         parent = os.getppid()
-        Path(os.environ["FP4BENCH_TEST_MARK"]).write_text(str(parent))
+        if os.environ.get("FP4BENCH_TEST_MARK"):
+            Path(os.environ["FP4BENCH_TEST_MARK"]).write_text(str(parent))
         deadline = time.monotonic() + 120
         while os.getppid() == parent and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -207,3 +210,49 @@ def test_both_sides_of_a_compare_run_on_one_worker_as_a_serial_compare_does(tmp_
     assert [r.cases[0].samples_ns for r in stored] == [pooled.a.cases[0].samples_ns, pooled.b.cases[0].samples_ns]
     assert len(pooled.rows) == 3 and all(s.comparison is not None for s in pooled.shapes)
     assert pooled.a.environment.hostname == stored[1].environment.hostname  # one worker ran both sides
+
+
+def _first_case_stored(db) -> bool:
+    if not db.exists():
+        return False
+    with ResultStore(db, create=False) as store:
+        return any(run.cases for run in store.runs())
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_a_pool_run_exits_130_and_keeps_the_runs_begun_incomplete(tmp_path):
+    hang = tmp_path / "hangs_on_second.py"
+    hang.write_text(HANGS_ON_SECOND)
+    db = tmp_path / "r.sqlite"
+    env = {k: v for k, v in os.environ.items() if k not in ("FP4BENCH_DB", "POPCORN_FD", "POPCORN_SEED")}
+    env.update(FP4BENCH_TEST_HONEST=str(SHARED_CASES / "honest_torch.py"), FP4BENCH_TEST_MARK="")
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "--submission", str(hang), "--shapes", "smoke",
+                             "--db", str(db), "--cluster", "local:1", "--sandbox", "off"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not _first_case_stored(db):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    with ResultStore(db, create=False) as store:
+        (run,) = store.runs()
+        assert run.complete is False and store.finished_at(run.run_id) is not None
+        assert [c.status for c in run.cases] == [Status.PASS]
+    assert f"interrupted: run {run.run_id} kept as incomplete in {db}" in stderr
+
+
+def _visible_devices() -> str:
+    return os.environ.get("CUDA_VISIBLE_DEVICES", "")
+
+
+@pytest.mark.slow
+def test_gpus_start_one_worker_per_gpu_pinned_to_it():
+    with pool.open_client(gpus=["0", "1"]) as client:
+        assert sorted(client.run(_visible_devices).values()) == ["0", "1"]
+        assert pool.gpu_slots(client) == 2
