@@ -234,22 +234,35 @@ def _show(console: Console, record, target: Path | None) -> None:
             console.print(profile_section(r, i))
 
 
-def _pool(variants, shape_set, opts, store, gpus, cluster, progress, compare: bool = False):
-    """The variants as tasks on a Dask cluster (harness.parent.pool), ``progress`` told of every case; returns
-    their records, or with ``compare`` the CompareResult. Exits 113 for a bad --gpus or --cluster, 130 after
-    Ctrl-C (the runs begun kept as incomplete in the store)."""
+def _devices(gpus: str | None, cluster: str | None) -> list[str] | None:
+    """--gpus as CUDA device indices (None without it), checked with --cluster before anything is opened or
+    run; exits 113 for a bad value or both given."""
+    if gpus is None and cluster is None:
+        return None
     from harness.parent import pool
 
-    runs = pool.PoolRun(list(variants), shape_set, opts, store, progress)
     try:
         if gpus is not None and cluster is not None:
             raise pool.PoolError("--gpus and --cluster cannot be used together")
-        devices = pool.gpu_list(gpus) if gpus is not None else None
         if cluster is not None:
             pool.local_workers(cluster)
+        return pool.gpu_list(gpus) if gpus is not None else None
+    except pool.PoolError as exc:
+        _fail(str(exc), ExitCode.BAD_SPEC)
+
+
+def _pool(variants, shape_set, opts, store, devices, cluster, progress, compare: bool = False):
+    """The variants as tasks on a Dask cluster (harness.parent.pool: one worker per GPU in ``devices``, else
+    ``cluster``), ``progress`` told of every case; returns their records, or with ``compare`` the CompareResult.
+    Exits 113 when the cluster cannot be used, 130 after Ctrl-C (the runs begun kept incomplete in the store)."""
+    from harness.parent import pool
+    from harness.parent.bundle import BundleError
+
+    runs = pool.PoolRun(list(variants), shape_set, opts, store, progress)
+    try:
         with pool.open_client(devices, cluster) as client:
             return runs.compare(client) if compare else runs.run(client)
-    except pool.PoolError as exc:
+    except (pool.PoolError, BundleError) as exc:
         _fail(str(exc), ExitCode.BAD_SPEC)
     except KeyboardInterrupt:
         for run_id in runs.abandon():
@@ -275,6 +288,7 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
     console = Console()
     variants, shape_set, settings, secret = _prepare([x.strip() for x in submissions.split(",") if x.strip()],
                                                      shapes, settings_path, timeout, seed, mode, data)
+    devices = _devices(gpus, cluster)
     store = _open_store(db, no_store)
     from harness.parent.runner import Observer, RunOptions
     from harness.parent.runner import run as run_variant
@@ -286,7 +300,7 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
                                      f"{'GPUs ' + gpus if gpus else cluster}", sides=len(variants))
                     if console.is_terminal else None)
         with progress or contextlib.nullcontext():
-            records = _pool(variants, shape_set, opts, store, gpus, cluster, progress)
+            records = _pool(variants, shape_set, opts, store, devices, cluster, progress)
         for variant, record in zip(variants, records):
             _show(console, record, _json_target(json_path, variants, variant))
     for variant in variants[len(records):]:
@@ -330,6 +344,7 @@ def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, 
     run --submission. Exit code as run's: nonzero when either side failed a shape."""
     (va, vb), shape_set, settings, secret = _prepare([a, b], shapes, settings_path, timeout, seed, "compare", data,
                                                      workers=2)
+    devices = _devices(gpus, cluster)
     store = _open_store(db, no_store)
     from harness.parent import compare as compare_mod
     from harness.parent.runner import Observer, RunOptions
@@ -345,7 +360,7 @@ def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, 
     try:
         with progress or contextlib.nullcontext():
             if gpus is not None or cluster is not None:
-                result = _pool((va, vb), shape_set, opts, store, gpus, cluster, progress, compare=True)
+                result = _pool((va, vb), shape_set, opts, store, devices, cluster, progress, compare=True)
             else:
                 result = compare_mod.compare(va, vb, shape_set, opts, observers)
     except KeyboardInterrupt:
