@@ -31,6 +31,10 @@ def _run(*args):
     (["--seed", "-5"], 2, "Invalid value for '--seed': expected a non-negative integer, got -5"),
     (["--timeout", "0"], 2, "0.0 is not in the range x>0"),
     (["--shapes", "configs/shapes/nothere.yml"], 113, "shape file configs/shapes/nothere.yml does not exist"),
+    (["--cluster", "10.0.0.1:8786"], 113,
+     "error: --cluster 10.0.0.1:8786: expected a scheduler address (tcp://HOST:8786) or local:N"),
+    (["--cluster", "local:0"], 113, "error: --cluster local:0: expected local:N with N >= 1 workers"),
+    (["--gpus", "0", "--cluster", "local:1"], 113, "error: --gpus and --cluster cannot be used together"),
 ])
 def test_bad_options_are_refused_before_running(args, code, text):
     result = _run(*args)

@@ -79,13 +79,13 @@ try:
     main({args!r}, standalone_mode=False)
 except SystemExit:
     pass
-print('torch' in sys.modules)
+print({module!r} in sys.modules)
 """
 
 
-def _imports_torch(*args: str) -> bool:
-    out = subprocess.run([sys.executable, "-c", _PROBE.format(args=list(args))], cwd=ROOT, capture_output=True,
-                         text=True, check=True).stdout
+def _imports_torch(*args: str, module: str = "torch") -> bool:
+    out = subprocess.run([sys.executable, "-c", _PROBE.format(args=list(args), module=module)], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout
     return out.splitlines()[-1] == "True"
 
 
@@ -104,6 +104,12 @@ def test_help_reports_and_list_start_without_torch(tmp_path):
     assert not _imports_torch("history", "alpha", "--db", str(db))
     assert not _imports_torch("report", "--db", str(db), "--format", "md")
     assert _imports_torch("list") == nvidia_gpu_present()  # on a GPU machine list asks torch what it can run
+
+
+def test_dask_is_imported_only_for_a_pool_run():
+    assert not _imports_torch("run", "--help", module="distributed")
+    assert not _imports_torch("run", "--submission", "torch_reference", "--no-store", "--shapes",
+                              "m: [64]; n: [128]; k: [128]; g: 1; seed: 1", module="distributed")
 
 
 def test_commands_that_measure_still_import_it():

@@ -97,6 +97,11 @@ def _run_options(fn):
         click.option("--sandbox", type=click.Choice(sandbox_mod.MODES), default="auto", show_default=True,
                      help="Confine each worker: auto uses what this machine has and records it; strict refuses "
                           "to run unless every protection holds; off runs it unconfined (fp4bench doctor)."),
+        click.option("--gpus", default=None,
+                     help="Run on these GPUs (0,1 or all), one Dask worker each: submissions side by side; both "
+                          "sides of a compare on one of them."),
+        click.option("--cluster", default=None,
+                     help="Run on a Dask cluster as --gpus does: tcp://HOST:8786, or local:N for N local workers."),
     )):
         fn = option(fn)
     return fn
@@ -206,6 +211,64 @@ def _sandbox(mode, variants, settings, db, no_store) -> sandbox_mod.Sandbox:
         _fail(str(exc), ExitCode.BAD_SPEC)
 
 
+def _json_target(json_path: Path | None, variants, variant) -> Path | None:
+    """Where --json writes ``variant``'s record: the file itself for one submission, else FILE-<name>.json."""
+    if not json_path:
+        return None
+    return json_path if len(variants) == 1 else json_path.with_name(f"{json_path.stem}-{variant.name}.json")
+
+
+def _show(console: Console, record, target: Path | None) -> None:
+    """Write ``record`` to its --json ``target`` (if any) and print its results table, run notes and profiles."""
+    if target is not None:
+        target.write_text(record.to_json())
+    console.print(results_table(record))
+    for note in record.notes:
+        console.print(Text(f"note: {note}", style="dim"))
+    for i, r in enumerate(record.cases):
+        if r.profile:
+            console.print(profile_section(r, i))
+
+
+def _devices(gpus: str | None, cluster: str | None) -> list[str] | None:
+    """--gpus as CUDA device indices (None without it), checked with --cluster before anything is opened or
+    run; exits 113 for a bad value or both given."""
+    if gpus is None and cluster is None:
+        return None
+    from harness.parent import pool
+
+    try:
+        if gpus is not None and cluster is not None:
+            raise pool.PoolError("--gpus and --cluster cannot be used together")
+        if cluster is not None:
+            pool.local_workers(cluster)
+        return pool.gpu_list(gpus) if gpus is not None else None
+    except pool.PoolError as exc:
+        _fail(str(exc), ExitCode.BAD_SPEC)
+
+
+def _pool(variants, shape_set, opts, store, devices, cluster, progress, compare: bool = False):
+    """The variants as tasks on a Dask cluster (harness.parent.pool: one worker per GPU in ``devices``, else
+    ``cluster``), ``progress`` told of every case; returns their records, or with ``compare`` the CompareResult.
+    Exits 113 when the cluster cannot be used, 130 after Ctrl-C (the runs begun kept incomplete in the store)."""
+    from harness.parent import pool
+    from harness.parent.bundle import BundleError
+
+    runs = pool.PoolRun(list(variants), shape_set, opts, store, progress)
+    try:
+        with pool.open_client(devices, cluster) as client:
+            return runs.compare(client) if compare else runs.run(client)
+    except (pool.PoolError, BundleError) as exc:
+        _fail(str(exc), ExitCode.BAD_SPEC)
+    except KeyboardInterrupt:
+        for run_id in runs.abandon():
+            Console(stderr=True, highlight=False, soft_wrap=True).print(
+                f"interrupted: run {run_id} kept as incomplete in {escape(str(store.path))}")
+        sys.exit(EXIT_INTERRUPTED)
+    except StoreError as exc:
+        _fail(str(exc), EXIT_STORE)
+
+
 @main.command("run")
 @click.option("--submission", "submissions", required=True,
               help="A folder under submissions/, a folder, or a .py file; several separated by commas.")
@@ -213,23 +276,32 @@ def _sandbox(mode, variants, settings, db, no_store) -> sandbox_mod.Sandbox:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write every figure and the environment to this file (one submission) or FILE-<name>.json.")
 @_run_options
-def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, timeout, db, no_store, sandbox) -> None:
+def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, timeout, db, no_store, sandbox, gpus,
+            cluster) -> None:
     """Run submissions over a shape set; exit code as the official runner (0, 110, 112, 113, 114; 130 after
-    Ctrl-C, with the cases measured so far kept in the store and the --json file)."""
+    Ctrl-C, with the cases measured so far kept in the store and the --json file). With --gpus or --cluster
+    the submissions run side by side, one per GPU (README)."""
     console = Console()
     variants, shape_set, settings, secret = _prepare([x.strip() for x in submissions.split(",") if x.strip()],
                                                      shapes, settings_path, timeout, seed, mode, data)
+    devices = _devices(gpus, cluster)
     store = _open_store(db, no_store)
     from harness.parent.runner import Observer, RunOptions
     from harness.parent.runner import run as run_variant
 
     opts = RunOptions(mode, data, secret, settings, _sandbox(sandbox, variants, settings, db, no_store))
     records = []
-    for variant in variants:
+    if gpus is not None or cluster is not None:
+        progress = (ProgressObserver(console, len(shape_set.cases), f"{len(variants)} submission(s) on "
+                                     f"{'GPUs ' + gpus if gpus else cluster}", sides=len(variants))
+                    if console.is_terminal else None)
+        with progress or contextlib.nullcontext():
+            records = _pool(variants, shape_set, opts, store, devices, cluster, progress)
+        for variant, record in zip(variants, records):
+            _show(console, record, _json_target(json_path, variants, variant))
+    for variant in variants[len(records):]:
         label = f"{variant.name} {mode}"
-        target, recorder, kept = None, None, None
-        if json_path:
-            target = json_path if len(variants) == 1 else json_path.with_name(f"{json_path.stem}-{variant.name}.json")
+        target, recorder, kept = _json_target(json_path, variants, variant), None, None
         try:
             if mode in ("benchmark", "leaderboard") and console.is_terminal:
                 with ProgressObserver(console, len(shape_set.cases), label) as obs:
@@ -245,14 +317,7 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
         except StoreError as exc:
             _fail(str(exc), EXIT_STORE)
         records.append(record)
-        if target is not None:
-            target.write_text(record.to_json())
-        console.print(results_table(record))
-        for note in record.notes:
-            console.print(Text(f"note: {note}", style="dim"))
-        for i, r in enumerate(record.cases):
-            if r.profile:
-                console.print(profile_section(r, i))
+        _show(console, record, target)
     if len(records) > 1:
         console.print(side_by_side(records))
     for record in records:
@@ -268,12 +333,14 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
               show_default=True, help="How to write the comparison table (text: a table in the terminal).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the comparison table to this file instead of standard output.")
-def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, sandbox, fmt, out) -> None:
+def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, sandbox, gpus, cluster, fmt,
+                out) -> None:
     """Time submission A against B interleaved (A, B, A, B ... on identical inputs, every output checked) on
     each shape: ratio A/B of per-call times with a 95% CI and a verdict, plus the geomean. A and B as for
     run --submission. Exit code as run's: nonzero when either side failed a shape."""
     (va, vb), shape_set, settings, secret = _prepare([a, b], shapes, settings_path, timeout, seed, "compare", data,
                                                      workers=2)
+    devices = _devices(gpus, cluster)
     store = _open_store(db, no_store)
     from harness.parent import compare as compare_mod
     from harness.parent.runner import Observer, RunOptions
@@ -288,7 +355,10 @@ def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, 
         observers = tuple(recorders)
     try:
         with progress or contextlib.nullcontext():
-            result = compare_mod.compare(va, vb, shape_set, opts, observers)
+            if gpus is not None or cluster is not None:
+                result = _pool((va, vb), shape_set, opts, store, devices, cluster, progress, compare=True)
+            else:
+                result = compare_mod.compare(va, vb, shape_set, opts, observers)
     except KeyboardInterrupt:
         _interrupted([], recorders, store, [])
     except StoreError as exc:

@@ -65,6 +65,10 @@ class CaseResult:
     def passed(self) -> bool:
         return self.status is Status.PASS
 
+    def to_dict(self) -> dict:
+        """Plain types only (the status as its value), as in ``RunRecord.to_dict()["cases"]``."""
+        return _plain(dataclasses.asdict(self))
+
 
 @dataclass(frozen=True)
 class Environment:
@@ -149,7 +153,8 @@ def _cuda_failure(c: dict, status: Status) -> bool:
     return status in (Status.ERROR, Status.CRASH) and "CUDA error" in c["message"]
 
 
-def _case_from_dict(c: dict) -> CaseResult:
+def case_result_from_dict(c: dict) -> CaseResult:
+    """Inverse of ``CaseResult.to_dict``."""
     status = Status(c["status"])
     return CaseResult(case_from_dict(c["case"]), status, c["message"], tuple(c["samples_ns"]),
                       Stats(**c["stats"]) if c["stats"] else None, c["calls_checked"], c["wall_s"],
@@ -162,7 +167,7 @@ def run_from_dict(d: dict) -> RunRecord:
     defaults in older records."""
     return RunRecord(d["run_id"], d["started_at"], d["mode"], d["data"], d["shape_set"], d["secret_seed"],
                      SubmissionInfo(**d["submission"]), Environment(**d["environment"]),
-                     tuple(_case_from_dict(c) for c in d["cases"]), d["complete"],
+                     tuple(case_result_from_dict(c) for c in d["cases"]), d["complete"],
                      d.get("git_commit", ""), d.get("geomean_ns"), d.get("wall_s", 0.0), d.get("window", ""),
                      d.get("shape_set_id", ""), d.get("sandbox", ""), tuple(d.get("notes", ())))
 
