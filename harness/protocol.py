@@ -110,7 +110,6 @@ class Mapped:
 
 
 @dataclass(frozen=True)
-@dataclass(frozen=True)
 class Container:
     """What one call returned, by type: ``name`` (module.qualname, as the type calls itself), ``exact``: the type
     is list, tuple or torch.Tensor itself (identity, not name); ``base``: which of list, tuple, torch.Tensor a
