@@ -21,3 +21,61 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def _cases_stored(db: Path) -> bool:
+    """Whether the store at ``db`` holds at least one case (read-only; a store still being made reads as no)."""
+    import sqlite3
+    if not db.exists():
+        return False
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
+        try:
+            return conn.execute("SELECT count(*) FROM cases").fetchone()[0] >= 1
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return False
+
+
+def interrupt_after_first_case(argv: list[str], db: Path, settle_s: float = 0.0,
+                               extra_env: dict | None = None) -> tuple[int, str, str]:
+    """Run ``python -m harness`` + ``argv`` from the repo root (no FP4BENCH_DB/POPCORN_* from this process, plus
+    ``extra_env``), send
+    SIGINT ``settle_s`` seconds after the first case lands in ``db``; returns (exit code, stdout, stderr)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    env = {k: v for k, v in os.environ.items() if k not in ("FP4BENCH_DB", "POPCORN_FD", "POPCORN_SEED")}
+    env.update(extra_env or {})
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *argv], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not _cases_stored(db):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        time.sleep(settle_s)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, stdout, stderr
+
+
+def assert_kept_incomplete(db: Path, code: int, stderr: str):
+    """Exit 130, the one run in ``db`` finished but incomplete with one passed case, and stderr saying so; returns
+    the run."""
+    from harness.results.record import Status
+    from harness.results.store import ResultStore
+    assert code == 130, stderr
+    with ResultStore(db, create=False) as store:
+        (run,) = store.runs()
+        assert run.complete is False and store.finished_at(run.run_id) is not None
+        assert [c.status for c in run.cases] == [Status.PASS]
+    assert f"interrupted: run {run.run_id} kept as incomplete in {db}" in stderr
+    assert "Traceback" not in stderr
+    return run

@@ -6,15 +6,12 @@ import json
 import os
 import re
 import shutil
-import signal
-import sqlite3
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import assert_kept_incomplete, interrupt_after_first_case
 
 from harness.cli.commands import main
 from harness.results.store import ResultStore
@@ -214,41 +211,10 @@ def test_ctrl_c_mid_run_exits_130_and_keeps_what_was_measured(tmp_path):
     shapes.write_text("m: [64, 40]; n: [128, 256]; k: [256, 512]; g: 2; seed: 7\n"
                       "m: [32]; n: [128]; k: [128]; g: 1; seed: 8\n")
     db, out = tmp_path / "r.sqlite", tmp_path / "out.json"
-    env = {k: v for k, v in os.environ.items() if k not in ("FP4BENCH_DB", "POPCORN_FD", "POPCORN_SEED")}
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "--submission", str(sub), "--shapes",
-                             str(shapes), "--db", str(db), "--json", str(out)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not _cases_stored(db):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.2)
-        time.sleep(1.0)  # the worker is now inside case 2
-        proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, stderr
-    with ResultStore(db, create=False) as store:
-        (run,) = store.runs()
-        assert run.complete is False and store.finished_at(run.run_id) is not None
-        assert [c.status.value for c in run.cases] == ["pass"]
-    assert f"interrupted: run {run.run_id} kept as incomplete in {db}" in stderr
+    code, _, stderr = interrupt_after_first_case(["run", "--submission", str(sub), "--shapes", str(shapes), "--db",
+                                                  str(db), "--json", str(out)], db, settle_s=1.0)
+    assert_kept_incomplete(db, code, stderr)  # settle_s: the worker is inside case 2 by then
     assert f"interrupted: wrote the 1 finished case(s) of second_hangs to {out}" in stderr
     saved = json.loads(out.read_text())
     assert saved["complete"] is False and [c["status"] for c in saved["cases"]] == ["pass"]
     assert "Traceback" not in stderr
-
-
-def _cases_stored(db: Path) -> bool:
-    if not db.exists():
-        return False
-    try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
-        try:
-            return conn.execute("SELECT count(*) FROM cases").fetchone()[0] >= 1
-        finally:
-            conn.close()
-    except sqlite3.Error:
-        return False

@@ -5,15 +5,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 import torch
 from click.testing import CliRunner
-from conftest import ROOT, SHARED_CASES
+from conftest import SHARED_CASES, assert_kept_incomplete, interrupt_after_first_case
 
 from harness.cli.commands import main
 from harness.parent import pool, runner
@@ -212,39 +210,16 @@ def test_both_sides_of_a_compare_run_on_one_worker_as_a_serial_compare_does(tmp_
     assert pooled.a.environment.hostname == stored[1].environment.hostname  # one worker ran both sides
 
 
-def _first_case_stored(db) -> bool:
-    if not db.exists():
-        return False
-    with ResultStore(db, create=False) as store:
-        return any(run.cases for run in store.runs())
-
-
 @pytest.mark.slow
 def test_ctrl_c_on_a_pool_run_exits_130_and_keeps_the_runs_begun_incomplete(tmp_path):
     hang = tmp_path / "hangs_on_second.py"
     hang.write_text(HANGS_ON_SECOND)
     db = tmp_path / "r.sqlite"
-    env = {k: v for k, v in os.environ.items() if k not in ("FP4BENCH_DB", "POPCORN_FD", "POPCORN_SEED")}
-    env.update(FP4BENCH_TEST_HONEST=str(SHARED_CASES / "honest_torch.py"), FP4BENCH_TEST_MARK="")
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "--submission", str(hang), "--shapes", "smoke",
-                             "--db", str(db), "--cluster", "local:1", "--sandbox", "off"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not _first_case_stored(db):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, stderr
-    with ResultStore(db, create=False) as store:
-        (run,) = store.runs()
-        assert run.complete is False and store.finished_at(run.run_id) is not None
-        assert [c.status for c in run.cases] == [Status.PASS]
-    assert f"interrupted: run {run.run_id} kept as incomplete in {db}" in stderr
+    code, _, stderr = interrupt_after_first_case(
+        ["run", "--submission", str(hang), "--shapes", "smoke", "--db", str(db), "--cluster", "local:1",
+         "--sandbox", "off"], db, extra_env=dict(FP4BENCH_TEST_HONEST=str(SHARED_CASES / "honest_torch.py"),
+                                                 FP4BENCH_TEST_MARK=""))
+    assert_kept_incomplete(db, code, stderr)
 
 
 def _visible_devices() -> str:
