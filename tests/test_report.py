@@ -92,6 +92,16 @@ def test_markdown_marks_incomplete_runs_and_cpu_runs_have_no_gpu_sol():
     assert run_geomean_ci(make_run()) is not None
 
 
+def test_run_sections_say_how_the_worker_was_confined_and_carry_the_run_notes():
+    run = dataclasses.replace(make_run(), sandbox="auto via landlock7: held writes, reads",
+                              notes=("shape 2: the worker replaced a timer <b>",))
+    md, html = report(run, "md"), report(run, "html")
+    assert "Worker confinement: auto via landlock7: held writes, reads." in md
+    assert "Note: shape 2: the worker replaced a timer <b>" in md
+    assert "Note: shape 2: the worker replaced a timer &lt;b&gt;" in html
+    assert "Worker confinement: not recorded (a run from before it was)." in report(make_run(), "md")
+
+
 def test_csv_parses_with_the_documented_columns():
     runs = [make_run(), make_run("r2", "fast", scale=0.5, fail=1)]
     rows = list(csv.DictReader(io.StringIO(report(runs, "csv"))))

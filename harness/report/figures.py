@@ -115,9 +115,9 @@ def run_status(run: RunRecord) -> str:
 
 
 def run_labels(runs: Sequence[RunRecord]) -> list[str]:
-    """A short label per run: the variant name, with the run id's start when a variant appears twice."""
+    """A short label per run: the variant name, with the run id when a variant appears twice."""
     names = [r.submission.name for r in runs]
-    return [n if names.count(n) == 1 else f"{n} ({r.run_id[:15]})" for n, r in zip(names, runs)]
+    return [n if names.count(n) == 1 else f"{n} ({r.run_id})" for n, r in zip(names, runs)]
 
 
 # ------------------------------------------------------------------------------------------------ numbers

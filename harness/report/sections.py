@@ -102,6 +102,8 @@ def _run_section(run: RunRecord, label: str) -> Section:
                           f"{run.git_commit or 'unknown'}, started {run.started_at}."))
     sec.items.append(Para(f"Submission {run.submission.path} (sha256 {run.submission.sha256[:16]}...). "
                           f"Environment: {_env_text(run)}."))
+    sec.items.append(Para(f"Worker confinement: {run.sandbox or 'not recorded (a run from before it was)'}."))
+    sec.items += [Para(f"Note: {note}", "warn") for note in run.notes]
     sec.items.append(case_table(run))
     for r in run.cases:
         if r.message and (not r.passed or "\n" in r.message):
