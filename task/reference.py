@@ -50,6 +50,7 @@ never with fp32 output; bf16 is used rather than fp16 so ``allow_fp16_accumulati
 """
 from __future__ import annotations
 
+import itertools
 from typing import Literal, Sequence
 
 import torch
@@ -426,3 +427,17 @@ def ref_kernel(data: input_t, *, scales: Scales = "plain", decode: Decode = "aut
             sfa, sfb = (c.to(torch.uint8).unsqueeze(-1) for c in codes[2 * g: 2 * g + 2])
             out.append(_fp64_group(a, b, sfa, sfb))
     return out
+
+
+def ref_kernel_many(inputs: Sequence[input_t], *, scales: Scales = "plain") -> list[output_t]:
+    """``[ref_kernel(x, scales=scales) for x in inputs]``, the same bits. On the CPU the inputs' groups go through
+    ``ref_kernel`` as one input of sum(G) groups (one decode, one statistics pass, one rounding instead of one per
+    input: 8.4 -> 3.3 ms for 15 smoke inputs of G=1, 2 cores); on CUDA each input goes alone, the path measured on
+    the H200 (the Triton decode is compiled for at most 16 operands per launch). Raises as ref_kernel does."""
+    first = next((x[0][0][0] for x in inputs if x[0]), None)
+    if first is None or first.device.type == "cuda":
+        return [ref_kernel(x, scales=scales) for x in inputs]
+    merged = tuple([part for x in inputs for part in x[field]] for field in range(4))
+    out = ref_kernel(merged, scales=scales, decode="torch")
+    ends = list(itertools.accumulate(len(x[0]) for x in inputs))
+    return [out[end - len(x[0]):end] for x, end in zip(inputs, ends)]

@@ -12,7 +12,16 @@ from hypothesis import strategies as st
 
 from task.formats import unblock
 from task.inputs import generate_input
-from task.reference import _fast, _unblocked, dequantize_lut, exact_in_fp32, ref_kernel, ref_kernel_fp64, round_to_fp16
+from task.reference import (
+    _fast,
+    _unblocked,
+    dequantize_lut,
+    exact_in_fp32,
+    ref_kernel,
+    ref_kernel_fp64,
+    ref_kernel_many,
+    round_to_fp16,
+)
 from task.spec import K_MULTIPLE, MN_MULTIPLE, load_shapes
 
 ONE, TWO, NAN = 0x38, 0x40, 0x7F  # e4m3fn bytes of 1.0, 2.0 and NaN
@@ -81,6 +90,21 @@ def test_fast_equals_fp64_on_benchmark_m_and_k(case, data):
     for seed in (case.seed, 99)[: 2 if data == "official" else 1]:
         inputs = generate_input(case.m, n, case.k, case.g, seed, data=data, device="cpu")
         _assert_same_bits(ref_kernel(inputs), ref_kernel_fp64(inputs))
+
+
+@pytest.mark.parametrize("data", ["official", "full-range"])
+@pytest.mark.parametrize("shapes", ["smoke", "tests"])
+def test_many_inputs_at_once_give_each_inputs_bits(shapes, data):
+    """ref_kernel_many over a sample's inputs (the CPU merges their groups into one pass) == ref_kernel per input,
+    and == the fp64 reference, for every case of the set, the inputs of one case drawn from different seeds."""
+    for case in load_shapes(shapes).cases:
+        inputs = [generate_input(case.m, case.n, case.k, case.g, 17 + s, data=data, device="cpu") for s in range(4)]
+        many = ref_kernel_many(inputs)
+        assert [len(o) for o in many] == [case.g] * 4
+        for x, outs in zip(inputs, many):
+            _assert_same_bits(outs, ref_kernel(x))
+            _assert_same_bits(outs, ref_kernel_fp64(x))
+    assert ref_kernel_many([]) == []
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
