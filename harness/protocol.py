@@ -17,7 +17,7 @@ import typing
 from dataclasses import dataclass
 from enum import IntEnum
 
-from task.check import OutputMeta
+from task.returned import OutputMeta
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
+from task.returned import OutputMeta
+
 RTOL = 1e-3
 ATOL = 1e-3
 #: How many mismatching elements a report lists.
@@ -17,18 +19,6 @@ SHOW_MISMATCHES = 5
 
 class ReferenceError(RuntimeError):
     """The expected output itself holds NaN or inf: a harness bug, never the submission's fault."""
-
-
-@dataclass(frozen=True)
-class OutputMeta:
-    """What one returned object was, as the worker saw it (so the parent can judge without the object)."""
-
-    type_name: str
-    plain_tensor: bool      # exactly torch.Tensor (no subclass)
-    dtype: str = ""
-    shape: tuple[int, ...] = ()
-    device: str = ""
-    tensor_subclass: bool = False   # a subclass of torch.Tensor (its dtype/shape are not read: its code)
 
 
 def describe(obj) -> OutputMeta:

@@ -39,8 +39,8 @@ def test_stopping_rule_sees_per_call_times_and_stops_at_max_runs():
     samples = measure(lambda x: None, [1, 2], Rule())
     assert len(samples) == 3 and [len(a) for a, _ in asked] == [1, 2, 3]
     assert asked[-1][0] == [s.per_call_ns for s in samples] and asked[-1][1] > 0
-    assert len(measure(lambda x: None, [1], StoppingRule(min_runs=1, min_time_ns=0, max_runs=5,
-                                                         max_rel_err=0.0))) == 5
+    assert len(measure(lambda x: None, [1], StoppingRule(min_runs=1, min_time_ns=0, max_rel_err=0.0,
+                                                         budget_ns=1e12, max_wall_ns=1e12, max_runs=5))) == 5
 
 
 def test_per_call_ns_is_the_window_over_the_calls():

@@ -22,7 +22,7 @@ from harness import protocol as P
 from harness.buffers import MappedBuffer, recv_fds
 from harness.channel import Writer
 from task.arena import Layout, Views
-from task.check import OutputMeta
+from task.returned import OutputMeta
 from task.inputs import default_device
 from task.spec import Case
 
