@@ -4,6 +4,7 @@ test_gpu.py."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 import torch
@@ -122,6 +123,14 @@ def test_fd_writer_has_no_effect():
     if not torch.cuda.is_available():  # on a GPU the channel's descriptor number may lie beyond the ones it sprays
         assert any("stray bytes the submission wrote to the result channel" in n for n in rec.notes)
         assert r.message == ""  # a run-wide note, not the case's
+
+
+def test_a_descriptor_flood_neither_blocks_the_worker_nor_changes_the_result():
+    """fd_flood.py writes about 700 KB to every descriptor per call: the fd socket refuses writes (EPIPE) and the
+    result channel drops what is not an authentic frame, so every call returns and the case passes."""
+    rec = _run(ADVERSARIAL / "fd_flood.py", "benchmark", settings=replace(FAST, call_s=20.0, first_call_s=30.0))
+    r = _only(rec)
+    assert (r.status, r.message) == (Status.PASS, "") and r.stats.runs >= 3
 
 
 def test_timer_patch_cannot_reach_the_timer(tmp_path):

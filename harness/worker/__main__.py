@@ -324,6 +324,10 @@ def main() -> None:
     fd = int(os.environ.pop("FP4BENCH_RESULT_FD"))
     sock_fd = os.environ.pop("FP4BENCH_FD_SOCKET", None)
     fd_sock = socket.socket(fileno=int(sock_fd)) if sock_fd else None
+    if fd_sock is not None:
+        # Descriptors only come in: a submission writing to this socket gets EPIPE instead of filling a buffer
+        # nobody reads and blocking the worker (fd_writer.py hung benchmark runs that way).
+        fd_sock.shutdown(socket.SHUT_WR)
     worker = Worker(Writer(fd, key), window, fd_sock)
     snapshot = _measurement_objects(worker)  # before any submission code runs, import included
 
