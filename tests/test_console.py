@@ -325,3 +325,19 @@ def test_error_lines_show_their_text_verbatim():
     assert result.exit_code == 113
     assert "no[/]such[bold]" in result.output and "MarkupError" not in result.output
 
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_progress_writes_one_line_per_shape_to_a_log_and_none_to_a_terminal(terminal):
+    import io
+
+    from rich.console import Console
+
+    from harness.report.console import ProgressObserver
+    cases = load_shapes("smoke").cases
+    out = io.StringIO()
+    with ProgressObserver(Console(file=out, force_terminal=terminal, width=100), 2, "honest") as obs:
+        obs.on_case(0, CaseResult(cases[0], Status.PASS, "", (1500.0,), summarize([1500.0]), 15, 0.1))
+        obs.on_case(1, CaseResult(cases[1], Status.FAIL, "mismatch"))
+    lines = [line for line in out.getvalue().splitlines() if line.startswith("honest: shape")]
+    assert lines == ([] if terminal else ["honest: shape 1 of 2 pass, 1.500 us", "honest: shape 2 of 2 fail"])

@@ -293,9 +293,8 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
     records = []
     if gpus is not None or cluster is not None:
         progress = (ProgressObserver(console, len(shape_set.cases), f"{len(variants)} submission(s) on "
-                                     f"{'GPUs ' + gpus if gpus else cluster}", sides=len(variants))
-                    if console.is_terminal else None)
-        with progress or contextlib.nullcontext():
+                                     f"{'GPUs ' + gpus if gpus else cluster}", sides=len(variants)))
+        with progress:
             records = _pool(variants, shape_set, opts, store, devices, cluster, progress)
         for variant, record in zip(variants, records):
             _show(console, record, _json_target(json_path, variants, variant))
@@ -303,7 +302,7 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
         label = f"{variant.name} {mode}"
         target, recorder, kept = _json_target(json_path, variants, variant), None, None
         try:
-            if mode in ("benchmark", "leaderboard") and console.is_terminal:
+            if mode in ("benchmark", "leaderboard"):  # a bar on a terminal, one line per shape elsewhere
                 with ProgressObserver(console, len(shape_set.cases), label) as obs:
                     recorder = StoreRecorder(store, obs) if store else None
                     kept = _Kept(recorder or obs)

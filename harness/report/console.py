@@ -189,5 +189,9 @@ class ProgressObserver:
 
     def on_case(self, index: int, result: CaseResult) -> None:
         self.progress.advance(self.task)
+        if not self.progress.console.is_terminal:  # a log or a pipe gets no bar: one line per finished shape
+            mean = f", {fmt_us(result.stats.mean_ns)} us" if result.stats else ""
+            self.progress.console.print(Text(f"{self.label}: shape {shape_number(index)} of {self.total} "
+                                             f"{result.status.value}{mean}"))
 
     def on_finish(self, record: RunRecord) -> None: ...
