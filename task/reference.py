@@ -430,10 +430,11 @@ def ref_kernel(data: input_t, *, scales: Scales = "plain", decode: Decode = "aut
 
 
 def ref_kernel_many(inputs: Sequence[input_t], *, scales: Scales = "plain") -> list[output_t]:
-    """``[ref_kernel(x, scales=scales) for x in inputs]``, the same bits. On the CPU the inputs' groups go through
-    ``ref_kernel`` as one input of sum(G) groups (one decode, one statistics pass, one rounding instead of one per
-    input: 8.4 -> 3.3 ms for 15 smoke inputs of G=1, one thread; no gain at G=2, where the GEMMs dominate); on CUDA each input goes alone, the path measured on
-    the H200 (the Triton decode is compiled for at most 16 operands per launch). Raises as ref_kernel does."""
+    """``[ref_kernel(x, scales=scales) for x in inputs]``, the same bits. On the CPU the inputs' groups go
+    through ``ref_kernel`` as one input of sum(G) groups: one decode, one statistics pass, one rounding instead
+    of one per input (15 smoke inputs of G=1: 8.4 -> 3.3 ms on one thread; no gain at G=2, where the GEMMs
+    dominate). On CUDA each input goes alone, the path measured on the H200 (the Triton decode is compiled for at
+    most 16 operands per launch). Raises as ref_kernel does."""
     first = next((x[0][0][0] for x in inputs if x[0]), None)
     if first is None or first.device.type == "cuda":
         return [ref_kernel(x, scales=scales) for x in inputs]
