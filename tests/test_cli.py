@@ -43,7 +43,12 @@ def test_settings_file_that_is_not_yaml_or_is_a_shape_file(tmp_path):
     bad = tmp_path / "bad.yml"
     bad.write_text("timing: [\n")
     result = _run("--settings", str(bad))
-    assert result.exit_code == 113 and f"{bad}: not valid YAML" in " ".join(result.output.split())
+    assert result.exit_code == 113
+    assert result.output == (f"error: {bad}: not valid YAML at line 2, column 1: expected the node content, but "
+                             f"found '<stream end>'\n")
+    bad.write_bytes(b"timing:\n  max_runs: \xff\n")
+    result = _run("--settings", str(bad))
+    assert (result.exit_code, result.output) == (113, f"error: {bad}: not a UTF-8 text file (byte 0xff at offset 20)\n")
     settings = tmp_path / "s.yml"
     settings.write_text("timing:\n  max_runs: 5\n")
     result = _run("--shapes", str(settings))
