@@ -257,7 +257,7 @@ def test_json_target_is_checked_before_measuring(tmp_path, folder_is_a_file, mes
 
 
 def test_json_that_fails_at_the_end_says_where_the_run_is_kept(tmp_path, monkeypatch):
-    monkeypatch.setattr("harness.cli.commands._check_json", lambda *_: None)  # the folder vanishes mid-run
+    monkeypatch.setattr("harness.cli.outputs.check_json", lambda *_: None)  # the folder vanishes mid-run
     target, db = tmp_path / "gone" / "x.json", tmp_path / "r.sqlite"
     result = _store_run("--db", str(db), "--json", str(target))
     with ResultStore(db, create=False) as store:

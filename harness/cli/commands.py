@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
+from harness.cli import outputs
 from harness.cli import reports as cli_reports
 from harness.cli.exits import EXIT_INTERRUPTED, EXIT_OUTPUT, Stdout, broken_pipe, fail
 from harness.parent import sandbox as sandbox_mod
@@ -145,22 +145,6 @@ def _prepare(specs, shapes, settings_path, timeout, seed, mode, data, workers=1)
     return variants, shape_set, settings if timeout is None else settings.with_timeout(timeout), secret
 
 
-def _open_store(db: Path | None, no_store: bool) -> ResultStore | None:
-    """The results store a run records into (None with --no-store), checked writable before anything is
-    measured; exits 1 with one line when it cannot be opened or written. Says so when it created the folder."""
-    if no_store:
-        return None
-    try:
-        store = ResultStore(resolve_db_path(db))
-        store.check_writable()
-    except StoreError as exc:
-        fail(str(exc), EXIT_OUTPUT)
-    if store.created_folder is not None:
-        Console(stderr=True, highlight=False, soft_wrap=True).print(
-            f"created folder {escape(str(store.created_folder))} for the results store {escape(str(store.path))}")
-    return store
-
-
 class _Kept:
     """An observer that keeps the record begun and every case finished, forwarding each hook to ``inner``, so
     that an interrupted run can still be written out (``partial``)."""
@@ -217,45 +201,6 @@ def _sandbox(mode, variants, settings, db, no_store) -> sandbox_mod.Sandbox:
         fail(str(exc), ExitCode.BAD_SPEC)
 
 
-def _json_target(json_path: Path | None, variants, variant) -> Path | None:
-    """Where --json writes ``variant``'s record: the file itself for one submission, else FILE-<name>.json."""
-    if not json_path:
-        return None
-    return json_path if len(variants) == 1 else json_path.with_name(f"{json_path.stem}-{variant.name}.json")
-
-
-def _check_json(json_path: Path | None, variants) -> None:
-    """--json checked before anything is measured, as the store is: its folder must exist, be a folder and be
-    writable, and so must every target file that already exists; exits 1 with one line otherwise."""
-    if json_path is None:
-        return
-    folder = json_path.parent
-    if not folder.exists():
-        fail(f"--json {json_path}: expected an existing folder, got {folder}, which does not exist", EXIT_OUTPUT)
-    if not folder.is_dir():
-        fail(f"--json {json_path}: expected a folder, got {folder}, which is a file", EXIT_OUTPUT)
-    if not os.access(folder, os.W_OK | os.X_OK):
-        fail(f"--json {json_path}: cannot write in folder {folder} (permission denied)", EXIT_OUTPUT)
-    for variant in variants:
-        target = _json_target(json_path, variants, variant)
-        if target.exists() and not os.access(target, os.W_OK):
-            fail(f"--json {json_path}: cannot write to {target} (permission denied)", EXIT_OUTPUT)
-
-
-def _popcorn_fd() -> None:
-    """POPCORN_FD checked before anything is measured; exits 113 with one line when it names no open, writable
-    descriptor."""
-    try:
-        popcorn.stream_fd()
-    except popcorn.PopcornError as exc:
-        fail(str(exc), ExitCode.BAD_SPEC)
-
-
-def _kept_in(record, store: ResultStore | None) -> str:
-    """``; run <id> is kept in <store>`` for an error after ``record`` was measured ('' with --no-store)."""
-    return f"; run {record.run_id} is kept in {store.path}" if store else ""
-
-
 def _show(console: Console, record, target: Path | None, store: ResultStore | None) -> None:
     """Write ``record`` to its --json ``target`` (if any) and print its results table, run notes and profiles.
     Exits 1 with one line (saying where the run is kept) when the file cannot be written."""
@@ -263,7 +208,7 @@ def _show(console: Console, record, target: Path | None, store: ResultStore | No
         try:
             target.write_text(record.to_json())
         except OSError as exc:
-            fail(f"cannot write --json file {target}: {exc.strerror or exc}{_kept_in(record, store)}", EXIT_OUTPUT)
+            fail(f"cannot write --json file {target}: {exc.strerror or exc}{outputs.kept_in(record, store)}", EXIT_OUTPUT)
     console.print(results_table(record))
     for note in record.notes:
         console.print(Text(f"note: {note}", style="dim"))
@@ -330,9 +275,9 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
               f"got {submissions!r}", ExitCode.BAD_SPEC)
     variants, shape_set, settings, secret = _prepare(specs, shapes, settings_path, timeout, seed, mode, data)
     devices = _devices(gpus, cluster)
-    _popcorn_fd()
-    _check_json(json_path, variants)
-    store = _open_store(db, no_store)
+    outputs.popcorn_fd()
+    outputs.check_json(json_path, variants)
+    store = outputs.open_store(db, no_store)
     from harness.parent.runner import Observer, RunOptions
     from harness.parent.runner import run as run_variant
 
@@ -345,10 +290,10 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
         with progress or contextlib.nullcontext():
             records = _pool(variants, shape_set, opts, store, devices, cluster, progress)
         for variant, record in zip(variants, records):
-            _show(console, record, _json_target(json_path, variants, variant), store)
+            _show(console, record, outputs.json_target(json_path, variants, variant), store)
     for variant in variants[len(records):]:
         label = f"{variant.name} {mode}"
-        target, recorder, kept = _json_target(json_path, variants, variant), None, None
+        target, recorder, kept = outputs.json_target(json_path, variants, variant), None, None
         try:
             if mode in ("benchmark", "leaderboard") and console.is_terminal:
                 with ProgressObserver(console, len(shape_set.cases), label) as obs:
@@ -371,7 +316,7 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
         try:
             popcorn.write_stream(record)
         except OSError as exc:
-            fail(f"cannot write the POPCORN_FD stream: {exc.strerror or exc}{_kept_in(record, store)}", EXIT_OUTPUT)
+            fail(f"cannot write the POPCORN_FD stream: {exc.strerror or exc}{outputs.kept_in(record, store)}", EXIT_OUTPUT)
     sys.exit(max(exit_code(r) for r in records))
 
 
@@ -391,7 +336,7 @@ def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, 
     (va, vb), shape_set, settings, secret = _prepare([a, b], shapes, settings_path, timeout, seed, "compare", data,
                                                      workers=2)
     devices = _devices(gpus, cluster)
-    store = _open_store(db, no_store)
+    store = outputs.open_store(db, no_store)
     from harness.parent import compare as compare_mod
     from harness.parent.runner import Observer, RunOptions
 
