@@ -46,6 +46,8 @@ class Case:
     name: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
+        if self.g < 1:
+            raise SpecError(f"g must be >= 1, got {self.g}")
         for key in ("m", "n", "k"):
             values = getattr(self, key)
             if len(values) != self.g:
@@ -53,8 +55,6 @@ class Case:
             for v in values:
                 if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                     raise SpecError(f"{key} entries must be positive integers, got {v!r}: {self.text()}")
-        if self.g < 1:
-            raise SpecError(f"g must be at least 1, got {self.g}")
         for v in self.k:
             if v % K_MULTIPLE:
                 raise SpecError(f"k must be a multiple of {K_MULTIPLE}, got {v}: {self.text()}")
@@ -98,7 +98,8 @@ class ShapeSet:
 def case_from_mapping(d: Mapping, where: str = "") -> Case:
     """Build a Case from ``{m, n, k, g, seed}``; scalars for m/n/k are broadcast to g groups.
 
-    Raises SpecError naming the missing or unexpected keys and ``where`` the mapping came from.
+    Raises SpecError naming the missing or unexpected keys, or what makes the case impossible, after ``where``
+    the mapping came from.
     """
     expected = {"m", "n", "k", "g", "seed"}
     keys = set(d)
@@ -123,16 +124,20 @@ def case_from_mapping(d: Mapping, where: str = "") -> Case:
             return tuple(v)
         raise SpecError(f"{where}{key} must be an integer or a list, got {v!r}")
 
-    return Case(per_group("m"), per_group("n"), per_group("k"), g, seed, str(d.get("name", "")))
+    try:
+        return Case(per_group("m"), per_group("n"), per_group("k"), g, seed, str(d.get("name", "")))
+    except SpecError as exc:
+        raise SpecError(f"{where}{exc}") from None
 
 
 _PAIR = re.compile(r"^\s*([a-z_]+)\s*:\s*(.+?)\s*$")
 
 
-def parse_case_line(line: str) -> Case:
+def parse_case_line(line: str, where: str | None = None) -> Case:
     """Parse one official text line (``m: [96, 128]; n: [...]; k: [...]; g: 2; seed: 1111``).
 
-    Raises SpecError quoting the line and the part that did not parse.
+    Raises SpecError quoting the line and the part that did not parse; a case that is impossible (e.g. g: 0) is
+    reported after ``where`` (default ``line '<line>': ``).
     """
     fields: dict[str, object] = {}
     for part in line.split(";"):
@@ -149,12 +154,51 @@ def parse_case_line(line: str) -> Case:
         if key in fields:
             raise SpecError(f"key {key!r} given twice in line {line.strip()!r}")
         fields[key] = value
-    return case_from_mapping(fields, where=f"line {line.strip()!r}: ")
+    return case_from_mapping(fields, where=f"line {line.strip()!r}: " if where is None else where)
 
 
-def parse_text(text: str) -> list[Case]:
-    """Parse the official text format: one case a line; blank lines and ``#`` comments are skipped."""
-    return [parse_case_line(ln) for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+def parse_text(text: str, source: str = "") -> list[Case]:
+    """Parse the official text format: one case a line; blank lines and ``#`` comments are skipped.
+
+    Raises SpecError; with ``source`` (the file name) its message starts ``<source>:<line number>: ``.
+    """
+    cases = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if not source:
+            cases.append(parse_case_line(line))
+            continue
+        try:
+            cases.append(parse_case_line(line, where=""))
+        except SpecError as exc:
+            raise SpecError(f"{source}:{lineno}: {exc}") from None
+    return cases
+
+
+def read_text_file(path: Path) -> str:
+    """The text of ``path`` as UTF-8. Raises SpecError naming the file for one that is not UTF-8 text (e.g. a
+    binary file) or cannot be read."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not a UTF-8 text file (byte {exc.object[exc.start]:#04x} at offset "
+                        f"{exc.start})") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def read_yaml_file(path: Path):
+    """The YAML document in ``path`` (None for an empty file). Raises SpecError in one line naming the file, and
+    the line and column where the parser stopped, for a file that is not UTF-8 text or not valid YAML."""
+    text = read_text_file(path)
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+        raise SpecError(f"{path}: not valid YAML{where}: {problem}") from None
 
 
 def load_yaml(path: Path) -> ShapeSet:
@@ -162,10 +206,7 @@ def load_yaml(path: Path) -> ShapeSet:
 
     Raises SpecError with the file name and case index on any malformed entry.
     """
-    try:
-        doc = yaml.safe_load(Path(path).read_text())
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{path}: not valid YAML: {exc}") from exc
+    doc = read_yaml_file(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
         if not isinstance(doc, dict):
             got = type(doc).__name__
@@ -194,7 +235,7 @@ def load_shapes(spec: str) -> ShapeSet:
     if path.is_file():
         if path.suffix in (".yml", ".yaml"):
             return load_yaml(path)
-        cases = parse_text(path.read_text())
+        cases = parse_text(read_text_file(path), str(path))
         if not cases:
             raise SpecError(f"{path}: no cases in the file")
         return ShapeSet(path.stem, tuple(cases))

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,9 +30,9 @@ def _run(*args):
     (["--timeout", "0"], 2, "0.0 is not in the range x>0"),
     (["--shapes", "configs/shapes/nothere.yml"], 113, "shape file configs/shapes/nothere.yml does not exist"),
     (["--cluster", "10.0.0.1:8786"], 113,
-     "error: --cluster 10.0.0.1:8786: expected a scheduler address (tcp://HOST:8786) or local:N"),
-    (["--cluster", "local:0"], 113, "error: --cluster local:0: expected local:N with N >= 1 workers"),
-    (["--gpus", "0", "--cluster", "local:1"], 113, "error: --gpus and --cluster cannot be used together"),
+     "Error: --cluster 10.0.0.1:8786: expected a scheduler address (tcp://HOST:8786) or local:N"),
+    (["--cluster", "local:0"], 113, "Error: --cluster local:0: expected local:N with N >= 1 workers"),
+    (["--gpus", "0", "--cluster", "local:1"], 113, "Error: --gpus and --cluster cannot be used together"),
 ])
 def test_bad_options_are_refused_before_running(args, code, text):
     result = _run(*args)
@@ -43,7 +44,12 @@ def test_settings_file_that_is_not_yaml_or_is_a_shape_file(tmp_path):
     bad = tmp_path / "bad.yml"
     bad.write_text("timing: [\n")
     result = _run("--settings", str(bad))
-    assert result.exit_code == 113 and f"{bad}: not valid YAML" in " ".join(result.output.split())
+    assert result.exit_code == 113
+    assert result.output == (f"Error: {bad}: not valid YAML at line 2, column 1: expected the node content, but "
+                             f"found '<stream end>'\n")
+    bad.write_bytes(b"timing:\n  max_runs: \xff\n")
+    result = _run("--settings", str(bad))
+    assert (result.exit_code, result.output) == (113, f"Error: {bad}: not a UTF-8 text file (byte 0xff at offset 20)\n")
     settings = tmp_path / "s.yml"
     settings.write_text("timing:\n  max_runs: 5\n")
     result = _run("--shapes", str(settings))
@@ -112,13 +118,13 @@ def test_seed_that_is_not_an_integer_says_so():
 def test_missing_submission_file_says_no_such_file():
     result = CliRunner().invoke(main, ["run", "--submission", "kernels/my_kernel.py", "--no-store"])
     assert result.exit_code == 113
-    assert result.output == "error: submission file kernels/my_kernel.py: no such file\n"
+    assert result.output == "Error: submission file kernels/my_kernel.py: no such file\n"
 
 
 def test_full_range_with_a_k_too_large_is_refused_up_front():
     result = _run("--data", "full-range", "--shapes", "m: [4]; n: [4]; k: [600000]; g: 1; seed: 1")
     assert result.exit_code == 113
-    assert result.output == ("error: --data full-range: full-range data cannot bound the fp16 output for K=600000: "
+    assert result.output == ("Error: --data full-range: full-range data cannot bound the fp16 output for K=600000: "
                              "its scales keep |C| <= 65504 only up to K=529920 (case m: [4]; n: [4]; k: [600000]; "
                              "g: 1; seed: 1)\n")
 
@@ -126,7 +132,7 @@ def test_full_range_with_a_k_too_large_is_refused_up_front():
 def test_a_case_too_large_for_memory_is_refused_naming_it():
     result = _run("--shapes", "m: [128]; n: [100000000000]; k: [256]; g: 1; seed: 1")  # about 840 TiB
     assert result.exit_code == 113
-    assert re.fullmatch(r"error: case m: \[128\]; n: \[100000000000\]; k: \[256\]; g: 1; seed: 1 needs about "
+    assert re.fullmatch(r"Error: case m: \[128\]; n: \[100000000000\]; k: \[256\]; g: 1; seed: 1 needs about "
                         r"\d+\.\d GiB of (CPU|GPU) memory \(1 input a request, with their outputs and the exact "
                         r"reference, in fp4bench and 1 worker\); \d+\.\d GiB available\n", result.output), result.output
 
@@ -136,7 +142,7 @@ def test_db_that_is_not_a_store_is_refused_in_one_line(tmp_path):
     corrupt.write_text("not a database " * 200)
     result = _store_run("--db", str(corrupt))
     assert result.exit_code == 1
-    assert result.output == f"error: {corrupt}: not a usable SQLite results store (file is not a database)\n"
+    assert result.output == f"Error: {corrupt}: not a usable SQLite results store (file is not a database)\n"
 
 
 @pytest.fixture
@@ -158,7 +164,7 @@ def read_only(tmp_path):
 def test_read_only_db_is_refused_before_measuring(read_only):
     result = _store_run("--db", str(read_only))
     assert result.exit_code == 1
-    assert result.output == (f"error: {read_only}: cannot write to the results store (attempt to write a readonly "
+    assert result.output == (f"Error: {read_only}: cannot write to the results store (attempt to write a readonly "
                              f"database)\n")
 
 
@@ -168,7 +174,7 @@ def test_db_that_is_a_folder_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("FP4BENCH_DB", str(tmp_path))
     result = _store_run()
     assert result.exit_code == 1
-    assert result.output == (f"error: {tmp_path} is a folder; a results store is a file (e.g. "
+    assert result.output == (f"Error: {tmp_path} is a folder; a results store is a file (e.g. "
                              f"{tmp_path / 'fp4bench.sqlite'})\n")
 
 
@@ -176,7 +182,7 @@ def test_db_in_a_missing_folder_is_created_and_said(tmp_path):
     db = tmp_path / "new" / "deeper" / "r.sqlite"
     result = _store_run("--db", str(db))
     assert result.exit_code == 0, result.output
-    assert f"created folder {tmp_path / 'new'} for the results store {db}\n" in result.output
+    assert f"created folder {tmp_path / 'new' / 'deeper'} for the results store {db}\n" in result.output
     with ResultStore(db, create=False) as store:
         assert [r.submission.name for r in store.runs()] == ["torch_reference"]
 
@@ -218,3 +224,105 @@ def test_ctrl_c_mid_run_exits_130_and_keeps_what_was_measured(tmp_path):
     saved = json.loads(out.read_text())
     assert saved["complete"] is False and [c["status"] for c in saved["cases"]] == ["pass"]
     assert "Traceback" not in stderr
+
+
+# --- a new user's trial: every mistake one line naming what was expected and what came ------------------
+@pytest.mark.parametrize("value", ["", " ", ","])
+def test_empty_submission_is_refused(value):
+    result = CliRunner().invoke(main, ["run", "--submission", value, "--no-store"])
+    assert (result.exit_code, result.output) == (
+        113, f"Error: --submission: expected a variant name, a folder or a .py file (several separated by "
+             f"commas), got {value!r}\n")
+
+
+def test_submission_that_is_not_a_python_file_is_refused(tmp_path):
+    text = tmp_path / "g5.txt"
+    text.write_text("def custom_kernel(data): pass\n")
+    result = CliRunner().invoke(main, ["run", "--submission", str(text), "--no-store"])
+    assert (result.exit_code, result.output) == (
+        113, f"Error: expected a .py file or a variant folder, got {text}\n")
+
+
+@pytest.mark.parametrize("folder_is_a_file, message", [
+    (False, "Error: --json {p}: expected an existing folder, got {p.parent}, which does not exist\n"),
+    (True, "Error: --json {p}: expected a folder, got {p.parent}, which is a file\n"),
+])
+def test_json_target_is_checked_before_measuring(tmp_path, folder_is_a_file, message):
+    target, db = tmp_path / "f" / "x.json", tmp_path / "r.sqlite"
+    if folder_is_a_file:
+        target.parent.write_text("")
+    result = _store_run("--db", str(db), "--json", str(target))
+    assert (result.exit_code, result.output) == (1, message.format(p=target))
+    assert not db.exists()  # refused before the store was opened, so before anything was measured
+
+
+def test_json_that_fails_at_the_end_says_where_the_run_is_kept(tmp_path, monkeypatch):
+    monkeypatch.setattr("harness.cli.outputs.check_json", lambda *_: None)  # the folder vanishes mid-run
+    target, db = tmp_path / "gone" / "x.json", tmp_path / "r.sqlite"
+    result = _store_run("--db", str(db), "--json", str(target))
+    with ResultStore(db, create=False) as store:
+        (run,) = store.runs()
+    assert result.exit_code == 1
+    assert result.output.endswith(f"Error: cannot write --json file {target}: No such file or directory; run "
+                                  f"{run.run_id} is kept in {db}\n")
+    assert "Traceback" not in result.output
+
+
+@pytest.fixture
+def closed_fd():
+    r, w = os.pipe()
+    os.close(r), os.close(w)
+    return w
+
+
+@pytest.mark.parametrize("value, message", [
+    ("abc", "POPCORN_FD: expected a file descriptor number, got 'abc'"),
+    ("-3", "POPCORN_FD: expected a file descriptor number, got -3"),
+    ("closed", "POPCORN_FD: expected an open descriptor, got {fd}, which is closed"),
+])
+def test_popcorn_fd_is_checked_before_measuring(tmp_path, monkeypatch, closed_fd, value, message):
+    monkeypatch.setenv("POPCORN_FD", str(closed_fd) if value == "closed" else value)
+    db = tmp_path / "r.sqlite"
+    result = _store_run("--db", str(db))
+    assert (result.exit_code, result.output) == (113, f"Error: {message.format(fd=closed_fd)}\n")
+    assert not db.exists()
+
+
+def test_popcorn_fd_open_read_only_is_refused(monkeypatch):
+    r, w = os.pipe()
+    try:
+        monkeypatch.setenv("POPCORN_FD", str(r))
+        result = _run("--shapes", TINY)
+        assert (result.exit_code, result.output) == (
+            113, f"Error: POPCORN_FD: expected a descriptor open for writing, got {r}, open read-only\n")
+    finally:
+        os.close(r), os.close(w)
+
+
+def test_report_out_that_cannot_be_written_is_one_line(tmp_path):
+    db = tmp_path / "r.sqlite"
+    assert _store_run("--db", str(db)).exit_code == 0
+    result = CliRunner().invoke(main, ["report", "latest", "--db", str(db), "--out", "/proc/nope/x.md"])
+    assert (result.exit_code, result.output) == (
+        1, "Error: cannot write --out /proc/nope/x.md: No such file or directory (/proc/nope)\n")
+
+
+@pytest.mark.parametrize("option", ["--mode", "--data"])
+def test_leaderboard_mode_and_data_are_choices(tmp_path, option):
+    result = CliRunner().invoke(main, ["leaderboard", "--db", str(tmp_path / "r.sqlite"), option, "bogus"])
+    assert result.exit_code == 2
+    assert f"Invalid value for '{option}': 'bogus' is not one of" in _flat(result.output)
+
+
+def test_closed_stdout_exits_141_quietly_and_keeps_the_run(tmp_path):
+    """``fp4bench run ... | head -0``: the reader is gone before the table is printed."""
+    db = tmp_path / "r.sqlite"
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "--submission", "torch_reference",
+                             "--shapes", TINY, "--db", str(db)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 141, stderr
+    assert stderr == ""
+    with ResultStore(db, create=False) as store:
+        assert [r.submission.name for r in store.runs()] == ["torch_reference"]

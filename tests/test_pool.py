@@ -88,7 +88,7 @@ def test_a_cluster_without_gpu_workers_is_refused():
 def test_gpus_on_a_cpu_machine_is_one_line_and_exit_113():
     result = CliRunner().invoke(main, ["run", "--submission", "torch_reference", "--no-store", "--gpus", "0,1"])
     assert result.exit_code == 113
-    assert result.output == ("error: --gpus: this machine has no CUDA GPU (to spread runs over CPU workers, use "
+    assert result.output == ("Error: --gpus: this machine has no CUDA GPU (to spread runs over CPU workers, use "
                              "--cluster local:N)\n")
 
 

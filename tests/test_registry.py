@@ -61,3 +61,11 @@ def test_missing_paths_say_no_such_file(tmp_path):
     with pytest.raises(RegistryError) as info:
         resolve(str(tmp_path))
     assert str(info.value) == f"submission folder {tmp_path} has no submission.py"
+
+
+def test_a_file_that_is_not_python_is_refused_before_import(tmp_path):
+    text = tmp_path / "g5.txt"
+    text.write_text("def custom_kernel(data): pass\n")
+    with pytest.raises(RegistryError) as info:
+        resolve(str(text))
+    assert str(info.value) == f"expected a .py file or a variant folder, got {text}"

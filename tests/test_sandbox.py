@@ -172,7 +172,7 @@ def test_strict_refuses_naming_each_missing_protection(monkeypatch):
     result = CliRunner().invoke(main, ["run", "--submission", str(SHARED_CASES / "honest_torch.py"),
                                        "--sandbox", "strict", "--no-store", "--shapes", "smoke"])
     assert result.exit_code == 113
-    assert "error: --sandbox strict: this machine cannot give the worker writes" in result.output
+    assert "Error: --sandbox strict: this machine cannot give the worker writes" in result.output
 
 
 def test_auto_runs_with_what_there_is_and_records_what_did_not_hold(monkeypatch):

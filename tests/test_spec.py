@@ -53,3 +53,27 @@ def test_inline_and_files(tmp_path):
         load_shapes(str(bad))
     with pytest.raises(SpecError, match="expected a shape-set name"):
         load_shapes("no-such-set")
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("bin.txt", b"\x89PNG\x00\xff", "{path}: not a UTF-8 text file (byte 0x89 at offset 0)"),
+    ("bin.yml", b"cases: \xff\n", "{path}: not a UTF-8 text file (byte 0xff at offset 7)"),
+    ("garbage.txt", b"# two cases\nm: 64; n: 128; k: 256; g: 1; seed: 1\nhello world\n",
+     "{path}:3: expected 'key: value' in 'hello world' of line 'hello world'"),
+    ("g0.txt", b"m: 64; n: 128; k: 256; g: 0; seed: 1\n", "{path}:1: g must be >= 1, got 0"),
+    ("g0.yml", b"cases:\n  - {m: 64, n: 128, k: 256, g: 0, seed: 1}\n", "{path} case 0: g must be >= 1, got 0"),
+    ("bad.yml", b"cases: [\n  - a\n",
+     "{path}: not valid YAML at line 2, column 3: expected the node content, but found '-'"),
+])
+def test_bad_shape_files_are_named_in_one_line(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(SpecError) as info:
+        load_shapes(str(path))
+    assert str(info.value) == message.format(path=path)
+
+
+def test_g_zero_inline_says_g_must_be_positive():
+    with pytest.raises(SpecError) as info:
+        load_shapes("m: [64]; n: [128]; k: [256]; g: 0; seed: 1")
+    assert str(info.value) == "line 'm: [64]; n: [128]; k: [256]; g: 0; seed: 1': g must be >= 1, got 0"

@@ -17,7 +17,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
+from harness.cli import outputs
 from harness.cli import reports as cli_reports
+from harness.cli.exits import EXIT_INTERRUPTED, EXIT_OUTPUT, Stdout, broken_pipe, fail
 from harness.parent import sandbox as sandbox_mod
 from harness.parent import seeds
 from harness.parent.registry import RegistryError, find_variants, resolve
@@ -25,33 +27,37 @@ from harness.parent.settings import MODES, SettingsError, load_settings
 from harness.protocol import ExitCode
 from harness.report import popcorn
 from harness.report.compare import compare_rich_table, compare_table
-from harness.report.console import ProgressObserver, profile_section, results_table, side_by_side
+from harness.report.console import (
+    ProgressObserver,
+    profile_section,
+    results_table,
+    side_by_side,
+)
 from harness.results.record import exit_code
-from harness.results.store import ResultStore, StoreError, StoreRecorder, resolve_db_path
+from harness.results.store import (
+    ResultStore,
+    StoreError,
+    StoreRecorder,
+    resolve_db_path,
+)
 from task.spec import DATA_MODES, SpecError, load_shapes
-
-#: Exit code after Ctrl-C: 128 + SIGINT, what a shell reports for a program SIGINT ended.
-EXIT_INTERRUPTED = 130
-#: Exit code when the results store cannot be opened or written (as the report commands' errors).
-EXIT_STORE = 1
-
-
-def _fail(message: str, code: int) -> None:
-    """Print ``error: <message>`` on one line of stderr (never wrapped, markup in the message shown as is) and
-    exit with ``code``."""
-    Console(stderr=True).print(Text.assemble(("error:", "red"), " ", message), soft_wrap=True)
-    sys.exit(code)
 
 
 class _Group(click.Group):
-    """The fp4bench group: Ctrl-C exits 130 with one line (click alone prints "Aborted!" and exits 1)."""
+    """The fp4bench group: Ctrl-C exits 130 with one line (click alone prints "Aborted!" and exits 1); a closed
+    standard output exits 141 without a word (click alone exits 1)."""
 
     def invoke(self, ctx: click.Context):
         try:
-            return super().invoke(ctx)
+            try:
+                return super().invoke(ctx)
+            finally:
+                sys.stdout.flush()  # a pipe closed early fails here, not at interpreter exit
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
+        except BrokenPipeError:
+            broken_pipe()
 
 
 class _Seed(click.ParamType):
@@ -135,24 +141,8 @@ def _prepare(specs, shapes, settings_path, timeout, seed, mode, data, workers=1)
         inputs = 1 if mode in ("test", "profile") else settings.calls_per_sample
         check_fits(shape_set.cases, inputs, workers, cuda)
     except (RegistryError, SpecError, SettingsError, ValueError, MemoryError) as exc:
-        _fail(str(exc), ExitCode.BAD_SPEC)
+        fail(str(exc), ExitCode.BAD_SPEC)
     return variants, shape_set, settings if timeout is None else settings.with_timeout(timeout), secret
-
-
-def _open_store(db: Path | None, no_store: bool) -> ResultStore | None:
-    """The results store a run records into (None with --no-store), checked writable before anything is
-    measured; exits 1 with one line when it cannot be opened or written. Says so when it created the folder."""
-    if no_store:
-        return None
-    try:
-        store = ResultStore(resolve_db_path(db))
-        store.check_writable()
-    except StoreError as exc:
-        _fail(str(exc), EXIT_STORE)
-    if store.created_folder is not None:
-        Console(stderr=True, highlight=False, soft_wrap=True).print(
-            f"created folder {escape(str(store.created_folder))} for the results store {escape(str(store.path))}")
-    return store
 
 
 class _Kept:
@@ -208,20 +198,17 @@ def _sandbox(mode, variants, settings, db, no_store) -> sandbox_mod.Sandbox:
         return sandbox_mod.checked(mode, variants, settings, device_facts().cuda,
                                    None if no_store else resolve_db_path(db))
     except sandbox_mod.SandboxError as exc:
-        _fail(str(exc), ExitCode.BAD_SPEC)
+        fail(str(exc), ExitCode.BAD_SPEC)
 
 
-def _json_target(json_path: Path | None, variants, variant) -> Path | None:
-    """Where --json writes ``variant``'s record: the file itself for one submission, else FILE-<name>.json."""
-    if not json_path:
-        return None
-    return json_path if len(variants) == 1 else json_path.with_name(f"{json_path.stem}-{variant.name}.json")
-
-
-def _show(console: Console, record, target: Path | None) -> None:
-    """Write ``record`` to its --json ``target`` (if any) and print its results table, run notes and profiles."""
+def _show(console: Console, record, target: Path | None, store: ResultStore | None) -> None:
+    """Write ``record`` to its --json ``target`` (if any) and print its results table, run notes and profiles.
+    Exits 1 with one line (saying where the run is kept) when the file cannot be written."""
     if target is not None:
-        target.write_text(record.to_json())
+        try:
+            target.write_text(record.to_json())
+        except OSError as exc:
+            fail(f"cannot write --json file {target}: {exc.strerror or exc}{outputs.kept_in(record, store)}", EXIT_OUTPUT)
     console.print(results_table(record))
     for note in record.notes:
         console.print(Text(f"note: {note}", style="dim"))
@@ -244,7 +231,7 @@ def _devices(gpus: str | None, cluster: str | None) -> list[str] | None:
             pool.local_workers(cluster)
         return pool.gpu_list(gpus) if gpus is not None else None
     except pool.PoolError as exc:
-        _fail(str(exc), ExitCode.BAD_SPEC)
+        fail(str(exc), ExitCode.BAD_SPEC)
 
 
 def _pool(variants, shape_set, opts, store, devices, cluster, progress, compare: bool = False):
@@ -259,14 +246,14 @@ def _pool(variants, shape_set, opts, store, devices, cluster, progress, compare:
         with pool.open_client(devices, cluster) as client:
             return runs.compare(client) if compare else runs.run(client)
     except (pool.PoolError, BundleError) as exc:
-        _fail(str(exc), ExitCode.BAD_SPEC)
+        fail(str(exc), ExitCode.BAD_SPEC)
     except KeyboardInterrupt:
         for run_id in runs.abandon():
             Console(stderr=True, highlight=False, soft_wrap=True).print(
                 f"interrupted: run {run_id} kept as incomplete in {escape(str(store.path))}")
         sys.exit(EXIT_INTERRUPTED)
     except StoreError as exc:
-        _fail(str(exc), EXIT_STORE)
+        fail(str(exc), EXIT_OUTPUT)
 
 
 @main.command("run")
@@ -281,11 +268,16 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
     """Run submissions over a shape set; exit code as the official runner (0, 110, 112, 113, 114; 130 after
     Ctrl-C, with the cases measured so far kept in the store and the --json file). With --gpus or --cluster
     the submissions run side by side, one per GPU (README)."""
-    console = Console()
-    variants, shape_set, settings, secret = _prepare([x.strip() for x in submissions.split(",") if x.strip()],
-                                                     shapes, settings_path, timeout, seed, mode, data)
+    console = Stdout()
+    specs = [x.strip() for x in submissions.split(",") if x.strip()]
+    if not specs:
+        fail(f"--submission: expected a variant name, a folder or a .py file (several separated by commas), "
+              f"got {submissions!r}", ExitCode.BAD_SPEC)
+    variants, shape_set, settings, secret = _prepare(specs, shapes, settings_path, timeout, seed, mode, data)
     devices = _devices(gpus, cluster)
-    store = _open_store(db, no_store)
+    outputs.popcorn_fd()
+    outputs.check_json(json_path, variants)
+    store = outputs.open_store(db, no_store)
     from harness.parent.runner import Observer, RunOptions
     from harness.parent.runner import run as run_variant
 
@@ -297,10 +289,10 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
         with progress:
             records = _pool(variants, shape_set, opts, store, devices, cluster, progress)
         for variant, record in zip(variants, records):
-            _show(console, record, _json_target(json_path, variants, variant))
+            _show(console, record, outputs.json_target(json_path, variants, variant), store)
     for variant in variants[len(records):]:
         label = f"{variant.name} {mode}"
-        target, recorder, kept = _json_target(json_path, variants, variant), None, None
+        target, recorder, kept = outputs.json_target(json_path, variants, variant), None, None
         try:
             if mode in ("benchmark", "leaderboard"):  # a bar on a terminal, one line per shape elsewhere
                 with ProgressObserver(console, len(shape_set.cases), label) as obs:
@@ -314,13 +306,16 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
         except KeyboardInterrupt:
             _interrupted([kept] if kept else [], [recorder] if recorder else [], store, [target] if kept else [])
         except StoreError as exc:
-            _fail(str(exc), EXIT_STORE)
+            fail(str(exc), EXIT_OUTPUT)
         records.append(record)
-        _show(console, record, target)
+        _show(console, record, target, store)
     if len(records) > 1:
         console.print(side_by_side(records))
     for record in records:
-        popcorn.write_stream(record)
+        try:
+            popcorn.write_stream(record)
+        except OSError as exc:
+            fail(f"cannot write the POPCORN_FD stream: {exc.strerror or exc}{outputs.kept_in(record, store)}", EXIT_OUTPUT)
     sys.exit(max(exit_code(r) for r in records))
 
 
@@ -340,7 +335,7 @@ def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, 
     (va, vb), shape_set, settings, secret = _prepare([a, b], shapes, settings_path, timeout, seed, "compare", data,
                                                      workers=2)
     devices = _devices(gpus, cluster)
-    store = _open_store(db, no_store)
+    store = outputs.open_store(db, no_store)
     from harness.parent import compare as compare_mod
     from harness.parent.runner import Observer, RunOptions
 
@@ -361,7 +356,7 @@ def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, 
     except KeyboardInterrupt:
         _interrupted([], recorders, store, [])
     except StoreError as exc:
-        _fail(str(exc), EXIT_STORE)
+        fail(str(exc), EXIT_OUTPUT)
     finally:
         if store:
             store.close()
@@ -369,7 +364,7 @@ def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, 
         err.print(Text.assemble(("cannot compare here: ", "yellow"), result.unmet,
                                 (f"; {result.timed_alone} timed alone" if result.timed_alone else "")))
     if fmt == "text" and out is None:
-        Console().print(compare_rich_table(va.name, vb.name, result.rows, result.overall,
+        Stdout().print(compare_rich_table(va.name, vb.name, result.rows, result.overall,
                                            overall_label=result.overall_label))
     else:
         extra = {"a_run_id": result.a.run_id, "b_run_id": result.b.run_id, "shape_set": shape_set.name,
@@ -397,7 +392,7 @@ def list_cmd() -> None:
         facts = device_facts()
     else:
         facts = cpu_facts()
-    Console().print(cli_reports.variants_table(find_variants(), facts))
+    Stdout().print(cli_reports.variants_table(find_variants(), facts))
 
 
 @main.command("doctor")

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Sequence
 
 import click
-from rich.console import Console, Group
+from rich.console import Group
 from rich.text import Text
 
+from harness.cli.exits import Stdout
 from harness.parent.registry import DeviceFacts, Variant
 from harness.report.boards import RANK_NOTE, Board, leaderboards, rank_text
 from harness.report.console import SHAPE_KEY
@@ -34,8 +35,10 @@ from harness.report.stacked import Col, StackedTable
 from harness.results.ranking import Verdict, best_runs, plural
 from harness.results.store import ResultStore, StoreError, resolve_db_path
 from task.cost import gpu_model
-from task.spec import SHAPE_SET_ID_DIGITS, SpecError, load_shapes
+from task.spec import DATA_MODES, SHAPE_SET_ID_DIGITS, SpecError, load_shapes
 
+#: The run modes the leaderboard ranks (their runs carry timed samples of every case).
+RANKED_MODES = ("leaderboard", "benchmark")
 _DB = click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
                    help="Results store (default: $FP4BENCH_DB, else results/fp4bench.sqlite).")
 
@@ -79,12 +82,18 @@ def shapes_filter(store: ResultStore, spec: str | None) -> dict:
 
 
 def emit(text: str, out: Path | None) -> None:
-    """Write ``text`` to ``out`` (creating its folder; says so on stderr), or to standard output."""
+    """Write ``text`` to ``out`` (creating its folder; says so on stderr), or to standard output. Raises
+    click.ClickException (one line, exit 1) when the folder or the file cannot be written."""
     if out is None:
         click.echo(text, nl=not text.endswith("\n"))
         return
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise click.ClickException(f"cannot write --out {out}: {exc.strerror or exc}"
+                                   + (f" ({exc.filename})" if exc.filename and str(exc.filename) != str(out)
+                                      else "")) from None
     click.echo(f"wrote {out} ({len(text.encode('utf-8'))} bytes)", err=True)
 
 
@@ -113,10 +122,10 @@ def board_rich_table(board: Board) -> Group:
 @_DB
 @click.option("--shapes", default=None, help=_SHAPES_HELP)
 @click.option("--gpu", default=None, help="Only this GPU model (e.g. H200, B200), case-insensitive.")
-@click.option("--mode", default="leaderboard", show_default=True,
-              help="Which runs to rank (leaderboard or benchmark).")
-@click.option("--data", default=None, help="Only this data mode (official or full-range); default: all, "
-                                           "ranked apart.")
+@click.option("--mode", type=click.Choice(RANKED_MODES), default="leaderboard", show_default=True,
+              help="Which runs to rank.")
+@click.option("--data", type=click.Choice(DATA_MODES), default=None,
+              help="Only this data mode; default: all, ranked apart.")
 @click.option("--format", "fmt", type=click.Choice(("table",) + FORMATS), default="table", show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the --format output to this file.")
@@ -134,7 +143,7 @@ def leaderboard_cmd(db, shapes, gpu, mode, data, fmt, out) -> None:
     if fmt != "table":
         emit(leaderboard_report(boards, fmt), out)
         return
-    console = Console()
+    console = Stdout()
     if not boards:
         console.print(Text(f"no passing {mode} runs in {path}"
                            + (f" for shapes {shapes}" if shapes else "") + (f" on {gpu}" if gpu else "")
@@ -160,7 +169,8 @@ def leaderboard_cmd(db, shapes, gpu, mode, data, fmt, out) -> None:
               help="Report on the runs the leaderboard ranks (best passing run of each variant) instead.")
 @click.option("--shapes", default=None, help="With --leaderboard: " + _SHAPES_HELP[0].lower() + _SHAPES_HELP[1:])
 @click.option("--gpu", default=None, help="With --leaderboard: only this GPU model.")
-@click.option("--mode", default="leaderboard", show_default=True, help="With --leaderboard: which runs.")
+@click.option("--mode", type=click.Choice(RANKED_MODES), default="leaderboard", show_default=True,
+              help="With --leaderboard: which runs.")
 def report_cmd(runs, db, fmt, out, board, shapes, gpu, mode) -> None:
     """Report on stored runs: RUNS are run ids, unique prefixes, or 'latest' (the default). html is one
     self-contained file with pictures embedded; csv has one row per case; json reads back as RunRecords."""
@@ -199,7 +209,7 @@ def history_cmd(variant, db, mode, shapes, gpu, limit) -> None:
         where = shapes_filter(store, shapes)
         runs = store.runs(variant=variant, mode=mode, gpu=gpu, limit=limit, with_samples=False, **where)
         path = store.path
-    console = Console()
+    console = Stdout()
     if not runs:
         console.print(Text(f"no runs of {variant!r} in {path}" + (f" (mode {mode})" if mode else "")))
         return

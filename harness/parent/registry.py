@@ -130,13 +130,17 @@ def resolve(spec: str, root: Path = SUBMISSIONS_DIR) -> Variant:
     """``--submission`` value -> Variant: a folder name under submissions/, a folder, or a .py path.
 
     Raises RegistryError: "no such file" for a .py path that does not exist, "no such folder" for a path to a
-    missing folder, a list of the known variants when nothing matches.
+    missing folder, "expected a .py file or a variant folder" for another file, a list of the known variants when
+    nothing matches.
     """
-    candidates = [Path(root) / spec / ENTRY_FILE, Path(spec) / ENTRY_FILE, Path(spec)]
-    for cand in candidates:
+    for cand in (Path(root) / spec / ENTRY_FILE, Path(spec) / ENTRY_FILE):
         if cand.is_file():
             return read_variant(cand)
     path = Path(spec)
+    if path.is_file():
+        if path.suffix != ".py":
+            raise RegistryError(f"expected a .py file or a variant folder, got {spec}")
+        return read_variant(path)
     if path.suffix == ".py" and not path.exists():
         raise RegistryError(f"submission file {spec}: no such file")
     if path.is_dir():

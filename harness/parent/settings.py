@@ -4,10 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import yaml
-
 from harness import ROOT
 from harness.results.stats import StoppingRule
+from task.spec import SpecError, read_yaml_file
 
 #: The official evaluator's modes, as ``run --mode`` takes them (harness.parent.runner runs them).
 MODES = ("test", "benchmark", "leaderboard", "profile")
@@ -74,9 +73,9 @@ def load_settings(path: Path | None = None) -> Settings:
             return Settings()
         raise SettingsError(f"settings file {path} does not exist")
     try:
-        doc = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise SettingsError(f"{path}: not valid YAML: {exc}") from None
+        doc = read_yaml_file(path) or {}
+    except SpecError as exc:
+        raise SettingsError(str(exc)) from None
     if not isinstance(doc, dict):
         raise SettingsError(f"{path}: expected a mapping with sections {_SECTION_LIST}, "
                             f"got {type(doc).__name__}")

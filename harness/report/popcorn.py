@@ -5,6 +5,7 @@ worker never has this descriptor.
 """
 from __future__ import annotations
 
+import fcntl
 import os
 
 from harness.results.record import RunRecord
@@ -29,12 +30,39 @@ def lines(record: RunRecord) -> list[str]:
     return out
 
 
-def write_stream(record: RunRecord, environ=os.environ) -> bool:
-    """Write the stream to POPCORN_FD when set; returns whether it was written."""
+class PopcornError(ValueError):
+    """POPCORN_FD does not name an open, writable descriptor (the message says what it holds)."""
+
+
+def stream_fd(environ=os.environ) -> int | None:
+    """The descriptor POPCORN_FD names (None when unset or empty), checked so that a run learns before measuring
+    that its stream could not be written. Raises PopcornError unless it is a non-negative integer naming an
+    open descriptor opened for writing."""
     raw = environ.get("POPCORN_FD")
     if not raw:
+        return None
+    try:
+        fd = int(raw.strip(), 10)
+    except ValueError:
+        raise PopcornError(f"POPCORN_FD: expected a file descriptor number, got {raw!r}") from None
+    if fd < 0:
+        raise PopcornError(f"POPCORN_FD: expected a file descriptor number, got {fd}")
+    try:
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    except OSError:
+        raise PopcornError(f"POPCORN_FD: expected an open descriptor, got {fd}, which is closed") from None
+    if flags & os.O_ACCMODE == os.O_RDONLY:
+        raise PopcornError(f"POPCORN_FD: expected a descriptor open for writing, got {fd}, open read-only")
+    return fd
+
+
+def write_stream(record: RunRecord, environ=os.environ) -> bool:
+    """Write the stream to POPCORN_FD when set; returns whether it was written. Raises PopcornError as
+    ``stream_fd``, OSError when the write itself fails."""
+    fd = stream_fd(environ)
+    if fd is None:
         return False
-    with os.fdopen(int(raw), "w", closefd=False) as f:
+    with os.fdopen(fd, "w", closefd=False) as f:
         f.write("\n".join(lines(record)) + "\n")
         f.flush()
     return True

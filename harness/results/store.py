@@ -74,7 +74,8 @@ class ResultStore:
 
     Raises StoreError for a folder, a file that is not SQLite, not an fp4bench store, or written by a newer
     schema, and for a folder that cannot be created. Usable as a context manager (closes the connection).
-    ``created_folder`` is the folder this call created for the file, if any (callers say so)."""
+    ``created_folder`` is the folder this call created to hold the file (its missing parents created with it),
+    if any (callers say so)."""
 
     def __init__(self, path: str | os.PathLike, create: bool = True) -> None:
         self.path = Path(path)
@@ -86,13 +87,13 @@ class ResultStore:
             if not create:
                 raise StoreError(f"no results store at {self.path} (record a run first, or pass --db / set "
                                  f"${ENV_VAR})")
-            missing = next((p for p in reversed(self.path.parents) if not p.exists()), None)
+            missing = not self.path.parent.exists()
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise StoreError(f"cannot create the folder for results store {self.path}: "
                                  f"{exc.strerror or exc}") from None
-            self.created_folder = missing
+            self.created_folder = self.path.parent if missing else None
         try:
             self._conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         except sqlite3.Error as exc:
