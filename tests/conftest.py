@@ -39,10 +39,11 @@ def _cases_stored(db: Path) -> bool:
 
 
 def interrupt_after_first_case(argv: list[str], db: Path, settle_s: float = 0.0,
-                               extra_env: dict | None = None) -> tuple[int, str, str]:
+                               extra_env: dict | None = None, signum: int | None = None) -> tuple[int, str, str]:
     """Run ``python -m harness`` + ``argv`` from the repo root (no FP4BENCH_DB/POPCORN_* from this process, plus
     ``extra_env``), send
-    SIGINT ``settle_s`` seconds after the first case lands in ``db``; returns (exit code, stdout, stderr)."""
+    ``signum`` (default SIGINT) ``settle_s`` seconds after the first case lands in ``db``; returns (exit code,
+    stdout, stderr)."""
     import os
     import signal
     import subprocess
@@ -58,7 +59,7 @@ def interrupt_after_first_case(argv: list[str], db: Path, settle_s: float = 0.0,
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.2)
         time.sleep(settle_s)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGINT if signum is None else signum)
         stdout, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
@@ -66,12 +67,12 @@ def interrupt_after_first_case(argv: list[str], db: Path, settle_s: float = 0.0,
     return proc.returncode, stdout, stderr
 
 
-def assert_kept_incomplete(db: Path, code: int, stderr: str):
-    """Exit 130, the one run in ``db`` finished but incomplete with one passed case, and stderr saying so; returns
-    the run."""
+def assert_kept_incomplete(db: Path, code: int, stderr: str, expected_code: int = 130):
+    """Exit ``expected_code``, the one run in ``db`` finished but incomplete with one passed case, and stderr
+    saying so; returns the run."""
     from harness.results.record import Status
     from harness.results.store import ResultStore
-    assert code == 130, stderr
+    assert code == expected_code, stderr
     with ResultStore(db, create=False) as store:
         (run,) = store.runs()
         assert run.complete is False and store.finished_at(run.run_id) is not None

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -205,6 +206,22 @@ def custom_kernel(data):
         time.sleep(3600)
     return honest(data)
 """
+
+
+def test_sigterm_mid_run_exits_143_and_keeps_what_was_measured(tmp_path):
+    """``kill`` (a CI job cancelled) stops a run as Ctrl-C does: case 1 in the store and the --json file."""
+    shutil.copy(ROOT / "tests" / "cases" / "shared" / "honest_torch.py", tmp_path)
+    sub = tmp_path / "second_hangs.py"
+    sub.write_text(_SECOND_CASE_HANGS)
+    shapes = tmp_path / "two.txt"
+    shapes.write_text("m: [64, 40]; n: [128, 256]; k: [256, 512]; g: 2; seed: 7\n"
+                      "m: [32]; n: [128]; k: [128]; g: 1; seed: 8\n")
+    db, out = tmp_path / "r.sqlite", tmp_path / "out.json"
+    code, _, stderr = interrupt_after_first_case(["run", "--submission", str(sub), "--shapes", str(shapes), "--db",
+                                                  str(db), "--json", str(out)], db, settle_s=1.0,
+                                                 signum=signal.SIGTERM)
+    assert_kept_incomplete(db, code, stderr, expected_code=143)
+    assert json.loads(out.read_text())["complete"] is False
 
 
 def test_ctrl_c_mid_run_exits_130_and_keeps_what_was_measured(tmp_path):

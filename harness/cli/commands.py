@@ -19,7 +19,7 @@ from rich.text import Text
 
 from harness.cli import outputs
 from harness.cli import reports as cli_reports
-from harness.cli.exits import EXIT_INTERRUPTED, EXIT_OUTPUT, Stdout, broken_pipe, fail
+from harness.cli.exits import EXIT_OUTPUT, Stdout, broken_pipe, fail, interrupted_exit, stop_on_sigterm
 from harness.parent import sandbox as sandbox_mod
 from harness.parent import seeds
 from harness.parent.registry import RegistryError, find_variants, resolve
@@ -44,10 +44,11 @@ from task.spec import DATA_MODES, SpecError, load_shapes
 
 
 class _Group(click.Group):
-    """The fp4bench group: Ctrl-C exits 130 with one line (click alone prints "Aborted!" and exits 1); a closed
-    standard output exits 141 without a word (click alone exits 1)."""
+    """The fp4bench group: Ctrl-C exits 130 with one line (click alone prints "Aborted!" and exits 1), SIGTERM
+    the same way with 143; a closed standard output exits 141 without a word (click alone exits 1)."""
 
     def invoke(self, ctx: click.Context):
+        stop_on_sigterm()
         try:
             try:
                 return super().invoke(ctx)
@@ -55,7 +56,7 @@ class _Group(click.Group):
                 sys.stdout.flush()  # a pipe closed early fails here, not at interpreter exit
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
-            sys.exit(EXIT_INTERRUPTED)
+            interrupted_exit()
         except BrokenPipeError:
             broken_pipe()
 
@@ -187,7 +188,7 @@ def _interrupted(kept: list[_Kept], recorders: list[StoreRecorder], store: Resul
                       f"{escape(record.submission.name)} to {escape(str(target))}")
     if not recorders and not any(json_targets):
         err.print("interrupted: nothing recorded (--no-store and no --json)")
-    sys.exit(EXIT_INTERRUPTED)
+    interrupted_exit()
 
 
 def _sandbox(mode, variants, settings, db, no_store) -> sandbox_mod.Sandbox:
@@ -208,7 +209,8 @@ def _show(console: Console, record, target: Path | None, store: ResultStore | No
         try:
             target.write_text(record.to_json())
         except OSError as exc:
-            fail(f"cannot write --json file {target}: {exc.strerror or exc}{outputs.kept_in(record, store)}", EXIT_OUTPUT)
+            fail(f"cannot write --json file {target}: {exc.strerror or exc}{outputs.kept_in(record, store)}",
+                 EXIT_OUTPUT)
     console.print(results_table(record))
     for note in record.notes:
         console.print(Text(f"note: {note}", style="dim"))
@@ -251,7 +253,7 @@ def _pool(variants, shape_set, opts, store, devices, cluster, progress, compare:
         for run_id in runs.abandon():
             Console(stderr=True, highlight=False, soft_wrap=True).print(
                 f"interrupted: run {run_id} kept as incomplete in {escape(str(store.path))}")
-        sys.exit(EXIT_INTERRUPTED)
+        interrupted_exit()
     except StoreError as exc:
         fail(str(exc), EXIT_OUTPUT)
 
@@ -315,7 +317,8 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
         try:
             popcorn.write_stream(record)
         except OSError as exc:
-            fail(f"cannot write the POPCORN_FD stream: {exc.strerror or exc}{outputs.kept_in(record, store)}", EXIT_OUTPUT)
+            fail(f"cannot write the POPCORN_FD stream: {exc.strerror or exc}{outputs.kept_in(record, store)}",
+                 EXIT_OUTPUT)
     sys.exit(max(exit_code(r) for r in records))
 
 

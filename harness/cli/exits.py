@@ -4,6 +4,7 @@ harness.protocol.ExitCode), the one-line refusal of a user mistake, and standard
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from typing import NoReturn
 
@@ -12,12 +13,32 @@ from rich.console import Console
 
 #: Exit code after Ctrl-C: 128 + SIGINT, what a shell reports for a program SIGINT ended.
 EXIT_INTERRUPTED = 130
+#: Exit code after SIGTERM (``kill``, a CI job's cancel): 128 + SIGTERM. It stops a run as Ctrl-C does.
+EXIT_TERMINATED = 143
 #: Exit code after the reader of standard output went away (``fp4bench run ... | head``): 128 + SIGPIPE, what
 #: a shell reports for a program SIGPIPE ended. What was measured is already in the store and the --json file.
 EXIT_BROKEN_PIPE = 141
 #: Exit code when an output cannot be written: the results store, the --json file, the POPCORN_FD stream, a
 #: report's --out file (click's code for its errors).
 EXIT_OUTPUT = 1
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: raised where the command is, so it unwinds as after Ctrl-C (what was measured is kept)."""
+
+
+def stop_on_sigterm() -> None:
+    """From now on SIGTERM raises Terminated in the main thread (the default would end the process at once,
+    leaving the run's --json unwritten and its worker to be reaped by nobody)."""
+    def _raise(signum, frame):
+        raise Terminated()
+    signal.signal(signal.SIGTERM, _raise)
+
+
+def interrupted_exit() -> NoReturn:
+    """Exit after an interruption, from inside its ``except KeyboardInterrupt`` block: 143 after SIGTERM, else
+    130."""
+    sys.exit(EXIT_TERMINATED if isinstance(sys.exc_info()[1], Terminated) else EXIT_INTERRUPTED)
 
 
 class Refused(click.ClickException):
