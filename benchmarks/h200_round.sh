@@ -26,7 +26,8 @@ for step in $steps; do
     tests)
       python3 -m harness doctor 2>&1 | tee "$OUT/doctor.txt"
       timeout 500 python3 -m pytest -m gpu -q tests/test_gpu.py tests/test_reference_gpu.py tests/test_native_guard.py \
-        tests/test_threads.py tests/test_integrity.py tests/test_sandbox.py tests/test_console.py 2>&1 \
+        tests/test_threads.py tests/test_integrity.py tests/test_sandbox.py tests/test_console.py tests/test_cases.py \
+        tests/test_memory.py tests/variants/test_wgmma_sm90.py tests/variants/test_triton_grouped.py 2>&1 \
         | tee "$OUT/gpu_tests.log" | tail -15 ;;
     timing)
       for i in 1 2; do
