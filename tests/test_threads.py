@@ -53,18 +53,21 @@ def test_thread_clock_is_the_threads_own_cpu_clock():
     assert before <= mid <= after
 
 
-def test_raw_thread_that_spins_is_found_with_name_tid_and_cpu():
+def _around_a_spinner(start, burn_ns: int, name: bytes = b""):
+    """A thread started by ``start(target)`` that, between two snapshots, burns ``burn_ns`` of CPU (named
+    ``name`` when given); returns (before, after, its tid). The thread then waits until the test ends."""
     go, done, stop, seen = threading.Event(), threading.Event(), threading.Event(), {}
 
     def spin():
-        _name_thread(b"spinner")
+        if name:
+            _name_thread(name)
         seen["tid"] = threading.get_native_id()
         go.wait()
-        _burn(5_000_000)
+        _burn(burn_ns)
         done.set()
         stop.wait()
 
-    _thread.start_new_thread(spin, ())
+    start(spin)
     while "tid" not in seen:
         time.sleep(0.001)
     before = snapshot()
@@ -72,10 +75,15 @@ def test_raw_thread_that_spins_is_found_with_name_tid_and_cpu():
     done.wait()
     after = snapshot()
     stop.set()
-    found = _mine(foreign_cpu(before, after, frozenset({threading.get_native_id()})), {seen["tid"]})
-    assert [(f.name, f.tid) for f in found] == [("spinner", seen["tid"])]
+    return before, after, seen["tid"]
+
+
+def test_raw_thread_that_spins_is_found_with_name_tid_and_cpu():
+    before, after, tid = _around_a_spinner(lambda f: _thread.start_new_thread(f, ()), 5_000_000, b"spinner")
+    found = _mine(foreign_cpu(before, after, frozenset({threading.get_native_id()})), {tid})
+    assert [(f.name, f.tid) for f in found] == [("spinner", tid)]
     assert found[0].cpu_ns >= 5_000_000
-    assert found[0].describe().startswith(f"thread 'spinner' (tid {seen['tid']}) used ")
+    assert found[0].describe().startswith(f"thread 'spinner' (tid {tid}) used ")
 
 
 def test_thread_waking_every_10_ms_is_found_over_50_ms():
@@ -143,25 +151,9 @@ def test_a_thread_that_ran_and_exited_between_snapshots_is_the_exited_residue():
 
 
 def test_trusted_threads_are_never_findings():
-    go, done, stop, seen = threading.Event(), threading.Event(), threading.Event(), {}
-
-    def spin():
-        seen["tid"] = threading.get_native_id()
-        go.wait()
-        _burn(2_000_000)
-        done.set()
-        stop.wait()
-
-    threading.Thread(target=spin, daemon=True).start()
-    while "tid" not in seen:
-        time.sleep(0.001)
-    before = snapshot()
-    go.set()
-    done.wait()
-    after = snapshot()
-    stop.set()
+    before, after, tid = _around_a_spinner(lambda f: threading.Thread(target=f, daemon=True).start(), 2_000_000)
     trusted = before.tids()
-    assert after.threads[seen["tid"]].cpu_ns - before.threads[seen["tid"]].cpu_ns >= 2_000_000
+    assert after.threads[tid].cpu_ns - before.threads[tid].cpu_ns >= 2_000_000
     assert [f for f in foreign_cpu(before, after, trusted) if f.tid in trusted] == []
 
 
