@@ -67,7 +67,8 @@ def _e4m3fn_fp32_times_2_pow_14(code):
     normal = (((magnitude >> 3) + (127 - 7 + 14)) << 23) | ((code & 7) << 20)
     normal = tl.where(magnitude == 0x7F, 0x7FC00000, normal)
     value = tl.where(magnitude < 8, (code & 7).to(tl.float32) * 32.0, normal.to(tl.float32, bitcast=True))
-    return tl.where((code & 0x80) != 0, -value, value)
+    # the sign as a bit: compiled, -value is 0 - value, which turns the scale -0.0 (code 0x80) into +0.0
+    return (value.to(tl.uint32, bitcast=True) | ((code & 0x80) << 24)).to(tl.float32, bitcast=True)
 
 
 @triton.jit
