@@ -83,7 +83,17 @@ def table_rows(text: str) -> dict[str, list[str]]:
 
 
 def header_cells(text: str) -> set[str]:
-    return {c.strip() for line in text.splitlines() if line.startswith("┃") for c in line.strip("┃").split("┃")}
+    """Every header cell of every table in ``text``: each line's cells, and each column's lines joined by spaces (a
+    header rich wrapped, "CUDA time avg" over two lines)."""
+    cells: set[str] = set()
+    block: list[list[str]] = []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("┃"):
+            block.append([c.strip() for c in line.strip().strip("┃").split("┃")])
+            continue
+        cells |= {c for row in block for c in row} | {" ".join(filter(None, column)) for column in zip(*block)}
+        block = []
+    return cells
 
 
 def render(renderable, width: int) -> str:
@@ -215,6 +225,28 @@ def test_profile_table_stacks_torch_profiler_columns():
 def test_profile_table_reads_the_cuda_profiler_table():
     """The CUDA table has more columns (Self CUDA, CUDA total, ...) and longer kernel names."""
     _profile_round_trip("cuda")
+
+
+#: torch 2.11's CUDA profiler table as printed on the H200 (2026-12-01): every column 12 wide, so the 13-character
+#: "CUDA time avg" header runs one character past its dashes and shifts the headers after it.
+CUDA_PROFILE = "\n".join([
+    "-" * 30 + ("  " + "-" * 12) * 10,
+    "Name".ljust(30) + "".join("  " + h.rjust(12) for h in (
+        "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg", "Self CUDA", "Self CUDA %",
+        "CUDA total", "CUDA time avg", "# of Calls")),
+    "-" * 30 + ("  " + "-" * 12) * 10,
+    "aten::mm".ljust(30) + "".join("  " + c.rjust(12) for c in (
+        "1.23%", "12.000us", "4.56%", "45.000us", "45.000us", "3.000us", "80.00%", "3.000us", "3.000us", "1")),
+    "-" * 30 + ("  " + "-" * 12) * 10,
+    "Self CPU time total: 1.000ms",
+    "Self CUDA time total: 3.000us"])
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_profile_table_keeps_a_header_wider_than_its_column(width):
+    text = render(profile_table(CUDA_PROFILE), width)
+    assert {"CUDA time avg", "# of Calls", "Self CUDA %"} <= header_cells(text)
+    assert_row(table_rows(text), "1", "aten::mm", "80.00%", "3.000us", "1")
 
 
 @pytest.mark.parametrize("width", WIDTHS)

@@ -141,6 +141,11 @@ def profile_table(text: str):
     spans = [(m.start(), m.end()) for m in re.finditer(r"-+", lines[rules[0]])]
 
     def cells(line: str) -> list[str]:
+        # A header wider than its column ("CUDA time avg" over 12 dashes) pushes the rest right: split on the
+        # two-space gaps when they give one cell per column, else cut at the dashes.
+        gaps = re.split(r"\s{2,}", line.strip())
+        if len(gaps) == len(spans):
+            return gaps
         return [line[a:b if k + 1 < len(spans) else None].strip() for k, (a, b) in enumerate(spans)]
 
     header = cells(lines[rules[0] + 1])
