@@ -156,6 +156,43 @@ def test_a_submission_imports_its_siblings_when_the_store_shares_its_folder(offe
     assert [(c.status, c.message) for c in rec.cases] == [(Status.PASS, "")]
 
 
+_NAMES_ITS_THREADS = """
+import os, threading
+from honest_torch import custom_kernel as honest
+
+def custom_kernel(data):
+    done = threading.Event()
+    worker = threading.Thread(target=done.wait)
+    worker.start()
+    try:
+        with open("/proc/self/comm", "w") as f:
+            f.write("fp4-main")
+        with open(f"/proc/self/task/{worker.native_id}/comm", "w") as f:
+            f.write("fp4-helper")
+        with open(f"/proc/self/task/{worker.native_id}/comm") as f:
+            name = f.read().strip()
+    finally:
+        done.set()
+        worker.join()
+    if name != "fp4-helper":
+        raise RuntimeError(f"thread name {name!r}")
+    return honest(data)
+"""
+
+
+@pytest.mark.parametrize("offer", _mechanisms())
+def test_a_worker_may_write_its_own_proc_entry(offer, tmp_path, monkeypatch):
+    """CUDA's cuInit writes beneath the process's own /proc entry (error 304 without it: H200, 2026-12-01,
+    benchmarks/sandbox_cuda.py); the CPU stand-in names the worker's threads there, as the driver does."""
+    monkeypatch.setattr(sandbox, "probe", lambda: offer)
+    shutil.copy(SHARED_CASES / "honest_torch.py", tmp_path)
+    (tmp_path / "names_its_threads.py").write_text(_NAMES_ITS_THREADS)
+    rec = run(read_variant(tmp_path / "names_its_threads.py"), ONE,
+              RunOptions("test", settings=FAST, sandbox=Sandbox("strict")))
+    assert [(c.status, c.message) for c in rec.cases] == [(Status.PASS, "")]
+    assert rec.sandbox.startswith("strict via ")
+
+
 def test_strict_refuses_naming_each_missing_protection(monkeypatch):
     monkeypatch.setattr(sandbox, "probe", lambda: BARE)
     variant = read_variant(SHARED_CASES / "honest_torch.py")
@@ -344,8 +381,8 @@ def test_gpu_variants_pass_inside_the_sandbox(name):
 
     rec = run(resolve(name), load_shapes("tests"), RunOptions("test"))
     assert [c.status for c in rec.cases] == [Status.PASS] * len(rec.cases), [c.message for c in rec.cases]
-    # GPU workers are not confined yet (sandbox.CUDA_UNCONFINED): the record says so instead of claiming a hold
-    assert rec.sandbox == f"off (auto: not confined on a GPU: {sandbox.CUDA_UNCONFINED})", rec.sandbox
+    assert rec.sandbox == plan_for(resolve(name), Sandbox(), load_settings(), cuda=True).summary, rec.sandbox
+    assert rec.sandbox.startswith("auto via ") and ": held writes, reads, network" in rec.sandbox, rec.sandbox
 
 
 @pytest.mark.gpu

@@ -16,7 +16,7 @@ non-dumpable, all before the worker imports anything of the submission. The pare
 
 What a worker may touch (``Plan``): read the checkout (other variants' folders under submissions/ excepted), its
 submission's folder, Python's and torch's installs (``sys.prefix``, ``sys.path``), the system folders (/usr, /etc,
-/opt, ...), /sys and /proc, the GPU device nodes; write only a scratch folder (``TMPDIR``, removed when the
+/opt, ...), /sys and /proc, the GPU device nodes; write only its own /proc entry, a scratch folder (``TMPDIR``, removed when the
 worker ends) and its own variant's caches: ``$FP4BENCH_CACHE`` is a per-variant root, read-only
 (``<cache>/sandbox/<variant>-<hash of its path>``), holding ``<variant name>/`` (its own build folder),
 ``_jit/{triton,inductor,torch_extensions,cuda}`` (TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, TORCH_EXTENSIONS_DIR,
@@ -50,12 +50,11 @@ from harness.parent.settings import Settings
 from harness.results.store import DEFAULT_DB
 
 MODES = ("auto", "strict", "off")
-#: Why a GPU run's worker is not confined: measured on the H200 (2026-12-01), a worker under Landlock, unshare and
-#: dropped capabilities failed cuInit (cudaGetDeviceCount error 304, "OS call failed"); which step breaks it is
-#: not known yet, so auto leaves GPU workers unconfined and says so in the record, and strict refuses.
-CUDA_UNCONFINED = ("a confined worker failed to initialise CUDA on the H200 (cudaGetDeviceCount error 304, "
-                   "2026-12-01); see harness/parent/sandbox.py")
-
+#: Written by a Landlock-confined worker besides its scratch and caches: its own /proc entry (the process that applies
+#: the rules resolves /proc/self to itself). Measured on the H200 (2026-12-01, benchmarks/sandbox_cuda.py): without
+#: a write right beneath /proc, cuInit fails with error 304 ("OS call failed"); with it for the whole of /proc,
+#: or for the worker's own entry alone, CUDA starts.
+_OWN_PROC = "/proc/self"
 #: Every protection a confined worker can get, by the name the run record lists it under.
 PROTECTIONS = {
     "writes": "writes only to its scratch folder and its own variant's caches",
@@ -192,7 +191,7 @@ class Plan:
                   "drop_caps": self.mechanism != "bwrap" and self.offer.root and self.offer.cap_drop}
         if self.offer.landlock_abi and self.mechanism == "landlock":
             orders.update(landlock="full", read=[*self.read, *_PROCESS_READ, str(self.cache / _NATIVE)],
-                          write=[*writable, str(scratch), "/dev/shm"], devices=_device_files(),
+                          write=[*writable, str(scratch), "/dev/shm", _OWN_PROC], devices=_device_files(),
                           hide=hide)
         elif self.offer.landlock_abi:
             orders["landlock"] = "scope"
@@ -375,10 +374,6 @@ def plan_for(variant: Variant, request: Sandbox, settings: Settings, cuda: bool)
     protection is missing (naming each), or when the cache folders cannot be made."""
     if request.mode == "off":
         return Plan("off", "off", (), ())
-    if cuda:
-        if request.mode == "strict":
-            raise SandboxError(f"--sandbox strict: GPU runs cannot be confined yet ({CUDA_UNCONFINED})")
-        return Plan("off", "off", (), (), note=f"auto: not confined on a GPU: {CUDA_UNCONFINED}")
     offer = probe()
     isolate = _isolate(settings, cuda)
     held, missing = _protections(offer, isolate)
