@@ -393,6 +393,21 @@ def ref_kernel(data: input_t, *, scales: Scales = "plain", decode: Decode = "aut
     Triton one. Raises ValueError for an unknown ``scales`` or ``decode``, ``decode="triton"`` without CUDA inputs
     or triton, or inconsistent shapes.
     """
+    pending = _queue(data, scales, decode)
+    return _finish(pending, _read_stats(pending.stats) if pending.stats is not None else [])
+
+
+class _Pending:
+    """One input's reference, queued up to the sync that reads its scale statistics: ``stats`` (int32
+    [operands, 2], or None for an input of no groups), ``codes`` (int32 or uint8 [R, K/16] per operand), ``fast``
+    (the fast outputs per group, queued on CUDA; None on the CPU, where only the passing groups are decoded)."""
+
+    def __init__(self, data: input_t, stats, codes, fast, groups):
+        self.data, self.stats, self.codes, self.fast, self.groups = data, stats, codes, fast, groups
+
+
+def _queue(data: input_t, scales: Scales, decode: Decode) -> _Pending:
+    """ref_kernel up to its one sync: checks, the decode and (on CUDA) the GEMMs queued. Raises as ref_kernel."""
     if scales not in ("plain", "reordered"):
         raise ValueError(f"scales must be 'plain' or 'reordered', got {scales!r}")
     if decode not in ("auto", "torch", "triton"):
@@ -401,7 +416,7 @@ def ref_kernel(data: input_t, *, scales: Scales = "plain", decode: Decode = "aut
     for g, ((a, b, _c), (sfa, sfb)) in enumerate(zip(abc, sfs)):
         _check_group(g, a, b, sfa, sfb)
     if not abc:
-        return []
+        return _Pending(data, None, [], [], [])
     device = abc[0][0].device
     decoder = _triton_decoder() if decode != "torch" and device.type == "cuda" else None
     if decode == "triton" and decoder is None:
@@ -409,16 +424,23 @@ def ref_kernel(data: input_t, *, scales: Scales = "plain", decode: Decode = "aut
         raise ValueError(f"decode='triton' needs CUDA inputs and an importable triton; {why}")
     if decoder is not None:
         codes, stats, fast = _fast_triton(decoder, data, scales, device)
-    else:
-        flat, codes = _load_codes(data, scales, device)
-        stats = _scale_stats(flat, [c.numel() for c in codes])
-        groups = [(a, b, codes[2 * g], codes[2 * g + 1]) for g, (a, b, _c) in enumerate(abc)]
-        fast = _fast(groups) if flat.is_cuda else None  # queued before the sync; dropped where the bound fails
-    bounds = _read_stats(stats)
+        return _Pending(data, stats, codes, fast, [])
+    flat, codes = _load_codes(data, scales, device)
+    stats = _scale_stats(flat, [c.numel() for c in codes])
+    groups = [(a, b, codes[2 * g], codes[2 * g + 1]) for g, (a, b, _c) in enumerate(abc)]
+    fast = _fast(groups) if flat.is_cuda else None  # queued before the sync; dropped where the bound fails
+    return _Pending(data, stats, codes, fast, groups)
+
+
+def _finish(pending: _Pending, bounds: list[tuple[int, int]]) -> output_t:
+    """ref_kernel after its sync: ``bounds`` are ``_read_stats(pending.stats)``; the groups the bound fails take
+    the fp64 path."""
+    abc = pending.data[0]
+    codes, fast = pending.codes, pending.fast
     exact = [_group_exact(a.shape[1] * 2, bounds[2 * g], bounds[2 * g + 1], a, b) for g, (a, b, _c) in enumerate(abc)]
     if fast is None:  # CPU: decode only the groups that pass
         passing = [g for g, ok in enumerate(exact) if ok]
-        fast = dict(zip(passing, _fast([groups[g] for g in passing]) if passing else []))
+        fast = dict(zip(passing, _fast([pending.groups[g] for g in passing]) if passing else []))
     out = []
     for g, (a, b, _c) in enumerate(abc):
         if exact[g]:
@@ -433,11 +455,15 @@ def ref_kernel_many(inputs: Sequence[input_t], *, scales: Scales = "plain") -> l
     """``[ref_kernel(x, scales=scales) for x in inputs]``, the same bits. On the CPU the inputs' groups go
     through ``ref_kernel`` as one input of sum(G) groups: one decode, one statistics pass, one rounding instead
     of one per input (15 smoke inputs of G=1: 8.4 -> 3.3 ms on one thread; no gain at G=2, where the GEMMs
-    dominate). On CUDA each input goes alone, the path measured on the H200 (the Triton decode is compiled for at
-    most 16 operands per launch). Raises as ref_kernel does."""
+    dominate). On CUDA every input's decode and GEMMs are queued first (one Triton launch per input: it is compiled
+    for at most 16 operands) and one sync reads all their statistics, so the host queues while the device works.
+    Raises as ref_kernel does."""
     first = next((x[0][0][0] for x in inputs if x[0]), None)
     if first is None or first.device.type == "cuda":
-        return [ref_kernel(x, scales=scales) for x in inputs]
+        pending = [_queue(x, scales, "auto") for x in inputs]
+        stats = [p.stats for p in pending if p.stats is not None]
+        bounds = iter(_read_stats(torch.cat(stats)) if stats else [])
+        return [_finish(p, [next(bounds) for _ in range(len(p.codes))]) for p in pending]
     merged = tuple([part for x in inputs for part in x[field]] for field in range(4))
     out = ref_kernel(merged, scales=scales, decode="torch")
     ends = list(itertools.accumulate(len(x[0]) for x in inputs))

@@ -19,6 +19,7 @@ from task.reference import (
     exact_in_fp32,
     ref_kernel,
     ref_kernel_fp64,
+    ref_kernel_many,
 )
 from task.spec import load_shapes
 
@@ -97,3 +98,17 @@ def test_triton_decode_of_every_byte_under_every_scale_code(offset):
     assert torch.equal(values.isnan(), nan)
     assert int(((values.view(torch.int16) != expected.view(torch.int16)) & ~nan).sum()) == 0
     assert stats.tolist() == [[64, 0x7E]]
+
+
+@pytest.mark.parametrize("shapes", ["tests", "benchmarks"])
+def test_many_inputs_queued_before_one_sync_give_each_inputs_bits(shapes):
+    """ref_kernel_many on the GPU queues every input before reading the statistics once: the same bits as the fp64
+    reference per input, official and full-range inputs mixed (some groups then take the fp64 path)."""
+    dev = _cuda()
+    for case in load_shapes(shapes).cases:
+        inputs = [generate_input(case.m, case.n, case.k, case.g, 40 + s, data=data, device=dev)
+                  for s, data in enumerate(["official", "full-range", "official"])]
+        many = ref_kernel_many(inputs)
+        assert [len(o) for o in many] == [case.g] * 3
+        for s, (x, outs) in enumerate(zip(inputs, many)):
+            _assert_same_bits(outs, ref_kernel_fp64(x), f"{case.name} input {s}")
