@@ -5,7 +5,9 @@
 #             second on warm compile caches), plus wgmma_sm90's leaderboard with --sandbox off
 #   fidelity  benchmarks/fidelity.py on benchmarks (the official loop against fp4bench, interleaved)
 #   spin      the same on the two small shapes with FP4BENCH_SPIN_WAIT_MS=500 (the worker polls instead of sleeping)
-# Usage: bash benchmarks/h200_round.sh [tests|timing|fidelity|spin]...   (default: tests timing fidelity)
+#   sandbox   benchmarks/sandbox_cuda.py: cuInit under the sandbox plan with each protection left out and alone
+#   stages    benchmarks/prepare_stages.py: the parent's prepare of a sample, stage by stage, on shapes 1 and 4
+# Usage: bash benchmarks/h200_round.sh [tests|timing|fidelity|spin|sandbox|stages]...   (default: tests timing fidelity)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/h200}
@@ -47,5 +49,9 @@ for step in $steps; do
       { echo "cases:"; grep -E "name: g2_" configs/shapes/benchmarks.yml; } > /tmp/small.yml
       FP4BENCH_SPIN_WAIT_MS=500 timeout 300 python3 benchmarks/fidelity.py --submission wgmma_sm90 \
         --shapes /tmp/small.yml --out-dir /tmp/spin 2>&1 | tail -6 | tee "$OUT/spin.md" ;;
+    sandbox)
+      timeout 150 python3 benchmarks/sandbox_cuda.py --torch --out "$OUT/sandbox_cuda.json" 2>&1 | tee "$OUT/sandbox_cuda.txt" ;;
+    stages)
+      for c in 0 3; do timeout 90 python3 benchmarks/prepare_stages.py --case $c 2>&1 | tee -a "$OUT/stages.txt"; done ;;
   esac
 done
