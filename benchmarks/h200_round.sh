@@ -6,8 +6,9 @@
 #   fidelity  benchmarks/fidelity.py on benchmarks (the official loop against fp4bench, interleaved)
 #   spin      the same on the two small shapes with FP4BENCH_SPIN_WAIT_MS=500 (the worker polls instead of sleeping)
 #   sandbox   benchmarks/sandbox_cuda.py: cuInit under the sandbox plan with each protection left out and alone
+#   cost      benchmarks/sandbox_cost.py: the three variants under --sandbox auto and off, alternated, 3 rounds
 #   stages    benchmarks/prepare_stages.py: the parent's prepare of a sample, stage by stage, on shapes 1 and 4
-# Usage: bash benchmarks/h200_round.sh [tests|timing|fidelity|spin|sandbox|stages]...   (default: tests timing fidelity)
+# Usage: bash benchmarks/h200_round.sh [tests|timing|fidelity|spin|sandbox|cost|stages]...   (default: tests timing fidelity)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/h200}
@@ -51,6 +52,9 @@ for step in $steps; do
         --shapes /tmp/small.yml --out-dir /tmp/spin 2>&1 | tail -6 | tee "$OUT/spin.md" ;;
     sandbox)
       timeout 150 python3 benchmarks/sandbox_cuda.py --torch --out "$OUT/sandbox_cuda.json" 2>&1 | tee "$OUT/sandbox_cuda.txt" ;;
+    cost)
+      timeout 560 python3 benchmarks/sandbox_cost.py --submission wgmma_sm90,triton_grouped,torch_reference \
+        --shapes benchmarks --settings configs/device-budget.yml --rounds 3 --out "$OUT/sandbox_cost.md" ;;
     stages)
       for c in 0 3; do timeout 90 python3 benchmarks/prepare_stages.py --case $c 2>&1 | tee -a "$OUT/stages.txt"; done ;;
   esac
