@@ -51,6 +51,7 @@ never with fp32 output; bf16 is used rather than fp16 so ``allow_fp16_accumulati
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from typing import Literal, Sequence
 
 import torch
@@ -397,13 +398,18 @@ def ref_kernel(data: input_t, *, scales: Scales = "plain", decode: Decode = "aut
     return _finish(pending, _read_stats(pending.stats) if pending.stats is not None else [])
 
 
+@dataclass(frozen=True)
 class _Pending:
     """One input's reference, queued up to the sync that reads its scale statistics: ``stats`` (int32
     [operands, 2], or None for an input of no groups), ``codes`` (int32 or uint8 [R, K/16] per operand), ``fast``
-    (the fast outputs per group, queued on CUDA; None on the CPU, where only the passing groups are decoded)."""
+    (the fast outputs per group, queued on CUDA; None on the CPU, where only the passing groups are decoded),
+    ``groups`` (the torch decode's (a, b, codes A, codes B) per group; empty on the Triton path)."""
 
-    def __init__(self, data: input_t, stats, codes, fast, groups):
-        self.data, self.stats, self.codes, self.fast, self.groups = data, stats, codes, fast, groups
+    data: input_t
+    stats: torch.Tensor | None
+    codes: list
+    fast: list | None
+    groups: list
 
 
 def _queue(data: input_t, scales: Scales, decode: Decode) -> _Pending:

@@ -16,8 +16,8 @@ non-dumpable, all before the worker imports anything of the submission. The pare
 
 What a worker may touch (``Plan``): read the checkout (other variants' folders under submissions/ excepted), its
 submission's folder, Python's and torch's installs (``sys.prefix``, ``sys.path``), the system folders (/usr, /etc,
-/opt, ...), /sys and /proc, the GPU device nodes; write only its own /proc entry, a scratch folder (``TMPDIR``, removed when the
-worker ends) and its own variant's caches: ``$FP4BENCH_CACHE`` is a per-variant root, read-only
+/opt, ...), /sys and /proc, the GPU device nodes; write only its own /proc entry, a scratch folder (``TMPDIR``,
+removed when the worker ends) and its own variant's caches: ``$FP4BENCH_CACHE`` is a per-variant root, read-only
 (``<cache>/sandbox/<variant>-<hash of its path>``), holding ``<variant name>/`` (its own build folder),
 ``_jit/{triton,inductor,torch_extensions,cuda}`` (TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, TORCH_EXTENSIONS_DIR,
 CUDA_CACHE_PATH) and ``_home`` (HOME), all writable, and
@@ -55,9 +55,10 @@ MODES = ("auto", "strict", "off")
 #: a write right beneath /proc, cuInit fails with error 304 ("OS call failed"); with it for the whole of /proc,
 #: or for the worker's own entry alone, CUDA starts.
 _OWN_PROC = "/proc/self"
+
 #: Every protection a confined worker can get, by the name the run record lists it under.
 PROTECTIONS = {
-    "writes": "writes only to its scratch folder and its own variant's caches",
+    "writes": "writes only to its scratch folder, its own variant's caches and its own /proc entry",
     "reads": "no view of the results store, $HOME beyond its caches, or other variants' caches",
     "network": "no network (a network namespace of its own: loopback only)",
     "parent": "cannot read the parent process's memory or environment (/proc/<parent>/mem, environ)",
@@ -158,14 +159,12 @@ class Plan:
     write: tuple[str, ...] = ()
     hide: tuple[Path, ...] = ()
     offer: Offer | None = field(default=None, compare=False)
-    note: str = ""
 
     @property
     def summary(self) -> str:
-        """One line for the run record: ``off`` (with why, when auto chose it), or the mode, the mechanism, what
-        held and what did not."""
+        """One line for the run record: ``off``, or the mode, the mechanism, what held and what did not."""
         if self.mode == "off":
-            return f"off ({self.note})" if self.note else "off"
+            return "off"
         abi = self.offer.landlock_abi if self.offer else 0
         how = self.mechanism
         if abi and self.mechanism != "none":
