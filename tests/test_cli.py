@@ -328,3 +328,42 @@ def test_closed_stdout_exits_141_quietly_and_keeps_the_run(tmp_path):
     assert stderr == ""
     with ResultStore(db, create=False) as store:
         assert [r.submission.name for r in store.runs()] == ["torch_reference"]
+
+
+_PRINTS = """
+import sys
+from honest_torch import custom_kernel as honest
+
+def custom_kernel(data):
+    print("hello from the kernel")
+    print("and from its stderr", file=sys.stderr)
+    return honest(data)
+"""
+
+
+def test_worker_log_keeps_the_submissions_prints(tmp_path):
+    """--worker-log: the parent appends the worker's stdout and stderr, under a header naming the variant, when
+    the worker ends (test mode: one correctness call per shape, so one print per shape)."""
+    from conftest import SHARED_CASES
+
+    shutil.copy(SHARED_CASES / "honest_torch.py", tmp_path)
+    (tmp_path / "prints.py").write_text(_PRINTS)
+    log = tmp_path / "worker.log"
+    two = "m: [64]; n: [128]; k: [256]; g: 1; seed: 1\nm: [32]; n: [256]; k: [128]; g: 1; seed: 2"
+    shapes = tmp_path / "two.txt"
+    shapes.write_text(two)
+    result = CliRunner().invoke(main, ["run", "--submission", str(tmp_path / "prints.py"), "--shapes", str(shapes),
+                                       "--no-store", "--worker-log", str(log)])
+    assert result.exit_code == 0, result.output
+    text = log.read_text()
+    assert re.match(r"=== prints: worker pid \d+, exit 0, ended \S+, \d+ bytes of output ===\n", text), text[:200]
+    assert text.count("hello from the kernel\n") == 2 and text.count("and from its stderr\n") == 2
+
+
+def test_worker_log_in_a_missing_folder_is_refused_before_anything_runs(tmp_path):
+    target = tmp_path / "nothere" / "worker.log"
+    result = CliRunner().invoke(main, ["run", "--submission", "torch_reference", "--shapes", TINY, "--no-store",
+                                       "--worker-log", str(target)])
+    assert result.exit_code == 1
+    assert result.output == (f"Error: --worker-log {target}: expected an existing folder, got {target.parent}, "
+                             "which does not exist\n")

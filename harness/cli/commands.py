@@ -109,6 +109,9 @@ def _run_options(fn):
                           "sides of a compare on one of them."),
         click.option("--cluster", default=None,
                      help="Run on a Dask cluster as --gpus does: tcp://HOST:8786, or local:N for N local workers."),
+        click.option("--worker-log", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                     help="Append each worker's stdout and stderr (the submission's prints) to this file when the "
+                          "worker ends."),
     )):
         fn = option(fn)
     return fn
@@ -266,7 +269,7 @@ def _pool(variants, shape_set, opts, store, devices, cluster, progress, compare:
               help="Write every figure and the environment to this file (one submission) or FILE-<name>.json.")
 @_run_options
 def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, timeout, db, no_store, sandbox, gpus,
-            cluster) -> None:
+            cluster, worker_log) -> None:
     """Run submissions over a shape set; exit code as the official runner (0, 110, 112, 113, 114; 130 after
     Ctrl-C, with the cases measured so far kept in the store and the --json file). With --gpus or --cluster
     the submissions run side by side, one per GPU (README)."""
@@ -279,11 +282,12 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
     devices = _devices(gpus, cluster)
     outputs.popcorn_fd()
     outputs.check_json(json_path, variants)
+    outputs.check_writable("--worker-log", worker_log)
     store = outputs.open_store(db, no_store)
     from harness.parent.runner import Observer, RunOptions
     from harness.parent.runner import run as run_variant
 
-    opts = RunOptions(mode, data, secret, settings, _sandbox(sandbox, variants, settings, db, no_store))
+    opts = RunOptions(mode, data, secret, settings, _sandbox(sandbox, variants, settings, db, no_store), worker_log)
     records = []
     if gpus is not None or cluster is not None:
         progress = (ProgressObserver(console, len(shape_set.cases), f"{len(variants)} submission(s) on "
@@ -330,19 +334,21 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
               show_default=True, help="How to write the comparison table (text: a table in the terminal).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the comparison table to this file instead of standard output.")
-def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, sandbox, gpus, cluster, fmt,
-                out) -> None:
+def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, sandbox, gpus, cluster, worker_log,
+                fmt, out) -> None:
     """Time submission A against B interleaved (A, B, A, B ... on identical inputs, every output checked) on
     each shape: ratio A/B of per-call times with a 95% CI and a verdict, plus the geomean. A and B as for
     run --submission. Exit code as run's: nonzero when either side failed a shape."""
     (va, vb), shape_set, settings, secret = _prepare([a, b], shapes, settings_path, timeout, seed, "compare", data,
                                                      workers=2)
     devices = _devices(gpus, cluster)
+    outputs.check_writable("--worker-log", worker_log)
     store = outputs.open_store(db, no_store)
     from harness.parent import compare as compare_mod
     from harness.parent.runner import Observer, RunOptions
 
-    opts = RunOptions(compare_mod.MODE, data, secret, settings, _sandbox(sandbox, (va, vb), settings, db, no_store))
+    opts = RunOptions(compare_mod.MODE, data, secret, settings, _sandbox(sandbox, (va, vb), settings, db, no_store),
+                      worker_log)
     err = Console(stderr=True)
     progress = (ProgressObserver(err, len(shape_set.cases), f"{va.name} vs {vb.name}", sides=2)
                 if err.is_terminal else None)

@@ -37,22 +37,28 @@ def json_target(json_path: Path | None, variants, variant) -> Path | None:
     return json_path if len(variants) == 1 else json_path.with_name(f"{json_path.stem}-{variant.name}.json")
 
 
-def check_json(json_path: Path | None, variants) -> None:
-    """--json checked before anything is measured, as the store is: its folder must exist, be a folder and be
-    writable, and so must every target file that already exists; exits 1 with one line otherwise."""
-    if json_path is None:
+def check_writable(option: str, path: Path | None, targets=()) -> None:
+    """An output file checked before anything is measured, as the store is: its folder must exist, be a folder and
+    be writable, and so must each of ``targets`` (default: ``path``) that already exists; exits 1 with one line
+    naming ``option`` otherwise."""
+    if path is None:
         return
-    folder = json_path.parent
+    folder = path.parent
     if not folder.exists():
-        fail(f"--json {json_path}: expected an existing folder, got {folder}, which does not exist", EXIT_OUTPUT)
+        fail(f"{option} {path}: expected an existing folder, got {folder}, which does not exist", EXIT_OUTPUT)
     if not folder.is_dir():
-        fail(f"--json {json_path}: expected a folder, got {folder}, which is a file", EXIT_OUTPUT)
+        fail(f"{option} {path}: expected a folder, got {folder}, which is a file", EXIT_OUTPUT)
     if not os.access(folder, os.W_OK | os.X_OK):
-        fail(f"--json {json_path}: cannot write in folder {folder} (permission denied)", EXIT_OUTPUT)
-    for variant in variants:
-        target = json_target(json_path, variants, variant)
+        fail(f"{option} {path}: cannot write in folder {folder} (permission denied)", EXIT_OUTPUT)
+    for target in targets or [path]:
         if target.exists() and not os.access(target, os.W_OK):
-            fail(f"--json {json_path}: cannot write to {target} (permission denied)", EXIT_OUTPUT)
+            fail(f"{option} {path}: cannot write to {target} (permission denied)", EXIT_OUTPUT)
+
+
+def check_json(json_path: Path | None, variants) -> None:
+    """--json checked before anything is measured (``check_writable``, every FILE-<name>.json target too)."""
+    if json_path is not None:
+        check_writable("--json", json_path, [json_target(json_path, variants, v) for v in variants])
 
 
 def popcorn_fd() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -33,13 +34,15 @@ from task.spec import Case
 @dataclass(frozen=True)
 class RunOptions:
     """What to run: ``mode`` (one of MODES), ``data`` (official | full-range), ``secret`` (None: no secret),
-    ``sandbox`` (how workers are confined: harness.parent.sandbox)."""
+    ``sandbox`` (how workers are confined: harness.parent.sandbox), ``worker_log`` (a file the parent appends each
+    worker's stdout and stderr to when it ends: the submission's prints; None: kept only for crash messages)."""
 
     mode: str
     data: str = "official"
     secret: int | None = None
     settings: Settings = Settings()
     sandbox: Sandbox = Sandbox()
+    worker_log: Path | None = None
 
 
 class Observer:
@@ -57,8 +60,8 @@ class Session:
     restarted after any fault (the buffers stay: a new worker maps them again)."""
 
     def __init__(self, variant: Variant, settings: Settings, device: torch.device | None = None,
-                 sandbox: Sandbox = Sandbox()):
-        self.variant, self.settings = variant, settings
+                 sandbox: Sandbox = Sandbox(), worker_log: Path | None = None):
+        self.variant, self.settings, self.worker_log = variant, settings, worker_log
         self.device = device or default_device()
         self.sandbox = plan_for(variant, sandbox, settings, self.device.type == "cuda")
         self.proc: WorkerProcess | None = None
@@ -71,7 +74,7 @@ class Session:
         """Start a worker and import the submission. Raises CaseFailed(ERROR) if the import fails."""
         if self.proc is not None:
             return
-        self.proc = WorkerProcess(sandbox=self.sandbox)
+        self.proc = WorkerProcess(sandbox=self.sandbox, log=self.worker_log, label=self.variant.name)
         self.first_call = True
         self._mapped = -1
         self.proc.send(P.Load(str(self.variant.path)))

@@ -113,7 +113,7 @@ class _Side:
 
     def __init__(self, letter: str, variant: Variant, opts: RunOptions, observer: Observer, device: torch.device):
         self.letter, self.variant, self.observer = letter, variant, observer
-        self.session = Session(variant, opts.settings, sandbox=opts.sandbox)
+        self.session = Session(variant, opts.settings, sandbox=opts.sandbox, worker_log=opts.worker_log)
         self.runner = CaseRunner(self.session, opts, observer, device)
         self.results: list[CaseResult] = []
         self.attempt: CaseAttempt | None = None

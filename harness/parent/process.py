@@ -9,6 +9,8 @@ import socket
 import subprocess
 import sys
 import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
 
 from harness.buffers import send_fds
 from harness.channel import ChannelClosed, ChannelTimeout, Reader
@@ -19,6 +21,8 @@ from harness.worker import native
 
 #: Removed from the worker's environment: the secret seed and the official result pipe.
 _HIDDEN_ENV = ("POPCORN_SEED", "POPCORN_FD")
+#: How much of a worker's output the --worker-log keeps: its last 1 MiB (fd_flood.py writes 700 KB a call).
+LOG_BYTES = 1 << 20
 
 
 class WorkerTimeout(Exception):
@@ -59,9 +63,13 @@ def native_window() -> str:
 class WorkerProcess:
     """``python -m harness.worker`` in its own session, talking JSON on stdin and authenticated frames back."""
 
-    def __init__(self, env: dict | None = None, sandbox: Plan | None = None):
-        """``sandbox``: the confinement to start the worker under (harness.parent.sandbox.plan_for); None: none."""
+    def __init__(self, env: dict | None = None, sandbox: Plan | None = None, log: Path | None = None,
+                 label: str = "worker"):
+        """``sandbox``: the confinement to start the worker under (harness.parent.sandbox.plan_for); None: none.
+        ``log``: a file that ``close`` appends the worker's stdout and stderr to, under a line naming ``label``
+        (the parent writes it: the worker gets no right to)."""
         native_window()
+        self._log, self._label = log, label
         self._key = secrets.token_bytes(32)
         read_fd, write_fd = os.pipe()
         self._fd_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -127,6 +135,25 @@ class WorkerProcess:
             return ""
         return ("; last output: " + " | ".join(tail)) if tail else ""
 
+    def _append_log(self) -> None:
+        """The worker's output (its last LOG_BYTES) to ``log``, under a header; a failed write is reported once
+        on stderr and measures nothing less."""
+        if self._log is None:
+            return
+        try:
+            size = self._stderr.seek(0, os.SEEK_END)
+            self._stderr.seek(max(0, size - LOG_BYTES))
+            text = self._stderr.read()
+            cut = f", its first {size - LOG_BYTES} bytes left out" if size > LOG_BYTES else ""
+            ended = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            with open(self._log, "ab") as f:
+                f.write(f"=== {self._label}: worker pid {self.proc.pid}, exit {self.proc.returncode}, ended {ended}"
+                        f", {size} bytes of output{cut} ===\n".encode() + text + (b"" if text.endswith(b"\n") or not
+                                                                               text else b"\n"))
+        except (OSError, ValueError) as exc:
+            sys.stderr.write(f"fp4bench: cannot append the worker's output to {self._log}: {exc}\n")
+            self._log = None
+
     def kill(self) -> None:
         """Kill the worker and everything it started (its whole session)."""
         if self.proc.poll() is None:
@@ -145,6 +172,7 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 pass
         self.kill()
+        self._append_log()
         for closer in (lambda: os.close(self._read_fd), self._stderr.close, self.proc.stdin.close, self._fd_sock.close,
                        self._launch.close):
             try:

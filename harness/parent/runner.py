@@ -80,7 +80,7 @@ def run(variant: Variant, shapes: ShapeSet, opts: RunOptions, observer: Observer
             finish(CaseResult(case, Status.SKIPPED, reason))
         return close_record(record, results, observer, started=started)
 
-    session = Session(variant, opts.settings, device, opts.sandbox)
+    session = Session(variant, opts.settings, device, opts.sandbox, opts.worker_log)
     runner = CaseRunner(session, opts, observer, device)
     try:
         session.reserve(sample_layouts(shapes.cases, opts))
