@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import os
 import select
 import struct
 import time
+
+import msgspec
 
 MAGIC = b"\x00FP4BENCH\x01"
 _LENGTHS = struct.Struct("<QQ")
@@ -41,7 +42,7 @@ def _mac(key: bytes, *parts: bytes) -> bytes:
 
 def encode(key: bytes, header: dict, payload: bytes = b"") -> bytes:
     """One frame carrying ``header`` (JSON-able dict) and ``payload``."""
-    hbytes = json.dumps(header).encode()
+    hbytes = msgspec.json.encode(header)
     lengths = _LENGTHS.pack(len(hbytes), len(payload))
     return MAGIC + lengths + _mac(key, lengths)[:16] + _mac(key, hbytes, payload) + hbytes + payload
 
@@ -56,7 +57,7 @@ class Writer:
     def send(self, header: dict, payload=b"") -> None:
         """``payload``: bytes, or a list of buffers sent one after another without joining them."""
         chunks = [memoryview(c).cast("B") for c in (payload if isinstance(payload, list) else [payload])]
-        hbytes = json.dumps(header).encode()
+        hbytes = msgspec.json.encode(header)
         lengths = _LENGTHS.pack(len(hbytes), sum(c.nbytes for c in chunks))
         self._write_all(MAGIC + lengths + _mac(self._key, lengths)[:16] + _mac(self._key, hbytes, *chunks) + hbytes)
         for chunk in chunks:
@@ -127,7 +128,7 @@ class Reader:
                 view.release()
                 self._buf[:0] = frame[1:]  # rescan what followed the false start
                 continue
-            return json.loads(hbytes), payload
+            return msgspec.json.decode(hbytes), payload
 
     def _read_frame(self, total: int, deadline: float) -> bytearray:
         """Exactly ``total`` bytes from the front of the stream: what is buffered, then read straight into one

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
-import typing
 from dataclasses import dataclass
 from enum import IntEnum
+
+import msgspec
 
 from task.returned import OutputMeta
 
@@ -165,67 +165,25 @@ MESSAGES = {cls.__name__: cls for cls in (Load, Map, Run, Exit, Loaded, Failed, 
 
 
 def to_dict(msg) -> dict:
-    """``msg`` as a JSON-able dict with its class name under ``"msg"``."""
-    return {"msg": type(msg).__name__, **json.loads(json.dumps(dataclasses.asdict(msg)))}
+    """``msg`` as a JSON-able dict (built-in types only) with its class name under ``"msg"``."""
+    return {"msg": type(msg).__name__, **msgspec.to_builtins(msg)}
 
 
 def encode(msg) -> str:
-    return json.dumps(to_dict(msg))
+    return msgspec.json.encode(to_dict(msg)).decode()
 
 
-def _coerce(value, hint, where: str):
-    origin = typing.get_origin(hint)
-    if hint is typing.Any:
-        return value
-    if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
-        args = typing.get_args(hint)
-        if value is None and type(None) in args:
-            return None
-        return _coerce(value, next(a for a in args if a is not type(None)), where)
-    if origin is tuple:
-        args = typing.get_args(hint)
-        if not isinstance(value, list):
-            raise ProtocolError(f"{where}: expected a list, got {type(value).__name__}")
-        return tuple(_coerce(v, args[0], f"{where}[{i}]") for i, v in enumerate(value))
-    if dataclasses.is_dataclass(hint):
-        if not isinstance(value, dict):
-            raise ProtocolError(f"{where}: expected an object, got {type(value).__name__}")
-        return _build(hint, value, where)
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ProtocolError(f"{where}: expected a number, got {value!r}")
-        return float(value)
-    if hint in (int, str, bool):
-        if type(value) is not hint:
-            raise ProtocolError(f"{where}: expected {hint.__name__}, got {value!r}")
-        return value
-    raise ProtocolError(f"{where}: unsupported field type {hint}")
+def _readable(exc: msgspec.ValidationError) -> tuple[str, str]:
+    """msgspec's ``Expected `int`, got `str` - at `$.m[0]``` as (``.m[0]``, ``expected int, got str``)."""
+    text, _, where = str(exc).partition(" - at ")
+    text = text.replace("`", "")
+    return where.strip("`").removeprefix("$"), text[:1].lower() + text[1:]
 
 
-@functools.lru_cache(maxsize=None)
-def _fields(cls) -> tuple[dict, frozenset, tuple]:
-    """(type hints, field names, fields) of a message class: resolved once (get_type_hints is slow)."""
-    fields = dataclasses.fields(cls)
-    return typing.get_type_hints(cls), frozenset(f.name for f in fields), fields
-
-
-def _build(cls, d: dict, where: str):
-    hints, names, fields = _fields(cls)
-    unknown = set(d) - names
-    if unknown:
-        raise ProtocolError(f"{where}: unknown field(s) {sorted(unknown)}")
-    kwargs = {}
-    for f in fields:
-        if f.name in d:
-            kwargs[f.name] = _coerce(d[f.name], hints[f.name], f"{where}.{f.name}")
-        elif f.default is dataclasses.MISSING:
-            raise ProtocolError(f"{where}: missing field {f.name!r}")
-    return cls(**kwargs)
-
-
-def from_dict(d, expect: tuple = ()) :
-    """The message in ``d`` (a decoded JSON object), checked field by field; ``expect``: the classes allowed
-    here. Raises ProtocolError naming what was expected and what came."""
+def from_dict(d, expect: tuple = ()):
+    """The message in ``d`` (a decoded JSON object), checked field by field against its class's type hints by
+    msgspec (strict: no bool for a number, no str for an int); ``expect``: the classes allowed here. Raises
+    ProtocolError naming what was expected and what came, and where (``Run.m[0]: expected int, got float``)."""
     if not isinstance(d, dict) or not isinstance(d.get("msg"), str):
         raise ProtocolError(f"expected a message object with a 'msg' name, got {str(d)[:80]!r}")
     body = dict(d)
@@ -234,13 +192,25 @@ def from_dict(d, expect: tuple = ()) :
     if cls is None or (expect and cls not in expect):
         want = ", ".join(c.__name__ for c in expect) if expect else ", ".join(MESSAGES)
         raise ProtocolError(f"expected one of {want}, got {name!r}")
-    return _build(cls, body, name)
+    unknown = set(body) - _names(cls)
+    if unknown:
+        raise ProtocolError(f"{name}: unknown field(s) {sorted(unknown)}")
+    try:
+        return msgspec.convert(body, cls)
+    except msgspec.ValidationError as exc:
+        where, text = _readable(exc)
+        raise ProtocolError(f"{name}{where}: {text}") from None
+
+
+@functools.lru_cache(maxsize=None)
+def _names(cls) -> frozenset:
+    return frozenset(f.name for f in dataclasses.fields(cls))
 
 
 def decode(line: str | bytes, expect: tuple = ()):
     """``from_dict`` of one JSON line. Raises ProtocolError for malformed JSON too."""
     try:
-        d = json.loads(line)
-    except ValueError as exc:
+        d = msgspec.json.decode(line)
+    except msgspec.DecodeError as exc:
         raise ProtocolError(f"expected a JSON message, got {str(line)[:80]!r} ({exc})") from None
     return from_dict(d, expect)

@@ -24,8 +24,8 @@ def test_round_trip_keeps_types():
 
 @pytest.mark.parametrize("line, message", [
     ('{"msg": "Run", "m": [1], "n": [8], "k": [64], "calls": "15", "kind": "time"}',
-     "Run.calls: expected int, got '15'"),
-    ('{"msg": "Run", "m": [1], "n": [8], "k": [64], "kind": "time"}', "Run: missing field 'calls'"),
+     "Run.calls: expected int, got str"),
+    ('{"msg": "Run", "m": [1], "n": [8], "k": [64], "kind": "time"}', "Run: object missing required field calls"),
     ('{"msg": "Load", "path": "x", "evil": 1}', "Load: unknown field(s) ['evil']"),
     ('{"msg": "Nope"}', "expected one of Load, Map, Run, Exit, Loaded, Failed, Mapped, RunReply, got 'Nope'"),
     ('[1, 2]', "expected a message object with a 'msg' name, got '[1, 2]'"),
@@ -42,7 +42,15 @@ def test_expected_classes_are_enforced():
         P.decode(P.encode(P.Loaded("cpu", "native")), (P.RunReply, P.Failed))
 
 
+def test_a_nested_field_is_checked_where_it_is():
+    with pytest.raises(P.ProtocolError, match=r"^RunReply.metas\[0\]\[0\].type_name: expected str, got int$"):
+        P.from_dict({"msg": "RunReply", "elapsed_ns": 1.0, "calls": 1, "containers": [],
+                     "metas": [[{"type_name": 3, "plain_tensor": True}]], "copied": []})
+    with pytest.raises(P.ProtocolError, match=r"^Run.m\[0\]: expected int, got float$"):
+        P.decode('{"msg": "Run", "m": [1.5], "n": [8], "k": [64], "calls": 15, "kind": "time"}')
+
+
 def test_a_bool_is_not_a_number():
-    with pytest.raises(P.ProtocolError, match=r"RunReply.elapsed_ns: expected a number, got True"):
+    with pytest.raises(P.ProtocolError, match=r"RunReply.elapsed_ns: expected float, got bool"):
         P.from_dict({"msg": "RunReply", "elapsed_ns": True, "calls": 1, "containers": [], "metas": [],
                      "copied": []})
