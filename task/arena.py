@@ -191,7 +191,8 @@ def write_input(views: Views, call: int, data: input_t) -> None:
         views.sfb_r[i][call].copy_(rb.view(u8).permute(*inverse))
 
 
-def draw_official(views: Views, gen: torch.Generator) -> list[list[torch.Tensor]]:
+def draw_official(views: Views, gen: torch.Generator,
+                  into: Sequence[Sequence[torch.Tensor]] | None = None) -> list[list[torch.Tensor]]:
     """Fill every call of ``views`` with fresh data of the official distribution, drawn from ``gen`` alone (on
     the device buffer's device), a few kernels per group for all calls at once.
 
@@ -202,7 +203,8 @@ def draw_official(views: Views, gen: torch.Generator) -> list[list[torch.Tensor]
     not (the official order draws the plain scales on the CPU generator, which costs about
     20 ms per million scales; task.inputs.generate_input keeps that order bit for bit). Returns, per group, the
     plain scales sfa and sfb as contiguous [calls, rows, K/16] uint8 tensors on the device: the reference reads
-    them there, and ``copy_plain`` puts them into the host buffer.
+    them there, and ``copy_plain`` puts them into the host buffer. ``into``: tensors of that form (an earlier
+    return value) to write them to, so views of them built once stay valid; they are returned.
     """
     dev = views.a[0].device if views.a else torch.device("cpu")
     plain = []
@@ -224,7 +226,8 @@ def draw_official(views: Views, gen: torch.Generator) -> list[list[torch.Tensor]
             # padded[r, j] = storage[r // 128, j // 4, r % 32, (r % 128) // 32, j % 4] (task.formats.blocked_offset)
             reordered.view(-1, rest_mn, rest_k, 32, 4, 4).copy_(
                 padded.view(-1, rest_mn, 4, 32, rest_k, 4).permute(0, 1, 4, 3, 2, 5))
-            pair.append(padded[:, :rows, :g.sf_cols].contiguous())
+            part = padded[:, :rows, :g.sf_cols]
+            pair.append(into[i][len(pair)].copy_(part) if into is not None else part.contiguous())
         plain.append(pair)
     return plain
 

@@ -113,3 +113,19 @@ def test_output_regions_are_fp16_views_per_call_and_group():
 def test_layout_rejects_zero_calls():
     with pytest.raises(ValueError, match="expected at least 1 call per sample, got 0"):
         Layout.of(CASES[0], 0)
+
+
+def test_draw_into_earlier_plain_tensors_writes_them_and_returns_them():
+    case = Case((40, 96), (128, 256), (256, 128), 2, 0)
+    layout = Layout.of(case, 3)
+    views = Views(layout, *_buffers(layout))
+    first = draw_official(views, torch.Generator().manual_seed(3))
+    again = draw_official(views, torch.Generator().manual_seed(4), first)
+    assert all(x is y for pair_a, pair_b in zip(first, again) for x, y in zip(pair_a, pair_b))
+    copy_plain(views, again)
+    for j, (_abc, sfs, _r, _sizes) in enumerate(views.inputs()):
+        for g, (sfa, sfb) in enumerate(sfs):
+            assert torch.equal(again[g][0][j], sfa[:, :, 0].view(torch.uint8))
+            assert torch.equal(again[g][1][j], sfb[:, :, 0].view(torch.uint8))
+    fresh = draw_official(Views(layout, *_buffers(layout)), torch.Generator().manual_seed(4))
+    assert all(torch.equal(x, y) for pa, pb in zip(again, fresh) for x, y in zip(pa, pb))

@@ -80,6 +80,15 @@ class Sample:
         self._private = torch.empty(self.layout.device_bytes, dtype=torch.uint8, device=device)
         self._expected = torch.empty(self.layout.output_bytes, dtype=torch.uint8, device=device)
         self._side = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self._views: tuple[int, Views, list] | None = None  # (buffer generation, views, reference inputs)
+        self._plain: list[list[torch.Tensor]] | None = None
+
+    def _private_views(self) -> Views:
+        """Views of the parent's buffers, built once per buffer generation (their Python objects cost ms)."""
+        if self._views is None or self._views[0] != self.shared.generation:
+            views = Views(self.layout, self._private, self.shared.buffers["host"].tensor, self._expected)
+            self._views = (self.shared.generation, views, [])
+        return self._views[1]
 
     def prepare(self, seeds: list[int], official_order: bool) -> None:
         """Draw the inputs, compute the expected outputs, copy the inputs to the worker's buffers and wait for the
@@ -87,7 +96,7 @@ class Sample:
         from its own seed by task.inputs.generate_input; otherwise the first seeds one generator for the whole
         sample (task.arena.draw_official)."""
         L, sh = self.layout, self.shared.buffers
-        private = Views(L, self._private, sh["host"].tensor, self._expected)
+        private = self._private_views()
         if official_order or self.data != "official":
             data = [generate_input(self.case.m, self.case.n, self.case.k, self.case.g, s, self.data, self.device)
                     for s in seeds]
@@ -96,9 +105,12 @@ class Sample:
             ref_in = data
         else:
             gen = torch.Generator(device=self.device).manual_seed(seeds[0])
-            plain = draw_official(private, gen)
+            self._plain = plain = draw_official(private, gen, self._plain)
             self._copy_plain_aside(private, plain)
-            ref_in = reference_inputs(private, plain)
+            cached = self._views[2]
+            if not cached:  # views of the same tensors every sample: built once
+                cached += reference_inputs(private, plain)
+            ref_in = cached
         dst, src = [], []
         for j, outs in enumerate(ref_kernel_many(ref_in)):
             for g, out in enumerate(outs):

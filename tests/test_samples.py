@@ -1,0 +1,34 @@
+"""harness.parent.samples: each sample's expected outputs are the reference of the inputs the worker is given,
+sample after sample (views and plain-scale tensors are built once per Sample and reused)."""
+from __future__ import annotations
+
+import torch
+
+from harness.parent.samples import Sample, SharedSet
+from task.arena import Layout, Views
+from task.reference import ref_kernel
+from task.spec import Case
+
+
+def _expected_match_the_shared_inputs(sample: Sample, shared: SharedSet) -> None:
+    b = shared.buffers
+    given = Views(sample.layout, b["device"].tensor, b["host"].tensor)
+    _got, want = sample.views()
+    for j, x in enumerate(given.inputs()):
+        for g, out in enumerate(ref_kernel(x)):
+            assert torch.equal(want.out[g][j].view(torch.int16), out.view(torch.int16))
+
+
+def test_each_sample_is_judged_against_its_own_inputs():
+    case = Case((40, 96), (128, 256), (256, 128), 2, 0)
+    cpu = torch.device("cpu")
+    shared = SharedSet(cpu)
+    shared.grow(Layout.of(case, 3))
+    sample = Sample(case, 3, "official", cpu, shared)
+    seen = []
+    for seed in (11, 12):
+        sample.prepare([seed, seed + 100, seed + 200], official_order=False)
+        _expected_match_the_shared_inputs(sample, shared)
+        seen.append(sample.expected().clone())
+    assert not torch.equal(seen[0], seen[1])
+    shared.close()
