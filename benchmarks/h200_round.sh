@@ -8,12 +8,19 @@
 #   sandbox   benchmarks/sandbox_cuda.py: cuInit under the sandbox plan with each protection left out and alone
 #   cost      benchmarks/sandbox_cost.py: the three variants under --sandbox auto and off, alternated, 3 rounds
 #   stages    benchmarks/prepare_stages.py: the parent's prepare of a sample, stage by stage, on shapes 1 and 4
-# Usage: bash benchmarks/h200_round.sh [tests|timing|fidelity|spin|sandbox|cost|stages]...   (default: tests timing fidelity)
+#   lb        one leaderboard of wgmma_sm90 on benchmarks (--json summary: means, overhead, kernel time)
+#   profile   benchmarks/overhead_profile.py: cProfile of parent and worker over 30 samples of g8_n4096_k7168
+#   torchcost sandbox_cost.py for torch_reference on g2_n4096_k1536 alone (host-bound), 2 rounds
+# Wheels under .whl (carried: a dependency the device image lacks, e.g. msgspec) are installed first.
+# Usage: bash benchmarks/h200_round.sh [tests|timing|fidelity|spin|sandbox|cost|stages|lb|profile|torchcost]...   (default: tests timing fidelity)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/h200}
 mkdir -p "$OUT"
 steps=${*:-tests timing fidelity}
+if compgen -G ".whl/*.whl" > /dev/null; then  # into the system site: a sandboxed worker cannot read /tmp
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl || exit 1
+fi
 summary() {  # per-case mean, overhead and kernel time of a --json file
   python3 -c "
 import json, sys; d = json.load(open(sys.argv[1]))
@@ -55,6 +62,17 @@ for step in $steps; do
     cost)
       timeout 560 python3 benchmarks/sandbox_cost.py --submission wgmma_sm90,triton_grouped,torch_reference \
         --shapes benchmarks --settings configs/device-budget.yml --rounds 3 --out "$OUT/sandbox_cost.md" ;;
+    lb)
+      /usr/bin/time -f "leaderboard wall %e s" python3 -m harness run --submission wgmma_sm90 --shapes benchmarks \
+        --mode leaderboard --no-store --json /tmp/lb.json 2>&1 | tail -3
+      summary /tmp/lb.json | tee -a "$OUT/timing.txt" ;;
+    profile)
+      timeout 200 python3 benchmarks/overhead_profile.py --submission wgmma_sm90 --case 0 --runs 30 --top 40 \
+        > "$OUT/profile.txt" 2>&1; head -3 "$OUT/profile.txt" ;;
+    torchcost)
+      timeout 400 python3 benchmarks/sandbox_cost.py --submission torch_reference --rounds 2 \
+        --shapes "m: [128, 384]; n: [4096, 4096]; k: [1536, 1536]; g: 2; seed: 1111" \
+        --settings configs/device-budget.yml --out "$OUT/torch_cost.md" ;;
     stages)
       for c in 0 3; do timeout 90 python3 benchmarks/prepare_stages.py --case $c 2>&1 | tee -a "$OUT/stages.txt"; done ;;
   esac
