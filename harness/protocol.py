@@ -202,7 +202,7 @@ def from_dict(d, expect: tuple = ()):
         raise ProtocolError(f"{name}{where}: {text}") from None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _names(cls) -> frozenset:
     return frozenset(f.name for f in dataclasses.fields(cls))
 
