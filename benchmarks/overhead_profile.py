@@ -29,6 +29,7 @@ def main() -> None:
     parser.add_argument("--case", type=int, default=0)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--sort", default="cumulative", help="pstats sort keys, comma-separated: one listing each")
     args = parser.parse_args()
     shapes = load_shapes(args.shapes)
     one = ShapeSet(shapes.name, (shapes.cases[args.case],))
@@ -42,9 +43,10 @@ def main() -> None:
     prof.dump_stats(out / "parent.prof")
     c = rec.cases[0]
     print(f"{c.case.name}: {c.status.value}, {len(c.samples_ns)} samples, overhead {c.overhead_ms_per_sample} ms/sample")
-    for name in ("parent", "worker"):
-        print(f"\n===== {name} (cumulative)")
-        pstats.Stats(str(out / f"{name}.prof")).sort_stats("cumulative").print_stats(args.top)
+    for key in args.sort.split(","):
+        for name in ("parent", "worker"):
+            print(f"\n===== {name} ({key})")
+            pstats.Stats(str(out / f"{name}.prof")).sort_stats(key).print_stats(args.top)
 
 
 if __name__ == "__main__":
