@@ -100,11 +100,14 @@ def test_triton_decode_of_every_byte_under_every_scale_code(offset):
     assert stats.tolist() == [[64, 0x7E]]
 
 
-@pytest.mark.parametrize("shapes", ["tests", "benchmarks"])
-def test_many_inputs_queued_before_one_sync_give_each_inputs_bits(shapes):
+@pytest.mark.parametrize("shapes, batch", [("tests", None), ("benchmarks", None), ("tests", 1)])
+def test_many_inputs_queued_before_one_sync_give_each_inputs_bits(shapes, batch, monkeypatch):
     """ref_kernel_many on the GPU queues every input before reading the statistics once: the same bits as the fp64
-    reference per input, official and full-range inputs mixed (some groups then take the fp64 path)."""
+    reference per input, official and full-range inputs mixed (some groups then take the fp64 path); ``batch`` 1:
+    a decode budget of one byte, so every input is a Triton launch of its own."""
     dev = _cuda()
+    if batch is not None:
+        monkeypatch.setattr("task.reference.DECODE_BATCH_BYTES", batch)
     for case in load_shapes(shapes).cases:
         inputs = [generate_input(case.m, case.n, case.k, case.g, 40 + s, data=data, device=dev)
                   for s, data in enumerate(["official", "full-range", "official"])]

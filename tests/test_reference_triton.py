@@ -17,7 +17,18 @@ import pytest
 import torch
 
 from task.inputs import generate_input
-from task.reference import _fast, _fast_triton, _key_table, _read_stats, _scale_stats, dequantize_lut, ref_kernel_fp64
+from task.reference import (
+    _batches,
+    _fast,
+    _fast_triton,
+    _finish,
+    _key_table,
+    _queue_triton_many,
+    _read_stats,
+    _scale_stats,
+    dequantize_lut,
+    ref_kernel_fp64,
+)
 from task.spec import load_shapes
 
 triton = pytest.importorskip("triton")
@@ -27,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 interpreted_only = pytest.mark.skipif(not INTERPRETED, reason="runs in test_kernel_under_the_interpreter's child")
 #: Tests this module runs in the child (every test marked interpreted_only, parametrizations counted).
-CHILD_TESTS = 12
+CHILD_TESTS = 13
 
 
 @pytest.mark.skipif(INTERPRETED, reason="the parent of the interpreted run")
@@ -182,3 +193,27 @@ def test_kernel_compiles_for_hopper_without_a_gpu(aligned):
     ptx = triton.compile(source, target=GPUTarget("cuda", 90, 64), options={"num_warps": rt.NUM_WARPS}).asm["ptx"]
     assert ".target sm_90" in ptx
     assert ("st.global.v4.b32" in ptx) == aligned and ("st.global.b32" in ptx) != aligned
+
+
+@interpreted_only
+def test_inputs_batched_into_few_launches_keep_each_inputs_bits(interpreted):
+    """_queue_triton_many with a budget that cuts five inputs into three launches: each input's statistics and
+    outputs are those of its own launch (_fast_triton), and official inputs match the fp64 reference bit for bit."""
+    case_m, case_n, case_k = (40, 8), (128, 64), (256, 128)
+    inputs = [generate_input(case_m, case_n, case_k, 2, 70 + s, data="full-range" if s == 2 else "official")
+              for s in range(5)]
+    one = sum(2 * (a.shape[0] + b.shape[0]) * a.shape[1] * 2 for a, b, _ in inputs[0][0])
+    assert _batches(inputs, 2 * one) == [[0, 1], [2, 3], [4]]
+    import task.reference as ref
+    saved, ref.DECODE_BATCH_BYTES = ref.DECODE_BATCH_BYTES, 2 * one
+    try:
+        pending = _queue_triton_many(interpreted, inputs, "plain", CPU)
+    finally:
+        ref.DECODE_BATCH_BYTES = saved
+    for s, (x, p) in enumerate(zip(inputs, pending)):
+        codes, stats, fast = _fast_triton(interpreted, x, "plain", CPU)
+        assert p.data is x and p.stats.tolist() == stats.tolist(), f"input {s}"
+        assert all(torch.equal(f.view(torch.int16), g.view(torch.int16)) for f, g in zip(p.fast, fast)), f"input {s}"
+        outs = _finish(p, _read_stats(p.stats))
+        if s != 2:
+            assert all(torch.equal(o.view(torch.int16), e.view(torch.int16)) for o, e in zip(outs, ref_kernel_fp64(x)))
