@@ -104,17 +104,26 @@ __device__ __forceinline__ void fence_regs(float (&d)[R]) {
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-__device__ __forceinline__ uint32_t hmul2(uint32_t a, uint32_t b) {
+// a * (the low (H = 0) or high (H = 1) half of s, in both halves): the half is broadcast by the multiply's operand
+// selector (HMUL2 R, R, R.H0_H0 / .H1_H1), no instruction of its own.
+template <int H>
+__device__ __forceinline__ uint32_t hmul2_half(uint32_t a, uint32_t s) {
   uint32_t d;
-  asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  if constexpr (H == 0) {
+    asm("{\n.reg .b16 l, h;\n.reg .b32 t;\nmov.b32 {l, h}, %2;\nmov.b32 t, {l, l};\nmul.rn.f16x2 %0, %1, t;\n}\n"
+        : "=r"(d) : "r"(a), "r"(s));
+  } else {
+    asm("{\n.reg .b16 l, h;\n.reg .b32 t;\nmov.b32 {l, h}, %2;\nmov.b32 t, {h, h};\nmul.rn.f16x2 %0, %1, t;\n}\n"
+        : "=r"(d) : "r"(a), "r"(s));
+  }
   return d;
 }
 
-// One e4m3fn scale (low byte of `code`) as an f16x2 pair (s, s); exact (e4m3fn values are fp16 values).
-__device__ __forceinline__ uint32_t scale_pair(uint32_t code) {
-  const uint16_t two = static_cast<uint16_t>((code & 0xFF) * 0x101);
+// Two e4m3fn scales (the low two bytes of `code`, low byte first) as an f16x2 (s0, s1); exact (e4m3fn values are
+// fp16 values). A zero high byte gives s1 = 0, unused.
+__device__ __forceinline__ uint32_t scales_f16x2(uint32_t code) {
   uint32_t h;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(two));
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(static_cast<uint16_t>(code)));
   return h;
 }
 
@@ -130,16 +139,17 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t sel) {
 __device__ __forceinline__ uint32_t high_bytes(uint32_t w) { return (w & 0x80808080u) | ((w >> 3) & 0x0E0E0E0Eu); }
 
 // A 32-bit word of e2m1 nibbles n0..n7 (n0 in bits 3..0) -> four f16x2 registers, (n0, n4), (n2, n6), (n1, n5),
-// (n3, n7), each times s2: one prmt places two pattern bytes as the high bytes of a pair. With s2 = the scale, every
-// product is value * scale * 2^-14, exact in fp16 (at most 6 significant bits, a multiple of 2^-24); the epilogue
+// (n3, n7), each times half H of s2 (both halves of each pair): one prmt places two pattern bytes as the high bytes
+// of a pair. With that half the scale, every product is value * scale * 2^-14, exact in fp16 (at most 6 significant bits, a multiple of 2^-24); the epilogue
 // multiplies the fp32 sum by 2^28. A and B decode the same bytes with the same function, so the nibble order is
 // one K permutation shared by both operands.
+template <int H>
 __device__ __forceinline__ void decode_word(uint32_t x, uint32_t s2, uint32_t (&out)[4]) {
   const uint32_t even = high_bytes(x << 4), odd = high_bytes(x);
-  out[0] = hmul2(prmt(even, 0x2404), s2);
-  out[1] = hmul2(prmt(even, 0x3414), s2);
-  out[2] = hmul2(prmt(odd, 0x2404), s2);
-  out[3] = hmul2(prmt(odd, 0x3414), s2);
+  out[0] = hmul2_half<H>(prmt(even, 0x2404), s2);
+  out[1] = hmul2_half<H>(prmt(even, 0x3414), s2);
+  out[2] = hmul2_half<H>(prmt(odd, 0x2404), s2);
+  out[3] = hmul2_half<H>(prmt(odd, 0x3414), s2);
 }
 
 // Descriptor of a K-major operand with 128-byte swizzle: rows of 128 bytes, 8-row groups 1024 bytes apart.
@@ -345,19 +355,18 @@ struct ADecoder {
       // Words (t, wi) = (2h, 0), (2h, 1), (2h + 1, 0), (2h + 1, 1): chunk 4 wi + p takes pair p of (2h, wi) and of
       // (2h + 1, wi), side by side. One wi at a time keeps 8 decoded registers live, not 16.
       const uint4 x = lds128(slot + raw);
-      const uint32_t sc = lds16(slot + sf);
-      const uint32_t s0 = scale_pair(sc), s1 = scale_pair(sc >> 8);
+      const uint32_t s01 = scales_f16x2(lds16(slot + sf));  // scale columns 2h and 2h + 1
 #pragma unroll
       for (int wi = 0; wi < 2; ++wi) {
         uint32_t lo[4], hi[4];
-        decode_word(wi ? x.y : x.x, s0, lo);
-        decode_word(wi ? x.w : x.z, s1, hi);
+        decode_word<0>(wi ? x.y : x.x, s01, lo);
+        decode_word<1>(wi ? x.w : x.z, s01, hi);
 #pragma unroll
         for (int p = 0; p < 4; ++p) sts64(row + (((4 * wi + p) << 4) ^ swz), lo[p], hi[p]);
       }
     } else {
       // One scale column t: words (t, 0) and (t, 1), or the single word (t, q % 2).
-      const uint32_t s0 = scale_pair(lds8(slot + sf));
+      const uint32_t s0 = scales_f16x2(lds8(slot + sf));
       uint32_t w[WORDS];
       if constexpr (WORDS == 2) {
         const uint2 x = lds64(slot + raw);
@@ -370,7 +379,7 @@ struct ADecoder {
       for (int i = 0; i < WORDS; ++i) {
         const int wi = WORDS == 2 ? i : (pipe_tid<PAIRED>() % T) & 1;
         uint32_t v[4];
-        decode_word(w[i], s0, v);
+        decode_word<0>(w[i], s0, v);
 #pragma unroll
         for (int p = 0; p < 4; ++p) sts32(row + (((4 * wi + p) << 4) ^ swz), v[p]);
       }
@@ -393,9 +402,9 @@ struct BDecoder {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const uint2 q = lds64(slot + raw + 256 * i);
-      const uint32_t s = scale_pair(lds8(slot + sf + 128 * i));
-      decode_word(q.x, s, v[i][0]);
-      decode_word(q.y, s, v[i][1]);
+      const uint32_t s = scales_f16x2(lds8(slot + sf + 128 * i));
+      decode_word<0>(q.x, s, v[i][0]);
+      decode_word<0>(q.y, s, v[i][1]);
     }
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
