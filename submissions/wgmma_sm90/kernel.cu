@@ -236,6 +236,15 @@ __device__ __forceinline__ int pipe_tid() {
   return PAIRED ? threadIdx.x % THREADS : threadIdx.x;
 }
 
+// pipe_tid from a fresh read of %tid.x (asm volatile, so not merged with earlier reads): what is derived from it after
+// the main loop is recomputed there instead of held in registers across the loop (where it was spilled).
+template <bool PAIRED>
+__device__ __forceinline__ int pipe_tid_again() {
+  uint32_t t;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
+  return PAIRED ? t % THREADS : t;
+}
+
 // A barrier over this thread's pipeline only (in a paired CTA, named barrier 1 or 2 of THREADS threads: the two
 // pipelines run unsynchronised).
 template <bool PAIRED>
@@ -312,10 +321,9 @@ struct Loader {
     }
   }
 
-  // Queue the next K step (steps are loaded in order) into the ring slot at shared address `slot`.
+  // Queue the next K step (steps are loaded in order) into the ring slot at shared address `slot`; tid: pipe_tid.
   template <int BM>
-  __device__ __forceinline__ void load(uint32_t slot) {
-    const int tid = pipe_tid<PAIRED>();
+  __device__ __forceinline__ void load(uint32_t slot, int tid = pipe_tid<PAIRED>()) {
     const uint32_t dst = slot + 16 * tid;
     cp_async16(dst + RAW_B, b_src, 16, 1);
     cp_async16(dst + RAW_A, a_src, a_bytes, tid < 2 * BM);
@@ -445,14 +453,16 @@ struct Pipe {
   // buffer. Ordering, per step: this warpgroup's wgmma s - 1 is done (wgmma_wait<1>) before `nxt` is overwritten;
   // buffer buf + 1 was last read by wgmma s - 2, which every warpgroup waited for before the previous barrier; step
   // s + 1's raw bytes were waited for before that barrier too, and ring slot s (read while preparing step s) is
-  // free for step s + STAGES.
+  // free for step s + STAGES. STEADY: the caller knows that step s + 1 exists and step s + STAGES is to be loaded
+  // (the main loop), so neither is tested.
+  template <bool STEADY>
   __device__ __forceinline__ void iteration(int s, float (&acc)[BM / 2], const uint32_t (&cur)[4][4],
                                             uint32_t (&nxt)[4][4]) {
     mma_step<BM>(acc, cur, sw128_desc(dec + buf * DEC_BYTES));
-    if (s + 1 >= steps) return;
+    if (!STEADY && s + 1 >= steps) return;
     wgmma_wait<1>();
     fence_regs(acc);
-    if (s + STAGES < steps) ld.template load<BM>(ring() + (s % STAGES) * STAGE_BYTES);
+    if (STEADY) ld.template load<BM>(ring() + (s % STAGES) * STAGE_BYTES);
     cp_async_commit();
     const uint32_t slot = ring() + ((s + 1) % STAGES) * STAGE_BYTES;
     buf = buf == DEC_BUFS - 1 ? 0 : buf + 1;
@@ -542,9 +552,8 @@ constexpr int STAGE_ROW = 2 * BN + 16;
 static_assert(BM_MAX * STAGE_ROW <= DEC_BUFS * DEC_BYTES, "the C tile fits in the decoded buffers");
 
 template <int BM, bool PAIRED>
-__device__ __forceinline__ void store_tile(const Tile& t, const float (&acc)[BM / 2], uint32_t stage, int wg,
-                                           int warp) {
-  const int tid = pipe_tid<PAIRED>(), lane = tid & 31;
+__device__ __forceinline__ void store_tile(const Tile& t, const float (&acc)[BM / 2], uint32_t stage) {
+  const int tid = pipe_tid_again<PAIRED>(), lane = tid & 31, wg = tid >> 7, warp = (tid >> 5) & 3;
   const float out_scale = 268435456.f;  // 2^28: undoes the two operands' 2^-14
   pipe_sync<PAIRED>();                  // every warpgroup's wgmmas are done: the decoded buffers are free
   {
@@ -592,8 +601,7 @@ __device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
   // The pipeline (warp-uniform; read through a shuffle so the compiler keeps addresses built from it uniform).
   const int half = PAIRED ? __shfl_sync(~0u, static_cast<int>(threadIdx.x) / THREADS, 0) : 0;
   const int tid = pipe_tid<PAIRED>();
-  const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
-  const int r0 = 64 * wg + 16 * warp + (lane >> 2), tq = lane & 3;
+  const int r0 = (tid >> 5) * 16 + ((tid & 31) >> 2), tq = tid & 3;  // 64 * wg + 16 * warp + lane / 4
   Pipe<BM, PAIRED> pipe;
   {
     Tile t = tile_of(p);
@@ -628,9 +636,20 @@ __device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
   pipe_sync<PAIRED>();
 
   wg_mark(1);
-  for (int s = 0; s < pipe.steps; s += 2) {
-    pipe.iteration(s, acc, fa, fb);
-    if (s + 1 < pipe.steps) pipe.iteration(s + 1, acc, fb, fa);
+  // The main loop (pairs of steps that both load a step ahead and have a successor), then the last steps.
+  int s = 0;
+  for (; s + 1 + STAGES < pipe.steps; s += 2) {
+    pipe.template iteration<true>(s, acc, fa, fb);
+    pipe.template iteration<true>(s + 1, acc, fb, fa);
+  }
+  // At most one step is left to load (s + 1 + STAGES >= steps): step s + STAGES, queued now into ring slot s % STAGES
+  // (free: step s was prepared before the last barrier) and committed with step s's group as in the main loop.
+  if (s + STAGES < pipe.steps) {
+    pipe.ld.template load<BM>(pipe.ring() + (s % STAGES) * STAGE_BYTES, pipe_tid_again<PAIRED>());
+  }
+  for (; s < pipe.steps; s += 2) {
+    pipe.template iteration<false>(s, acc, fa, fb);
+    if (s + 1 < pipe.steps) pipe.template iteration<false>(s + 1, acc, fb, fa);
   }
   wgmma_wait<0>();
   fence_regs(acc);
@@ -652,7 +671,7 @@ __device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
   const Tile t = tile_of(p);
   if (t.ws != nullptr && !split_k_last<BM>(t, acc)) return;
 
-  store_tile<BM, PAIRED>(t, acc, pipe.dec, wg, warp);
+  store_tile<BM, PAIRED>(t, acc, pipe.dec);
   wg_mark(3);
 }
 

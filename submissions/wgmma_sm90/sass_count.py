@@ -12,11 +12,13 @@ instructions. The loop is unrolled by two (``for s += 2``, fa/fb swapped), so th
 - ``nop``: NOPs in the static range.
 
 The instantiation is told by the HGMMA shape (64xBMx16) and, for PAIRED, by the named barriers (BAR.SYNC 0x1 / 0x2)
-in the loop. Usage::
+in the loop. When an instantiation has more than one such loop (a steady-state main loop without the per-step tests,
+then a loop over the last steps), the main loop is the one that queues copies (LDGSTS), with the fewest branches;
+the others are listed as ``tail`` rows (they run at most a few steps per tile). Usage::
 
     python sass_count.py                       # the table
     python sass_count.py -DWG_STAGES=3         # with extra nvcc defines
-    python sass_count.py --dump 128p           # also print that loop's SASS (128, 128p, 96, 96p, 64, 64p)
+    python sass_count.py --dump 128p           # also print that main loop's SASS (128, 128p, 96, ..., 128-tail)
     python sass_count.py --cubin file.cubin    # count an existing cubin
 """
 from __future__ import annotations
@@ -130,15 +132,23 @@ def main(argv: list[str] | None = None) -> int:
             compile_cubin(cubin, args.defines, args.source)
         sass = subprocess.run([find_tool("cuobjdump"), "-sass", str(cubin)], capture_output=True, text=True,
                               check=True).stdout
-    found = sorted(loops(parse(sass)), key=lambda l: (-l["bm"], l["paired"]))
-    print(f"{'run_tile':<18} {'static/2':>8} {'path/2':>7} {'nop':>4}  loop")
+    found = loops(parse(sass))
     for lp in found:
+        lp["branches"] = sum(bool(BRA.match(t)) for _, t in lp["body"])
+        lp["copies"] = any("LDGSTS" in t for _, t in lp["body"])
+    found.sort(key=lambda l: (-l["bm"], l["paired"], not l["copies"], l["branches"], l["head"]))
+    print(f"{'run_tile':<18} {'loop':<5} {'static/2':>8} {'path/2':>7} {'nop':>4}  addresses")
+    seen = set()
+    for lp in found:
+        key = (lp["bm"], lp["paired"])
+        lp["role"] = "tail" if key in seen else "main"
+        seen.add(key)
         name = f"<{lp['bm']}, {'true' if lp['paired'] else 'false'}>"
-        print(f"{name:<18} {lp['static'] / 2:>8g} {lp['path'] / 2:>7g} {lp['nop']:>4}  "
+        print(f"{name:<18} {lp['role']:<5} {lp['static'] / 2:>8g} {lp['path'] / 2:>7g} {lp['nop']:>4}  "
               f"{lp['head']:#x}..{lp['end']:#x}")
     for key in args.dump:
         for lp in found:
-            if f"{lp['bm']}{'p' if lp['paired'] else ''}" == key:
+            if f"{lp['bm']}{'p' if lp['paired'] else ''}{'' if lp['role'] == 'main' else '-tail'}" == key:
                 print(f"\n# run_tile<{lp['bm']}, {lp['paired']}> loop")
                 for a, t in lp["body"]:
                     print(f"  {a:#07x}  {t}")
