@@ -343,7 +343,8 @@ struct ADecoder {
   static constexpr int T = THREADS / (BM > 64 ? 128 : 64);
   static constexpr int WORDS = 8 / T;  // 4, 2 or 1
   static_assert(BM == 64 || BM == 96 || BM == 128, "A decode covers BM = 64, 96, 128");
-  uint32_t raw, sf, dec_row, swz;      // sf: the row's scale byte of this thread's first scale column
+  uint32_t raw, sf;                    // sf: the row's scale byte of this thread's first scale column
+  uint32_t off[8];                     // chunk c's byte offset in a decoded buffer (through the swizzle)
 
   __device__ __forceinline__ void init(int m0) {
     const int tid = pipe_tid<PAIRED>();
@@ -351,14 +352,14 @@ struct ADecoder {
     const int ra = (m0 & 127) + r;  // row within A's first atom
     raw = RAW_A + r * ROW_BYTES + q * 4 * WORDS;
     sf = RAW_SFA + (ra >> 7) * 512 + (ra & 31) * 16 + ((ra >> 5) & 3) * 4 + ((q * WORDS) >> 1);
-    dec_row = r * 128 + 4 * ((q * WORDS) >> 1);
-    swz = (r & 7) << 4;
+    const uint32_t dec_row = r * 128 + 4 * ((q * WORDS) >> 1), swz = (r & 7) << 4;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) off[c] = dec_row + ((c << 4) ^ swz);
   }
 
   // Ring slot `slot` -> decoded buffer `dec` (shared addresses).
   __device__ __forceinline__ void run(uint32_t slot, uint32_t dec) const {
     if (T * BM < THREADS && pipe_tid<PAIRED>() >= T * BM) return;
-    const uint32_t row = dec + dec_row;
     if constexpr (WORDS == 4) {
       // Words (t, wi) = (2h, 0), (2h, 1), (2h + 1, 0), (2h + 1, 1): chunk 4 wi + p takes pair p of (2h, wi) and of
       // (2h + 1, wi), side by side. One wi at a time keeps 8 decoded registers live, not 16.
@@ -370,7 +371,7 @@ struct ADecoder {
         decode_word<0>(wi ? x.y : x.x, s01, lo);
         decode_word<1>(wi ? x.w : x.z, s01, hi);
 #pragma unroll
-        for (int p = 0; p < 4; ++p) sts64(row + (((4 * wi + p) << 4) ^ swz), lo[p], hi[p]);
+        for (int p = 0; p < 4; ++p) sts64(dec + off[4 * wi + p], lo[p], hi[p]);
       }
     } else {
       // One scale column t: words (t, 0) and (t, 1), or the single word (t, q % 2).
@@ -389,7 +390,7 @@ struct ADecoder {
         uint32_t v[4];
         decode_word<0>(w[i], s0, v);
 #pragma unroll
-        for (int p = 0; p < 4; ++p) sts32(row + (((4 * wi + p) << 4) ^ swz), v[p]);
+        for (int p = 0; p < 4; ++p) sts32(dec + off[4 * wi + p], v[p]);
       }
     }
   }
