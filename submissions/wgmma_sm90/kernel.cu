@@ -345,11 +345,14 @@ struct ADecoder {
   static_assert(BM == 64 || BM == 96 || BM == 128, "A decode covers BM = 64, 96, 128");
   uint32_t raw, sf;                    // sf: the row's scale byte of this thread's first scale column
   uint32_t off[8];                     // chunk c's byte offset in a decoded buffer (through the swizzle)
+  bool idle;                           // a thread past T * BM: whole warps (T * BM is a multiple of 32)
 
   __device__ __forceinline__ void init(int m0) {
     const int tid = pipe_tid<PAIRED>();
     const int r = tid / T, q = tid % T;
     const int ra = (m0 & 127) + r;  // row within A's first atom
+    static_assert(T * BM % 32 == 0, "idle threads make whole warps");
+    idle = __shfl_sync(~0u, tid, 0) >= T * BM;  // read from lane 0: warp-uniform, a uniform branch
     raw = RAW_A + r * ROW_BYTES + q * 4 * WORDS;
     sf = RAW_SFA + (ra >> 7) * 512 + (ra & 31) * 16 + ((ra >> 5) & 3) * 4 + ((q * WORDS) >> 1);
     const uint32_t dec_row = r * 128 + 4 * ((q * WORDS) >> 1), swz = (r & 7) << 4;
@@ -359,7 +362,7 @@ struct ADecoder {
 
   // Ring slot `slot` -> decoded buffer `dec` (shared addresses).
   __device__ __forceinline__ void run(uint32_t slot, uint32_t dec) const {
-    if (T * BM < THREADS && pipe_tid<PAIRED>() >= T * BM) return;
+    if (T * BM < THREADS && idle) return;
     if constexpr (WORDS == 4) {
       // Words (t, wi) = (2h, 0), (2h, 1), (2h + 1, 0), (2h + 1, 1): chunk 4 wi + p takes pair p of (2h, wi) and of
       // (2h + 1, wi), side by side. One wi at a time keeps 8 decoded registers live, not 16.
@@ -450,30 +453,37 @@ struct Pipe {
 
   __device__ __forceinline__ uint32_t ring() const { return dec + DEC_BUFS * DEC_BYTES; }
 
-  // Issue step s's wgmma (fragments `cur`, decoded buffer `buf`), then prepare step s + 1 into `nxt` and the next
-  // buffer. Ordering, per step: this warpgroup's wgmma s - 1 is done (wgmma_wait<1>) before `nxt` is overwritten;
-  // buffer buf + 1 was last read by wgmma s - 2, which every warpgroup waited for before the previous barrier; step
-  // s + 1's raw bytes were waited for before that barrier too, and ring slot s (read while preparing step s) is
-  // free for step s + STAGES. STEADY: the caller knows that step s + 1 exists and step s + STAGES is to be loaded
-  // (the main loop), so neither is tested.
+  // Issue step s's wgmma (fragments `cur`, decoded buffer at `cur_buf`), then prepare step s + 1 (ring slot
+  // `next_slot`) into `nxt` and the decoded buffer at `next_buf`. Ordering, per step: this warpgroup's wgmma s - 1 is
+  // done (wgmma_wait<1>) before `nxt` is overwritten; next_buf was last read by wgmma s - 2, which every warpgroup
+  // waited for before the previous barrier; step s + 1's raw bytes were waited for before that barrier too, and ring
+  // slot s (`load_slot`, read while preparing step s) is free for step s + STAGES. STEADY: the caller knows that step
+  // s + 1 exists and step s + STAGES is to be loaded (the main loop), so neither is tested.
   template <bool STEADY>
-  __device__ __forceinline__ void iteration(int s, float (&acc)[BM / 2], const uint32_t (&cur)[4][4],
-                                            uint32_t (&nxt)[4][4]) {
-    mma_step<BM>(acc, cur, sw128_desc(dec + buf * DEC_BYTES));
+  __device__ __forceinline__ void step(int s, float (&acc)[BM / 2], const uint32_t (&cur)[4][4], uint32_t (&nxt)[4][4],
+                                       uint32_t cur_buf, uint32_t next_buf, uint32_t load_slot, uint32_t next_slot) {
+    mma_step<BM>(acc, cur, sw128_desc(cur_buf));
     if (!STEADY && s + 1 >= steps) return;
     wgmma_wait<1>();
     fence_regs(acc);
-    if (STEADY) ld.template load<BM>(ring() + (s % STAGES) * STAGE_BYTES);
+    if (STEADY) ld.template load<BM>(load_slot);
     cp_async_commit();
-    const uint32_t slot = ring() + ((s + 1) % STAGES) * STAGE_BYTES;
-    buf = buf == DEC_BUFS - 1 ? 0 : buf + 1;
 #ifndef WG_SKIP_DECODE
-    da.run(slot, dec + buf * DEC_BYTES);
-    db.run(slot, nxt);
+    da.run(next_slot, next_buf);
+    db.run(next_slot, nxt);
 #endif
     cp_async_wait<STAGES - 2>();  // this thread's copies for step s + 2 have landed
     fence_proxy_async();          // generic-proxy stores to the buffer, read next by wgmma (async proxy)
     pipe_sync<PAIRED>();
+  }
+
+  // step() with the addresses worked out from s and `buf` (the last steps).
+  __device__ __forceinline__ void iteration(int s, float (&acc)[BM / 2], const uint32_t (&cur)[4][4],
+                                            uint32_t (&nxt)[4][4]) {
+    const int next = buf == DEC_BUFS - 1 ? 0 : buf + 1;
+    step<false>(s, acc, cur, nxt, dec + buf * DEC_BYTES, dec + next * DEC_BYTES, ring() + (s % STAGES) * STAGE_BYTES,
+                ring() + ((s + 1) % STAGES) * STAGE_BYTES);
+    buf = next;
   }
 };
 
@@ -637,11 +647,32 @@ __device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
   pipe_sync<PAIRED>();
 
   wg_mark(1);
-  // The main loop (pairs of steps that both load a step ahead and have a successor), then the last steps.
+  // The main loop: pairs of steps that both load a step ahead and have a successor. Its addresses are carried from
+  // pair to pair (the decoded buffers of steps s, s + 1, s + 2 rotate; the ring slot r of step s advances two
+  // slots), not recomputed from s. With STAGES even, s % STAGES is even: step s + 1's slot is r's neighbour, unwrapped.
   int s = 0;
-  for (; s + 1 + STAGES < pipe.steps; s += 2) {
-    pipe.template iteration<true>(s, acc, fa, fb);
-    pipe.template iteration<true>(s + 1, acc, fb, fa);
+  {
+    uint32_t b0 = pipe.dec, b1 = pipe.dec + DEC_BYTES, b2 = pipe.dec + 2 * DEC_BYTES, r = pipe.ring();
+    for (; s + 1 + STAGES < pipe.steps; s += 2) {
+      const uint32_t end = pipe.ring() + STAGES * STAGE_BYTES;
+      uint32_t r1 = r + STAGE_BYTES, r2;
+      if constexpr (STAGES == 4) {
+        r2 = 2 * pipe.ring() + 2 * STAGE_BYTES - r;  // the other of slots 0 and 2
+      } else if constexpr (STAGES % 2 == 0) {
+        r2 = r1 + STAGE_BYTES == end ? pipe.ring() : r1 + STAGE_BYTES;
+      } else {
+        r1 = r1 == end ? pipe.ring() : r1;
+        r2 = r1 + STAGE_BYTES == end ? pipe.ring() : r1 + STAGE_BYTES;
+      }
+      pipe.template step<true>(s, acc, fa, fb, b0, b1, r, r1);
+      pipe.template step<true>(s + 1, acc, fb, fa, b1, b2, r1, r2);
+      const uint32_t t = b0;
+      b0 = b2;
+      b2 = b1;
+      b1 = t;
+      r = r2;
+    }
+    pipe.buf = s % DEC_BUFS;  // the buffer of step s
   }
   // At most one step is left to load (s + 1 + STAGES >= steps): step s + STAGES, queued now into ring slot s % STAGES
   // (free: step s was prepared before the last barrier) and committed with step s's group as in the main loop.
@@ -649,8 +680,8 @@ __device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
     pipe.ld.template load<BM>(pipe.ring() + (s % STAGES) * STAGE_BYTES, pipe_tid_again<PAIRED>());
   }
   for (; s < pipe.steps; s += 2) {
-    pipe.template iteration<false>(s, acc, fa, fb);
-    if (s + 1 < pipe.steps) pipe.template iteration<false>(s + 1, acc, fb, fa);
+    pipe.iteration(s, acc, fa, fb);
+    if (s + 1 < pipe.steps) pipe.iteration(s + 1, acc, fb, fa);
   }
   wgmma_wait<0>();
   fence_regs(acc);

@@ -124,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--source", type=Path, default=HERE / "kernel.cu", help="the .cu file (default: kernel.cu)")
     ap.add_argument("--cubin", type=Path, help="count this cubin instead of compiling")
     ap.add_argument("--dump", action="append", default=[], help="print the loop's SASS: 128, 128p, 96, ...")
-    args = ap.parse_args(argv)
+    args, unknown = ap.parse_known_args(argv)
+    args.defines += unknown
     with tempfile.TemporaryDirectory() as tmp:
         cubin = args.cubin
         if cubin is None:
