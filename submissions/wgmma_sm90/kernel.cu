@@ -152,10 +152,10 @@ __device__ __forceinline__ void decode_word(uint32_t x, uint32_t s2, uint32_t (&
   out[3] = hmul2_half<H>(prmt(odd, 0x3414), s2);
 }
 
-// Descriptor of a K-major operand with 128-byte swizzle: rows of 128 bytes, 8-row groups 1024 bytes apart.
+// Descriptor of a K-major operand with 128-byte swizzle: rows of 128 bytes, 8-row groups 1024 bytes apart. `addr` is
+// a shared-window address, below 2^18 (228 KB), so its 14-bit field needs no mask.
 __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (1ull << 16) | (static_cast<uint64_t>(1024 >> 4) << 32) |
-         (1ull << 62);
+  return static_cast<uint64_t>((addr >> 4) | (1u << 16)) | (static_cast<uint64_t>(1024 >> 4) << 32) | (1ull << 62);
 }
 
 __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], const uint32_t (&a)[4], uint64_t desc) {
