@@ -140,9 +140,10 @@ __device__ __forceinline__ uint32_t high_bytes(uint32_t w) { return (w & 0x80808
 
 // A 32-bit word of e2m1 nibbles n0..n7 (n0 in bits 3..0) -> four f16x2 registers, (n0, n4), (n2, n6), (n1, n5),
 // (n3, n7), each times half H of s2 (both halves of each pair): one prmt places two pattern bytes as the high bytes
-// of a pair. With that half the scale, every product is value * scale * 2^-14, exact in fp16 (at most 6 significant bits, a multiple of 2^-24); the epilogue
-// multiplies the fp32 sum by 2^28. A and B decode the same bytes with the same function, so the nibble order is
-// one K permutation shared by both operands.
+// of a pair. With that half the scale, every product is value * scale * 2^-14, exact in fp16 (at most 6 significant
+// bits, a multiple of 2^-24); the epilogue multiplies the fp32 sum by 2^28. A and B decode the same bytes with the
+// same function, so the nibble order is one K permutation shared by both operands. tests/variants/
+// test_wgmma_sm90_decode.py emulates this bit for bit and mirrors these lines: change both together.
 template <int H>
 __device__ __forceinline__ void decode_word(uint32_t x, uint32_t s2, uint32_t (&out)[4]) {
   const uint32_t even = high_bytes(x << 4), odd = high_bytes(x);

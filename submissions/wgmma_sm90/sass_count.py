@@ -17,7 +17,7 @@ then a loop over the last steps), the main loop is the one that queues copies (L
 the others are listed as ``tail`` rows (they run at most a few steps per tile). Usage::
 
     python sass_count.py                       # the table
-    python sass_count.py -DWG_STAGES=3         # with extra nvcc defines
+    python sass_count.py -DWG_SKIP_DECODE      # with extra nvcc arguments
     python sass_count.py --dump 128p           # also print that main loop's SASS (128, 128p, 96, ..., 128-tail)
     python sass_count.py --cubin file.cubin    # count an existing cubin
 """
@@ -118,8 +118,8 @@ def loops(ins: list[tuple[int, str]]) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("defines", nargs="*", help="extra nvcc arguments, e.g. -DWG_STAGES=3")
     ap.add_argument("--source", type=Path, default=HERE / "kernel.cu", help="the .cu file (default: kernel.cu)")
     ap.add_argument("--cubin", type=Path, help="count this cubin instead of compiling")
