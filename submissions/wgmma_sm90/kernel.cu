@@ -104,17 +104,26 @@ __device__ __forceinline__ void fence_regs(float (&d)[R]) {
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-__device__ __forceinline__ uint32_t hmul2(uint32_t a, uint32_t b) {
+// a * (the low (H = 0) or high (H = 1) half of s, in both halves): the half is broadcast by the multiply's operand
+// selector (HMUL2 R, R, R.H0_H0 / .H1_H1), no instruction of its own.
+template <int H>
+__device__ __forceinline__ uint32_t hmul2_half(uint32_t a, uint32_t s) {
   uint32_t d;
-  asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  if constexpr (H == 0) {
+    asm("{\n.reg .b16 l, h;\n.reg .b32 t;\nmov.b32 {l, h}, %2;\nmov.b32 t, {l, l};\nmul.rn.f16x2 %0, %1, t;\n}\n"
+        : "=r"(d) : "r"(a), "r"(s));
+  } else {
+    asm("{\n.reg .b16 l, h;\n.reg .b32 t;\nmov.b32 {l, h}, %2;\nmov.b32 t, {h, h};\nmul.rn.f16x2 %0, %1, t;\n}\n"
+        : "=r"(d) : "r"(a), "r"(s));
+  }
   return d;
 }
 
-// One e4m3fn scale (low byte of `code`) as an f16x2 pair (s, s); exact (e4m3fn values are fp16 values).
-__device__ __forceinline__ uint32_t scale_pair(uint32_t code) {
-  const uint16_t two = static_cast<uint16_t>((code & 0xFF) * 0x101);
+// Two e4m3fn scales (the low two bytes of `code`, low byte first) as an f16x2 (s0, s1); exact (e4m3fn values are
+// fp16 values). A zero high byte gives s1 = 0, unused.
+__device__ __forceinline__ uint32_t scales_f16x2(uint32_t code) {
   uint32_t h;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(two));
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(static_cast<uint16_t>(code)));
   return h;
 }
 
@@ -130,22 +139,24 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t sel) {
 __device__ __forceinline__ uint32_t high_bytes(uint32_t w) { return (w & 0x80808080u) | ((w >> 3) & 0x0E0E0E0Eu); }
 
 // A 32-bit word of e2m1 nibbles n0..n7 (n0 in bits 3..0) -> four f16x2 registers, (n0, n4), (n2, n6), (n1, n5),
-// (n3, n7), each times s2: one prmt places two pattern bytes as the high bytes of a pair. With s2 = the scale, every
-// product is value * scale * 2^-14, exact in fp16 (at most 6 significant bits, a multiple of 2^-24); the epilogue
-// multiplies the fp32 sum by 2^28. A and B decode the same bytes with the same function, so the nibble order is
-// one K permutation shared by both operands.
+// (n3, n7), each times half H of s2 (both halves of each pair): one prmt places two pattern bytes as the high bytes
+// of a pair. With that half the scale, every product is value * scale * 2^-14, exact in fp16 (at most 6 significant
+// bits, a multiple of 2^-24); the epilogue multiplies the fp32 sum by 2^28. A and B decode the same bytes with the
+// same function, so the nibble order is one K permutation shared by both operands. tests/variants/
+// test_wgmma_sm90_decode.py emulates this bit for bit and mirrors these lines: change both together.
+template <int H>
 __device__ __forceinline__ void decode_word(uint32_t x, uint32_t s2, uint32_t (&out)[4]) {
   const uint32_t even = high_bytes(x << 4), odd = high_bytes(x);
-  out[0] = hmul2(prmt(even, 0x2404), s2);
-  out[1] = hmul2(prmt(even, 0x3414), s2);
-  out[2] = hmul2(prmt(odd, 0x2404), s2);
-  out[3] = hmul2(prmt(odd, 0x3414), s2);
+  out[0] = hmul2_half<H>(prmt(even, 0x2404), s2);
+  out[1] = hmul2_half<H>(prmt(even, 0x3414), s2);
+  out[2] = hmul2_half<H>(prmt(odd, 0x2404), s2);
+  out[3] = hmul2_half<H>(prmt(odd, 0x3414), s2);
 }
 
-// Descriptor of a K-major operand with 128-byte swizzle: rows of 128 bytes, 8-row groups 1024 bytes apart.
+// Descriptor of a K-major operand with 128-byte swizzle: rows of 128 bytes, 8-row groups 1024 bytes apart. `addr` is
+// a shared-window address, below 2^18 (228 KB), so its 14-bit field needs no mask.
 __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (1ull << 16) | (static_cast<uint64_t>(1024 >> 4) << 32) |
-         (1ull << 62);
+  return static_cast<uint64_t>((addr >> 4) | (1u << 16)) | (static_cast<uint64_t>(1024 >> 4) << 32) | (1ull << 62);
 }
 
 __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], const uint32_t (&a)[4], uint64_t desc) {
@@ -226,6 +237,15 @@ __device__ __forceinline__ int pipe_tid() {
   return PAIRED ? threadIdx.x % THREADS : threadIdx.x;
 }
 
+// pipe_tid from a fresh read of %tid.x (asm volatile, so not merged with earlier reads): what is derived from it after
+// the main loop is recomputed there instead of held in registers across the loop (where it was spilled).
+template <bool PAIRED>
+__device__ __forceinline__ int pipe_tid_again() {
+  uint32_t t;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
+  return PAIRED ? t % THREADS : t;
+}
+
 // A barrier over this thread's pipeline only (in a paired CTA, named barrier 1 or 2 of THREADS threads: the two
 // pipelines run unsynchronised).
 template <bool PAIRED>
@@ -302,10 +322,9 @@ struct Loader {
     }
   }
 
-  // Queue the next K step (steps are loaded in order) into the ring slot at shared address `slot`.
+  // Queue the next K step (steps are loaded in order) into the ring slot at shared address `slot`; tid: pipe_tid.
   template <int BM>
-  __device__ __forceinline__ void load(uint32_t slot) {
-    const int tid = pipe_tid<PAIRED>();
+  __device__ __forceinline__ void load(uint32_t slot, int tid = pipe_tid<PAIRED>()) {
     const uint32_t dst = slot + 16 * tid;
     cp_async16(dst + RAW_B, b_src, 16, 1);
     cp_async16(dst + RAW_A, a_src, a_bytes, tid < 2 * BM);
@@ -325,39 +344,42 @@ struct ADecoder {
   static constexpr int T = THREADS / (BM > 64 ? 128 : 64);
   static constexpr int WORDS = 8 / T;  // 4, 2 or 1
   static_assert(BM == 64 || BM == 96 || BM == 128, "A decode covers BM = 64, 96, 128");
-  uint32_t raw, sf, dec_row, swz;      // sf: the row's scale byte of this thread's first scale column
+  uint32_t raw, sf;                    // sf: the row's scale byte of this thread's first scale column
+  uint32_t off[8];                     // chunk c's byte offset in a decoded buffer (through the swizzle)
+  bool idle;                           // a thread past T * BM: whole warps (T * BM is a multiple of 32)
 
   __device__ __forceinline__ void init(int m0) {
     const int tid = pipe_tid<PAIRED>();
     const int r = tid / T, q = tid % T;
     const int ra = (m0 & 127) + r;  // row within A's first atom
+    static_assert(T * BM % 32 == 0, "idle threads make whole warps");
+    idle = __shfl_sync(~0u, tid, 0) >= T * BM;  // read from lane 0: warp-uniform, a uniform branch
     raw = RAW_A + r * ROW_BYTES + q * 4 * WORDS;
     sf = RAW_SFA + (ra >> 7) * 512 + (ra & 31) * 16 + ((ra >> 5) & 3) * 4 + ((q * WORDS) >> 1);
-    dec_row = r * 128 + 4 * ((q * WORDS) >> 1);
-    swz = (r & 7) << 4;
+    const uint32_t dec_row = r * 128 + 4 * ((q * WORDS) >> 1), swz = (r & 7) << 4;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) off[c] = dec_row + ((c << 4) ^ swz);
   }
 
   // Ring slot `slot` -> decoded buffer `dec` (shared addresses).
   __device__ __forceinline__ void run(uint32_t slot, uint32_t dec) const {
-    if (T * BM < THREADS && pipe_tid<PAIRED>() >= T * BM) return;
-    const uint32_t row = dec + dec_row;
+    if (T * BM < THREADS && idle) return;
     if constexpr (WORDS == 4) {
       // Words (t, wi) = (2h, 0), (2h, 1), (2h + 1, 0), (2h + 1, 1): chunk 4 wi + p takes pair p of (2h, wi) and of
       // (2h + 1, wi), side by side. One wi at a time keeps 8 decoded registers live, not 16.
       const uint4 x = lds128(slot + raw);
-      const uint32_t sc = lds16(slot + sf);
-      const uint32_t s0 = scale_pair(sc), s1 = scale_pair(sc >> 8);
+      const uint32_t s01 = scales_f16x2(lds16(slot + sf));  // scale columns 2h and 2h + 1
 #pragma unroll
       for (int wi = 0; wi < 2; ++wi) {
         uint32_t lo[4], hi[4];
-        decode_word(wi ? x.y : x.x, s0, lo);
-        decode_word(wi ? x.w : x.z, s1, hi);
+        decode_word<0>(wi ? x.y : x.x, s01, lo);
+        decode_word<1>(wi ? x.w : x.z, s01, hi);
 #pragma unroll
-        for (int p = 0; p < 4; ++p) sts64(row + (((4 * wi + p) << 4) ^ swz), lo[p], hi[p]);
+        for (int p = 0; p < 4; ++p) sts64(dec + off[4 * wi + p], lo[p], hi[p]);
       }
     } else {
       // One scale column t: words (t, 0) and (t, 1), or the single word (t, q % 2).
-      const uint32_t s0 = scale_pair(lds8(slot + sf));
+      const uint32_t s0 = scales_f16x2(lds8(slot + sf));
       uint32_t w[WORDS];
       if constexpr (WORDS == 2) {
         const uint2 x = lds64(slot + raw);
@@ -370,9 +392,9 @@ struct ADecoder {
       for (int i = 0; i < WORDS; ++i) {
         const int wi = WORDS == 2 ? i : (pipe_tid<PAIRED>() % T) & 1;
         uint32_t v[4];
-        decode_word(w[i], s0, v);
+        decode_word<0>(w[i], s0, v);
 #pragma unroll
-        for (int p = 0; p < 4; ++p) sts32(row + (((4 * wi + p) << 4) ^ swz), v[p]);
+        for (int p = 0; p < 4; ++p) sts32(dec + off[4 * wi + p], v[p]);
       }
     }
   }
@@ -393,9 +415,9 @@ struct BDecoder {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const uint2 q = lds64(slot + raw + 256 * i);
-      const uint32_t s = scale_pair(lds8(slot + sf + 128 * i));
-      decode_word(q.x, s, v[i][0]);
-      decode_word(q.y, s, v[i][1]);
+      const uint32_t s = scales_f16x2(lds8(slot + sf + 128 * i));
+      decode_word<0>(q.x, s, v[i][0]);
+      decode_word<0>(q.y, s, v[i][1]);
     }
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -432,28 +454,37 @@ struct Pipe {
 
   __device__ __forceinline__ uint32_t ring() const { return dec + DEC_BUFS * DEC_BYTES; }
 
-  // Issue step s's wgmma (fragments `cur`, decoded buffer `buf`), then prepare step s + 1 into `nxt` and the next
-  // buffer. Ordering, per step: this warpgroup's wgmma s - 1 is done (wgmma_wait<1>) before `nxt` is overwritten;
-  // buffer buf + 1 was last read by wgmma s - 2, which every warpgroup waited for before the previous barrier; step
-  // s + 1's raw bytes were waited for before that barrier too, and ring slot s (read while preparing step s) is
-  // free for step s + STAGES.
-  __device__ __forceinline__ void iteration(int s, float (&acc)[BM / 2], const uint32_t (&cur)[4][4],
-                                            uint32_t (&nxt)[4][4]) {
-    mma_step<BM>(acc, cur, sw128_desc(dec + buf * DEC_BYTES));
-    if (s + 1 >= steps) return;
+  // Issue step s's wgmma (fragments `cur`, decoded buffer at `cur_buf`), then prepare step s + 1 (ring slot
+  // `next_slot`) into `nxt` and the decoded buffer at `next_buf`. Ordering, per step: this warpgroup's wgmma s - 1 is
+  // done (wgmma_wait<1>) before `nxt` is overwritten; next_buf was last read by wgmma s - 2, which every warpgroup
+  // waited for before the previous barrier; step s + 1's raw bytes were waited for before that barrier too, and ring
+  // slot s (`load_slot`, read while preparing step s) is free for step s + STAGES. STEADY: the caller knows that step
+  // s + 1 exists and step s + STAGES is to be loaded (the main loop), so neither is tested.
+  template <bool STEADY>
+  __device__ __forceinline__ void step(int s, float (&acc)[BM / 2], const uint32_t (&cur)[4][4], uint32_t (&nxt)[4][4],
+                                       uint32_t cur_buf, uint32_t next_buf, uint32_t load_slot, uint32_t next_slot) {
+    mma_step<BM>(acc, cur, sw128_desc(cur_buf));
+    if (!STEADY && s + 1 >= steps) return;
     wgmma_wait<1>();
     fence_regs(acc);
-    if (s + STAGES < steps) ld.template load<BM>(ring() + (s % STAGES) * STAGE_BYTES);
+    if (STEADY) ld.template load<BM>(load_slot);
     cp_async_commit();
-    const uint32_t slot = ring() + ((s + 1) % STAGES) * STAGE_BYTES;
-    buf = buf == DEC_BUFS - 1 ? 0 : buf + 1;
 #ifndef WG_SKIP_DECODE
-    da.run(slot, dec + buf * DEC_BYTES);
-    db.run(slot, nxt);
+    da.run(next_slot, next_buf);
+    db.run(next_slot, nxt);
 #endif
     cp_async_wait<STAGES - 2>();  // this thread's copies for step s + 2 have landed
     fence_proxy_async();          // generic-proxy stores to the buffer, read next by wgmma (async proxy)
     pipe_sync<PAIRED>();
+  }
+
+  // step() with the addresses worked out from s and `buf` (the last steps).
+  __device__ __forceinline__ void iteration(int s, float (&acc)[BM / 2], const uint32_t (&cur)[4][4],
+                                            uint32_t (&nxt)[4][4]) {
+    const int next = buf == DEC_BUFS - 1 ? 0 : buf + 1;
+    step<false>(s, acc, cur, nxt, dec + buf * DEC_BYTES, dec + next * DEC_BYTES, ring() + (s % STAGES) * STAGE_BYTES,
+                ring() + ((s + 1) % STAGES) * STAGE_BYTES);
+    buf = next;
   }
 };
 
@@ -533,9 +564,8 @@ constexpr int STAGE_ROW = 2 * BN + 16;
 static_assert(BM_MAX * STAGE_ROW <= DEC_BUFS * DEC_BYTES, "the C tile fits in the decoded buffers");
 
 template <int BM, bool PAIRED>
-__device__ __forceinline__ void store_tile(const Tile& t, const float (&acc)[BM / 2], uint32_t stage, int wg,
-                                           int warp) {
-  const int tid = pipe_tid<PAIRED>(), lane = tid & 31;
+__device__ __forceinline__ void store_tile(const Tile& t, const float (&acc)[BM / 2], uint32_t stage) {
+  const int tid = pipe_tid_again<PAIRED>(), lane = tid & 31, wg = tid >> 7, warp = (tid >> 5) & 3;
   const float out_scale = 268435456.f;  // 2^28: undoes the two operands' 2^-14
   pipe_sync<PAIRED>();                  // every warpgroup's wgmmas are done: the decoded buffers are free
   {
@@ -583,8 +613,7 @@ __device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
   // The pipeline (warp-uniform; read through a shuffle so the compiler keeps addresses built from it uniform).
   const int half = PAIRED ? __shfl_sync(~0u, static_cast<int>(threadIdx.x) / THREADS, 0) : 0;
   const int tid = pipe_tid<PAIRED>();
-  const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
-  const int r0 = 64 * wg + 16 * warp + (lane >> 2), tq = lane & 3;
+  const int r0 = (tid >> 5) * 16 + ((tid & 31) >> 2), tq = tid & 3;  // 64 * wg + 16 * warp + lane / 4
   Pipe<BM, PAIRED> pipe;
   {
     Tile t = tile_of(p);
@@ -619,7 +648,39 @@ __device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
   pipe_sync<PAIRED>();
 
   wg_mark(1);
-  for (int s = 0; s < pipe.steps; s += 2) {
+  // The main loop: pairs of steps that both load a step ahead and have a successor. Its addresses are carried from
+  // pair to pair (the decoded buffers of steps s, s + 1, s + 2 rotate; the ring slot r of step s advances two
+  // slots), not recomputed from s. With STAGES even, s % STAGES is even: step s + 1's slot is r's neighbour, unwrapped.
+  int s = 0;
+  {
+    uint32_t b0 = pipe.dec, b1 = pipe.dec + DEC_BYTES, b2 = pipe.dec + 2 * DEC_BYTES, r = pipe.ring();
+    for (; s + 1 + STAGES < pipe.steps; s += 2) {
+      const uint32_t end = pipe.ring() + STAGES * STAGE_BYTES;
+      uint32_t r1 = r + STAGE_BYTES, r2;
+      if constexpr (STAGES == 4) {
+        r2 = 2 * pipe.ring() + 2 * STAGE_BYTES - r;  // the other of slots 0 and 2
+      } else if constexpr (STAGES % 2 == 0) {
+        r2 = r1 + STAGE_BYTES == end ? pipe.ring() : r1 + STAGE_BYTES;
+      } else {
+        r1 = r1 == end ? pipe.ring() : r1;
+        r2 = r1 + STAGE_BYTES == end ? pipe.ring() : r1 + STAGE_BYTES;
+      }
+      pipe.template step<true>(s, acc, fa, fb, b0, b1, r, r1);
+      pipe.template step<true>(s + 1, acc, fb, fa, b1, b2, r1, r2);
+      const uint32_t t = b0;
+      b0 = b2;
+      b2 = b1;
+      b1 = t;
+      r = r2;
+    }
+    pipe.buf = s % DEC_BUFS;  // the buffer of step s
+  }
+  // At most one step is left to load (s + 1 + STAGES >= steps): step s + STAGES, queued now into ring slot s % STAGES
+  // (free: step s was prepared before the last barrier) and committed with step s's group as in the main loop.
+  if (s + STAGES < pipe.steps) {
+    pipe.ld.template load<BM>(pipe.ring() + (s % STAGES) * STAGE_BYTES, pipe_tid_again<PAIRED>());
+  }
+  for (; s < pipe.steps; s += 2) {
     pipe.iteration(s, acc, fa, fb);
     if (s + 1 < pipe.steps) pipe.iteration(s + 1, acc, fb, fa);
   }
@@ -643,7 +704,7 @@ __device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
   const Tile t = tile_of(p);
   if (t.ws != nullptr && !split_k_last<BM>(t, acc)) return;
 
-  store_tile<BM, PAIRED>(t, acc, pipe.dec, wg, warp);
+  store_tile<BM, PAIRED>(t, acc, pipe.dec);
   wg_mark(3);
 }
 

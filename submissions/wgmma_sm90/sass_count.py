@@ -1,0 +1,160 @@
+"""Count the SASS instructions of kernel.cu's main K loop, per run_tile<BM, PAIRED> instantiation (no GPU needed).
+
+Compiles kernel.cu with the variant's nvcc flags (wgmma_sm90_host.NVCC_FLAGS, plus --define / -D extras), disassembles
+the cubin with cuobjdump and finds each main loop: a backward branch whose range [target, branch] holds HGMMA
+instructions. The loop is unrolled by two (``for s += 2``, fa/fb swapped), so the per-step figures are halves:
+
+- ``static``: every instruction from the loop head to its back-branch, inclusive, including the blocks only the last
+  steps run (the early exit, the skipped load) and NOPs; / 2.
+- ``path``: the instructions one steady-state step issues: walk from the head, every predicated forward branch not
+  taken (so the load is issued and the loop goes on; at BM = 96 the thread decodes A), unconditional branches
+  followed, NOPs left out; / 2.
+- ``nop``: NOPs in the static range.
+
+The instantiation is told by the HGMMA shape (64xBMx16) and, for PAIRED, by the named barriers (BAR.SYNC 0x1 / 0x2)
+in the loop. When an instantiation has more than one such loop (a steady-state main loop without the per-step tests,
+then a loop over the last steps), the main loop is the one that queues copies (LDGSTS), with the fewest branches;
+the others are listed as ``tail`` rows (they run at most a few steps per tile). Usage::
+
+    python sass_count.py                       # the table
+    python sass_count.py -DWG_SKIP_DECODE      # with extra nvcc arguments
+    python sass_count.py --dump 128p           # also print that main loop's SASS (128, 128p, 96, ..., 128-tail)
+    python sass_count.py --cubin file.cubin    # count an existing cubin
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+LINE = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+BRA = re.compile(r"^(@!?U?P[T0-9]+\s+)?BRA\s+(?:`\(\.L_x_\d+\)|0x([0-9a-f]+))")
+
+
+def find_tool(name: str) -> str:
+    """cuobjdump on PATH, under $CUDA_HOME, or the copy that ships with triton."""
+    found = shutil.which(name)
+    if found:
+        return found
+    for root in (os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"):
+        if root and (Path(root) / "bin" / name).is_file():
+            return str(Path(root) / "bin" / name)
+    try:
+        import triton  # noqa: PLC0415
+
+        cand = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name
+        if cand.is_file():
+            return str(cand)
+    except ImportError:
+        pass
+    raise SystemExit(f"sass_count: {name} not found (PATH, $CUDA_HOME, triton's bin)")
+
+
+def compile_cubin(out: Path, extra: list[str], source: Path) -> None:
+    sys.path.insert(0, str(HERE))
+    flags = ("-cubin", "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-lineinfo")
+    try:
+        import wgmma_sm90_host  # noqa: PLC0415  (needs torch and the repository root on sys.path)
+
+        flags = wgmma_sm90_host.NVCC_FLAGS
+    except Exception:  # noqa: BLE001  (flags as of writing; torch-free use)
+        pass
+    cmd = ["nvcc", *flags, *extra, "-o", str(out), str(source)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"nvcc failed: {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
+
+
+def parse(sass: str) -> list[tuple[int, str]]:
+    out = []
+    for line in sass.splitlines():
+        m = LINE.match(line)
+        if m:
+            out.append((int(m.group(1), 16), m.group(2)))
+    return out
+
+
+def loops(ins: list[tuple[int, str]]) -> list[dict]:
+    idx = {a: i for i, (a, _) in enumerate(ins)}
+    found = []
+    for i, (addr, text) in enumerate(ins):
+        m = BRA.match(text)
+        if not m or m.group(2) is None:
+            continue
+        target = int(m.group(2), 16)
+        if target >= addr or target not in idx:
+            continue
+        body = ins[idx[target]:i + 1]
+        shapes = {re.search(r"HGMMA\.64x(\d+)x16", t).group(1) for _, t in body if "HGMMA" in t}
+        if not shapes:
+            continue
+        assert len(shapes) == 1, shapes
+        paired = any(re.search(r"BAR\.SYNC\.DEFER_BLOCKING 0x[12],", t) for _, t in body)
+        # steady-state path: forward predicated branches not taken, unconditional ones followed
+        path, j, end = 0, idx[target], i
+        seen = set()
+        while j <= end and j not in seen:
+            seen.add(j)
+            a, t = ins[j]
+            bm = BRA.match(t)
+            if not t.startswith("NOP"):
+                path += 1
+            if j == end:
+                break
+            if bm and bm.group(1) is None and bm.group(2):
+                j = idx[int(bm.group(2), 16)]
+                continue
+            j += 1
+        found.append({"bm": int(shapes.pop()), "paired": paired, "head": target, "end": addr,
+                      "static": len(body), "nop": sum(t.startswith("NOP") for _, t in body), "path": path,
+                      "body": body})
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("defines", nargs="*", help="extra nvcc arguments, e.g. -DWG_STAGES=3")
+    ap.add_argument("--source", type=Path, default=HERE / "kernel.cu", help="the .cu file (default: kernel.cu)")
+    ap.add_argument("--cubin", type=Path, help="count this cubin instead of compiling")
+    ap.add_argument("--dump", action="append", default=[], help="print the loop's SASS: 128, 128p, 96, ...")
+    args, unknown = ap.parse_known_args(argv)
+    args.defines += unknown
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = args.cubin
+        if cubin is None:
+            cubin = Path(tmp) / "k.cubin"
+            compile_cubin(cubin, args.defines, args.source)
+        sass = subprocess.run([find_tool("cuobjdump"), "-sass", str(cubin)], capture_output=True, text=True,
+                              check=True).stdout
+    found = loops(parse(sass))
+    for lp in found:
+        lp["branches"] = sum(bool(BRA.match(t)) for _, t in lp["body"])
+        lp["copies"] = any("LDGSTS" in t for _, t in lp["body"])
+    found.sort(key=lambda l: (-l["bm"], l["paired"], not l["copies"], l["branches"], l["head"]))
+    print(f"{'run_tile':<18} {'loop':<5} {'static/2':>8} {'path/2':>7} {'nop':>4}  addresses")
+    seen = set()
+    for lp in found:
+        key = (lp["bm"], lp["paired"])
+        lp["role"] = "tail" if key in seen else "main"
+        seen.add(key)
+        name = f"<{lp['bm']}, {'true' if lp['paired'] else 'false'}>"
+        print(f"{name:<18} {lp['role']:<5} {lp['static'] / 2:>8g} {lp['path'] / 2:>7g} {lp['nop']:>4}  "
+              f"{lp['head']:#x}..{lp['end']:#x}")
+    for key in args.dump:
+        for lp in found:
+            if f"{lp['bm']}{'p' if lp['paired'] else ''}{'' if lp['role'] == 'main' else '-tail'}" == key:
+                print(f"\n# run_tile<{lp['bm']}, {lp['paired']}> loop")
+                for a, t in lp["body"]:
+                    print(f"  {a:#07x}  {t}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

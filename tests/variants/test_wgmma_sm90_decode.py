@@ -1,0 +1,231 @@
+"""submissions/wgmma_sm90 kernel.cu's register decode, emulated on the CPU bit for bit (numpy, torch for e4m3fn).
+
+- decode_word: every byte value in every byte position of a word, times every finite e4m3fn scale taken from either
+  half of the f16x2 that scales_f16x2 makes (cvt.rn.f16x2.e4m3x2: low byte -> low half), gives the fp16 pattern of
+  e2m1 value x scale x 2^-14, exactly (the product is an fp16 value), with nibbles (n0, n4), (n2, n6), (n1, n5),
+  (n3, n7) in the four f16x2 results.
+- The K permutation: A's writer (ADecoder, both word splits) places each decoded pair at the logical K that B's
+  wgmma fragment (BDecoder) holds at the same slice and position, through the 128-byte swizzle, for every A row, and
+  every half is scaled by the scale of its own 16-value K block.
+
+The emulation mirrors kernel.cu's code; the test also checks that kernel.cu still has the lines it mirrors.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from ._load import variant_dir
+
+KERNEL = (variant_dir("wgmma_sm90") / "kernel.cu").read_text()
+
+#: e2m1 magnitudes by code (sign-magnitude: bit 3 is the sign).
+E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+
+
+def e2m1_value(nibble: np.ndarray) -> np.ndarray:
+    mag = E2M1[nibble & 7]
+    return np.where(nibble & 8, -mag, mag)
+
+
+def e4m3_to_f16(codes: np.ndarray) -> np.ndarray:
+    """uint8 e4m3fn codes -> float16 (exact: every e4m3fn value is an fp16 value)."""
+    t = torch.from_numpy(codes.astype(np.uint8)).view(torch.float8_e4m3fn)
+    return t.to(torch.float16).numpy()
+
+
+# --- the kernel's operations, on uint32 arrays -------------------------------------------------------------------
+
+def high_bytes(w: np.ndarray) -> np.ndarray:
+    return (w & np.uint32(0x80808080)) | ((w >> np.uint32(3)) & np.uint32(0x0E0E0E0E))
+
+
+def prmt0(a: np.ndarray, sel: int) -> np.ndarray:
+    """prmt.b32 d, a, 0, sel (default mode): byte i of d is byte (sel >> 4i) & 7 of {0:a}, or its sign replicated
+    when bit 3 of that selector nibble is set."""
+    src = [(a >> np.uint32(8 * i)) & np.uint32(0xFF) for i in range(4)] + [np.zeros_like(a)] * 4
+    out = np.zeros_like(a)
+    for i in range(4):
+        n = (sel >> (4 * i)) & 0xF
+        byte = src[n & 7]
+        if n & 8:
+            byte = np.where(byte & np.uint32(0x80), np.uint32(0xFF), np.uint32(0))
+        out |= byte << np.uint32(8 * i)
+    return out
+
+
+def as_f16x2(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """uint32 -> (low half, high half) as float16."""
+    return ((w & np.uint32(0xFFFF)).astype(np.uint16).view(np.float16),
+            (w >> np.uint32(16)).astype(np.uint16).view(np.float16))
+
+
+def scales_f16x2(code16: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """cvt.rn.f16x2.e4m3x2 of the low 16 bits: (low half from the low byte, high half from the high byte)."""
+    return e4m3_to_f16(code16 & 0xFF), e4m3_to_f16((code16 >> 8) & 0xFF)
+
+
+def hmul2_half(a: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """mul.rn.f16x2 of a by (s, s): fp16 x fp16 is exact in float32, so numpy's float16 product rounds once."""
+    lo, hi = as_f16x2(a)
+    return ((lo.astype(np.float32) * s.astype(np.float32)).astype(np.float16),
+            (hi.astype(np.float32) * s.astype(np.float32)).astype(np.float16))
+
+
+PRMT_SELECTORS = (0x2404, 0x3414)
+
+
+def decode_word(x: np.ndarray, s: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """kernel.cu decode_word with the scale half already chosen: four (low half, high half) pairs."""
+    even, odd = high_bytes(x << np.uint32(4)), high_bytes(x)
+    return [hmul2_half(prmt0(src, sel), s) for src in (even, odd) for sel in PRMT_SELECTORS]
+
+
+#: Nibble n_i of a word (bits 4i..4i+3) -> (result p, half) as kernel.cu's comment states.
+NIBBLE_PLACE = {0: (0, 0), 4: (0, 1), 2: (1, 0), 6: (1, 1), 1: (2, 0), 5: (2, 1), 3: (3, 0), 7: (3, 1)}
+
+
+def test_kernel_cu_has_the_mirrored_decode():
+    assert "return (w & 0x80808080u) | ((w >> 3) & 0x0E0E0E0Eu);" in KERNEL
+    body = re.search(r"void decode_word\(uint32_t x, uint32_t s2, uint32_t \(&out\)\[4\]\) \{(.*?)\n\}", KERNEL,
+                     re.S).group(1)
+    assert "const uint32_t even = high_bytes(x << 4), odd = high_bytes(x);" in body
+    assert re.findall(r"out\[(\d)\] = hmul2_half<H>\(prmt\((even|odd), (0x[0-9a-f]+)\), s2\);", body) == [
+        ("0", "even", "0x2404"), ("1", "even", "0x3414"), ("2", "odd", "0x2404"), ("3", "odd", "0x3414")]
+    assert 'asm("cvt.rn.f16x2.e4m3x2 %0, %1;\\n" : "=r"(h) : "h"(static_cast<uint16_t>(code)));' in KERNEL
+    assert "mov.b32 {l, h}, %2;\\nmov.b32 t, {l, l};" in KERNEL and "mov.b32 {l, h}, %2;\\nmov.b32 t, {h, h};" in KERNEL
+
+
+def test_prmt_emulation_places_bytes_as_documented():
+    a = np.array([0x44332211], dtype=np.uint32)
+    assert prmt0(a, 0x2404)[0] == 0x33001100 and prmt0(a, 0x3414)[0] == 0x44002200
+    assert prmt0(np.array([0x80], dtype=np.uint32), 0x4448)[0] == 0xFF  # sign mode, for completeness
+
+
+def test_scales_f16x2_low_byte_is_low_half():
+    lo, hi = scales_f16x2(np.array([0x3840], dtype=np.uint32))  # e4m3 0x40 = 2.0, 0x38 = 1.0
+    assert (float(lo[0]), float(hi[0])) == (2.0, 1.0)
+
+
+@pytest.mark.parametrize("half", [0, 1])
+def test_decode_word_is_value_times_scale_times_2_pow_minus_14_exactly(half):
+    # every byte value in every position (b * 0x01010101), and random words; every finite e4m3fn code, as the
+    # chosen half of a scale pair whose other half is a different code
+    rng = np.random.default_rng(0)
+    words = np.concatenate([np.arange(256, dtype=np.uint32) * np.uint32(0x01010101),
+                            rng.integers(0, 2**32, 256, dtype=np.uint64).astype(np.uint32)])
+    codes = np.array([c for c in range(256) if c & 0x7F != 0x7F], dtype=np.uint32)  # 0x7F, 0xFF: NaN
+    w, c = np.meshgrid(words, codes, indexing="ij")
+    w, c = w.ravel(), c.ravel()
+    other = (c * np.uint32(37) + np.uint32(11)) & np.uint32(0x7E)
+    code16 = (c | (other << np.uint32(8))) if half == 0 else (other | (c << np.uint32(8)))
+    s = scales_f16x2(code16)[half]
+    out = decode_word(w, s)
+    scale = e4m3_to_f16(c).astype(np.float64)
+    for i in range(8):
+        nib = (w >> np.uint32(4 * i)) & np.uint32(0xF)
+        exact = e2m1_value(nib) * scale * 2.0**-14
+        want = exact.astype(np.float16)
+        assert np.array_equal(want.astype(np.float64), exact), "the product is an fp16 value"
+        p, h = NIBBLE_PLACE[i]
+        got = out[p][h]
+        # bit patterns (so -0 and +0 are told apart)
+        assert np.array_equal(got.view(np.uint16), want.view(np.uint16)), (i, p, h)
+
+
+# --- the K permutation shared by A (shared memory, swizzled) and B (wgmma register fragments) ----------------------
+
+def symbolic_decode_word(word_nibbles: list) -> list[tuple]:
+    """decode_word on labels: which nibble lands in each (result, half), derived by running the bit emulation on
+    words with one nonzero nibble (code 2, value 1.0) and unit scale."""
+    out = [[None, None] for _ in range(4)]
+    one = np.ones(1, dtype=np.float16)
+    for i in range(8):
+        res = decode_word(np.array([2 << (4 * i)], dtype=np.uint32), one)
+        hits = [(p, h) for p in range(4) for h in range(2) if float(res[p][h][0]) != 0.0]
+        assert len(hits) == 1
+        p, h = hits[0]
+        out[p][h] = word_nibbles[i]
+    return [tuple(o) for o in out]
+
+
+def word_labels(word: int) -> list[int]:
+    """Logical K of the 8 nibbles of 32-bit word `word` of a row (bytes 4w..4w+3; the low nibble of byte b is K 2b)."""
+    return [2 * (4 * word + i // 2) + i % 2 for i in range(8)]
+
+
+def a_placement(bm: int) -> dict:
+    """ADecoder: (row, slice j, position k in the slice) -> (logical K, scale column used), from the thread's words,
+    its scale columns, the pair stores and the 128-byte swizzle (undone here: chunk = physical chunk ^ (row & 7))."""
+    threads = 256
+    t_per_row = threads // (128 if bm > 64 else 64)
+    words_per = 8 // t_per_row
+    placed = {}
+    for tid in range(t_per_row * bm):
+        r, q = divmod(tid, t_per_row)
+        first = q * words_per
+        col0 = first // 2                       # sf: the thread's first scale column
+        swz = r & 7
+        stores = []                              # (chunk, byte offset in chunk, [(label, scale col) x 2 halves])
+        if words_per == 4:
+            # x.x, x.y, x.z, x.w = words first..first+3 = (2h, 0), (2h, 1), (2h + 1, 0), (2h + 1, 1);
+            # lo = decode_word<0>(x.x or x.y): scale half 0 = column col0; hi = decode_word<1>: column col0 + 1
+            for wi in range(2):
+                lo = symbolic_decode_word(word_labels(first + wi))
+                hi = symbolic_decode_word(word_labels(first + 2 + wi))
+                for p in range(4):
+                    stores.append((4 * wi + p, 4 * col0, [(x, col0) for x in lo[p]]))
+                    stores.append((4 * wi + p, 4 * col0 + 4, [(x, col0 + 1) for x in hi[p]]))
+        else:
+            for i in range(words_per):
+                w = first + i
+                wi = i if words_per == 2 else q & 1
+                v = symbolic_decode_word(word_labels(w))
+                for p in range(4):
+                    stores.append((4 * wi + p, 4 * col0, [(x, col0) for x in v[p]]))
+        for chunk, off, halves in stores:
+            phys = r * 128 + (((chunk << 4) ^ (swz << 4)) + off)  # off[c] = dec_row + ((c << 4) ^ swz)
+            assert phys // 128 == r
+            byte = phys % 128
+            logical = ((byte >> 4) ^ swz) * 16 + (byte & 15)   # the swizzle undone
+            for h, lab in enumerate(halves):
+                b = logical + 2 * h
+                key = (r, b // 32, (b % 32) // 2)
+                assert key not in placed
+                placed[key] = lab
+    return placed
+
+
+def b_fragments() -> dict:
+    """BDecoder: (tq, slice j, position k) -> (logical K, scale column) of the wgmma A fragment (row r0; row r0 + 8
+    is the same with the next row's bytes). Fragment register reg of slice j holds k = 2 tq + 8 (reg >= 2), +1 in
+    its high half."""
+    frag = {}
+    for tq in range(4):
+        v = [symbolic_decode_word(word_labels(2 * tq + wi)) for wi in range(2)]  # words (tq, 0), (tq, 1)
+        for j in range(4):
+            wi, p = j >> 1, 2 * (j & 1)
+            regs = {0: v[wi][p], 2: v[wi][p + 1]}  # f[j][0] and f[j][2] (rows r0; 1 and 3: row r0 + 8)
+            for reg, pair in regs.items():
+                for h in range(2):
+                    k = 2 * tq + 8 * (reg >= 2) + h
+                    frag[(tq, j, k)] = (pair[h], tq)
+    return frag
+
+
+@pytest.mark.parametrize("bm", [64, 96, 128])
+def test_a_placement_and_b_fragments_pair_the_same_logical_k(bm):
+    a = a_placement(bm)
+    b = b_fragments()
+    assert len(b) == 64 and sorted({lab for lab, _ in b.values()}) == list(range(64))
+    for r in range(bm):
+        seen = set()
+        for (tq, j, k), (lab_b, col_b) in b.items():
+            lab_a, col_a = a[(r, j, k)]
+            assert lab_a == lab_b, (r, tq, j, k)
+            assert col_a == lab_a // 16 and col_b == lab_b // 16  # each half scaled by its own K block's scale
+            seen.add(lab_a)
+        assert seen == set(range(64))
