@@ -117,6 +117,19 @@ def test_commands_that_measure_still_import_it():
                           "m: [64]; n: [128]; k: [128]; g: 1; seed: 1")
 
 
+
+def test_a_missing_dependency_is_named_in_one_line():
+    """``python -m harness`` without a dependency installed (msgspec here, hidden from the import system): one
+    line naming it and how to install it, exit status 1, no traceback."""
+    code = ("import runpy, sys; sys.modules['msgspec'] = None; sys.argv = ['harness', 'run', '--help']; "
+            "runpy.run_module('harness', run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == ("fp4bench: the Python package 'msgspec' is missing; install the project (pip "
+                                   "install -e .) or that package (pip install msgspec; pyproject.toml lists every "
+                                   "dependency)")
+
+
 # --- what a user reads --------------------------------------------------------------------------------------
 def test_gpu_tests_say_only_what_they_need():
     if torch.cuda.is_available():
