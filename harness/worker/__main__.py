@@ -161,12 +161,11 @@ class Worker:
         inputs = views.inputs()
         copied = [[False] * len(req.m) for _ in range(req.calls)]
         copy_out = self._copier(layout, views, scratch, copied)
-        before = threads.snapshot()
+        profiled = req.kind in ("profile", "kernels")
+        before = threads.snapshot() if profiled else None  # run_window takes its own, right before the calls
         try:
-            if req.kind == "profile":
-                result, table, kernel_ns = self._profile(inputs, copy_out)
-            elif req.kind == "kernels":
-                result, table, kernel_ns = self._profile(inputs, copy_out, table=False)
+            if profiled:
+                result, table, kernel_ns = self._profile(inputs, copy_out, table=req.kind == "profile")
             else:
                 timed = req.kind == "time"
                 result = timing.run_window(self.window, self.kernel, inputs, copy_out, self.flush is not None,
