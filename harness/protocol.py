@@ -7,6 +7,9 @@ back, what it saw outside the window); every verdict sentence is written by the 
 A request's flow: ``Load`` once, ``Map`` whenever the parent (re)allocates the sample buffers, then ``Run`` per
 sample: the inputs are already in the mapped buffers when it arrives (the worker never draws inputs and never
 sees a seed), and the worker answers ``RunReply`` after copying what each call returned into the output buffer.
+A ``Run`` with ``ahead`` is answered ``Closed`` first, as soon as the timed window has closed and the device is
+idle: the parent then prepares the next sample (into the buffers this run no longer reads) while the worker
+finishes its checks.
 """
 from __future__ import annotations
 
@@ -67,7 +70,9 @@ class Map:
 @dataclass(frozen=True)
 class Run:
     """``m``/``n``/``k`` per group (the worker lays out the buffers with task.arena.Layout); ``watch``: judge
-    threads and hooks outside the window (timed samples)."""
+    threads and hooks outside the window (timed samples); ``host_offset``: where this sample's host scales start
+    in the host buffer (bytes; the parent fills two slots in turn); ``ahead``: send ``Closed`` once the window
+    has closed (kind ``time`` only)."""
 
     m: tuple[int, ...]
     n: tuple[int, ...]
@@ -75,6 +80,8 @@ class Run:
     calls: int
     kind: str
     watch: bool = True
+    host_offset: int = 0
+    ahead: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,11 @@ class Failed:
     str_raised: str = ""
     str_nonstring: bool = False
     callables: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Closed:
+    """The timed window of a ``Run`` with ``ahead`` has closed and the device is idle; the ``RunReply`` follows."""
 
 
 @dataclass(frozen=True)
@@ -161,7 +173,7 @@ class RunReply:
     profile: str = ""
 
 
-MESSAGES = {cls.__name__: cls for cls in (Load, Map, Run, Exit, Loaded, Failed, Mapped, RunReply)}
+MESSAGES = {cls.__name__: cls for cls in (Load, Map, Run, Exit, Loaded, Failed, Mapped, Closed, RunReply)}
 
 
 def to_dict(msg) -> dict:

@@ -93,6 +93,12 @@ class Layout:
     def output_bytes(self) -> int:
         return self.output_stride * self.calls
 
+    @property
+    def host_slot_bytes(self) -> int:
+        """The host bytes of one sample rounded up to 4 KiB: the stride of the host buffer's two slots (the parent
+        fills one while the worker's calls read the other)."""
+        return _up(self.host_bytes, 4096)
+
     @classmethod
     def of(cls, case: Case, calls: int) -> "Layout":
         """The layout of ``calls`` inputs of ``case``. Raises ValueError for calls < 1."""
@@ -117,11 +123,12 @@ class Layout:
 
 
 def _batched(buf: torch.Tensor, stride: int, offset: int, shape: tuple[int, ...], calls: int) -> torch.Tensor:
-    """A [calls, *shape] contiguous-per-call view of uint8 ``buf`` at ``offset``, calls ``stride`` bytes apart."""
+    """A [calls, *shape] contiguous-per-call view of uint8 ``buf`` at ``offset`` (from ``buf``'s first element, which
+    may be a slice of a larger buffer), calls ``stride`` bytes apart."""
     inner = [1] * len(shape)
     for i in range(len(shape) - 2, -1, -1):
         inner[i] = inner[i + 1] * shape[i + 1]
-    return torch.as_strided(buf, (calls, *shape), (stride, *inner), offset)
+    return torch.as_strided(buf, (calls, *shape), (stride, *inner), buf.storage_offset() + offset)
 
 
 def _half(buf: torch.Tensor, stride: int, offset: int, shape: tuple[int, ...], calls: int) -> torch.Tensor:

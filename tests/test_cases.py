@@ -290,13 +290,13 @@ def test_time_below_the_physical_floor_fails_with_both_numbers(monkeypatch):
     runner.peaks = peaks_for("NVIDIA H200")
     floor = sol_ns(case, runner.peaks, floor=True)
     assert 2_000 < floor < 4_000  # 2.09e10 FLOP at 1979 TFLOP/s, or its bytes at 4.8 TB/s
-    monkeypatch.setattr(runner, "_call", lambda case, seeds, kind: _reply(15 * 1000.0))
+    monkeypatch.setattr(runner, "_call", lambda case, seeds, kind, then=None: _reply(15 * 1000.0))
     with pytest.raises(CaseFailed) as failed:
         runner.sample(0, case, case.seed, 0)
     assert failed.value.status is Status.FAIL
     assert failed.value.message == (f"impossible time: 1000 ns per call is below this GPU's physical floor of "
                                     f"{floor:.0f} ns (H200: FLOPs at 1978.9 TFLOP/s, bytes at 4.8 TB/s)")
-    monkeypatch.setattr(runner, "_call", lambda case, seeds, kind: _reply(15 * (floor + 1)))
+    monkeypatch.setattr(runner, "_call", lambda case, seeds, kind, then=None: _reply(15 * (floor + 1)))
     assert runner.sample(0, case, case.seed, 0) == pytest.approx(floor + 1)
 
 
@@ -311,7 +311,7 @@ def test_warmup_runs_until_two_samples_agree(monkeypatch, times, runs):
     runner = CaseRunner(Session(read_variant(SHARED_CASES / "honest_torch.py"), settings),
                         RunOptions("benchmark", settings=settings), Observer(), torch.device("cpu"))
     seen, it = [], iter(times)
-    monkeypatch.setattr(runner, "_call", lambda case, seeds, kind: seen.append(seeds[0]) or RunReply(
+    monkeypatch.setattr(runner, "_call", lambda case, seeds, kind, then=None: seen.append(seeds[0]) or RunReply(
         next(it), 15, (), (), ()))
     assert runner.warmup(TWO_GROUPS.cases[0], 7) == runs
     assert len(set(seen)) == runs

@@ -20,6 +20,9 @@ def test_round_trip_keeps_types():
     assert P.decode(P.encode(failed), (P.Failed,)) == failed
     m = P.Map(BufferRef("cuda", 10, 0, "ab" * 64), BufferRef("memfd", 5), BufferRef("memfd", 2))
     assert P.decode(P.encode(m)) == m
+    run = P.Run((64, 40), (128, 256), (256, 512), 15, "time", watch=False, host_offset=8192, ahead=True)
+    assert P.decode(P.encode(run), (P.Run,)) == run and P.encode(P.Closed()) == '{"msg":"Closed"}'
+    assert P.decode('{"msg": "Closed"}', (P.Closed,)) == P.Closed()
 
 
 @pytest.mark.parametrize("line, message", [
@@ -27,7 +30,7 @@ def test_round_trip_keeps_types():
      "Run.calls: expected int, got str"),
     ('{"msg": "Run", "m": [1], "n": [8], "k": [64], "kind": "time"}', "Run: object missing required field calls"),
     ('{"msg": "Load", "path": "x", "evil": 1}', "Load: unknown field(s) ['evil']"),
-    ('{"msg": "Nope"}', "expected one of Load, Map, Run, Exit, Loaded, Failed, Mapped, RunReply, got 'Nope'"),
+    ('{"msg": "Nope"}', "expected one of Load, Map, Run, Exit, Loaded, Failed, Mapped, Closed, RunReply, got 'Nope'"),
     ('[1, 2]', "expected a message object with a 'msg' name, got '[1, 2]'"),
     ('not json', "expected a JSON message, got 'not json'"),
 ])

@@ -119,13 +119,30 @@ class Session:
             self.shared.free_retired()
         return self.shared
 
-    def run(self, req: P.Run) -> P.RunReply:
+    def run(self, req: P.Run, on_closed=None) -> P.RunReply:
         """One run request on inputs already in the buffers. The first request after a (re)start gets the
-        first-call time limit (compiles happen there). Raises CaseFailed for the submission's faults."""
+        first-call time limit (compiles happen there). With ``req.ahead`` the worker says ``Closed`` once its
+        window has closed: ``on_closed()`` runs then (its time does not count against the call's limit, and what
+        it raises is raised after the reply). Raises CaseFailed for the submission's faults."""
         timeout = self.settings.first_call_s if self.first_call else self.settings.call_s
         self.first_call = False
         self.proc.send(req)
-        reply = self._receive(timeout, (P.RunReply, P.Failed))
+        expect = (P.RunReply, P.Failed, P.Closed) if req.ahead else (P.RunReply, P.Failed)
+        started, raised = time.monotonic(), None
+        while True:
+            reply = self._receive(max(timeout - (time.monotonic() - started), 0.001), expect)
+            if not isinstance(reply, P.Closed):
+                break
+            expect = (P.RunReply, P.Failed)  # one Closed per request
+            paused = time.monotonic()
+            try:
+                if on_closed is not None:
+                    on_closed()
+            except Exception as exc:  # noqa: BLE001 - raised once the worker's reply is in
+                raised = exc
+            started += time.monotonic() - paused
+        if raised is not None:
+            raise raised
         if isinstance(reply, P.Failed):
             failed = judge.call_failed(reply)
             if failed.cuda:  # the worker exits: its context is gone
@@ -158,26 +175,53 @@ class CaseRunner:
         self.notes: list[str] = []
         self._samples: dict[tuple, Sample] = {}
         self._checked: dict[Case, int] = {}
+        self._ahead: tuple[tuple, Sample] | None = None  # (what it was prepared for, the sample)
 
     def checked(self, case: Case) -> int:
         """How many of ``case``'s outputs passed the check so far (every call of every request)."""
         return self._checked.get(case, 0)
 
-    def _sample(self, case: Case, calls: int) -> Sample:
-        key = (case.m, case.n, case.k, calls)
+    def _sample(self, case: Case, calls: int, slot: int) -> Sample:
+        key = (case.m, case.n, case.k, calls, slot)
         if key not in self._samples:
-            if len(self._samples) >= 2:  # keep the device memory of two shapes at most
+            if len(self._samples) >= 4:  # keep the device memory of two shapes (two slots each) at most
                 self._samples.pop(next(iter(self._samples)))
-            self._samples[key] = Sample(case, calls, self.opts.data, self.device, self.session.shared)
+            self._samples[key] = Sample(case, calls, self.opts.data, self.device, self.session.shared, slot)
         return self._samples[key]
 
-    def _call(self, case: Case, seeds: list[int], kind: str, official_order: bool = False,
-              watch: bool = True) -> P.RunReply:
-        sample = self._sample(case, len(seeds))
+    def _ready(self, case: Case, seeds: list[int], official_order: bool) -> Sample:
+        """The sample for ``seeds``, prepared: the one prepared ahead for exactly these, or one prepared now."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0] == (case, tuple(seeds), official_order):
+            return ahead[1]
+        sample = self._sample(case, len(seeds), 0)
         self.session.buffers_for(sample.layout)
         sample.prepare(seeds, official_order)
-        reply = self.session.run(P.Run(case.m, case.n, case.k, len(seeds), kind, watch=watch))
-        judge.reply(sample, reply)
+        return sample
+
+    def _prepare_ahead(self, case: Case, seeds: list[int], slot: int) -> None:
+        """Prepare the sample for ``seeds`` in host slot ``slot`` while the worker finishes the current request
+        (its window closed; it no longer reads that slot or the device buffer). Skipped when the buffers would
+        have to grow: the worker maps them again only between requests."""
+        sample = self._sample(case, len(seeds), slot)
+        if self.session.shared.fits(sample.layout):
+            sample.prepare(seeds, False)
+            self._ahead = ((case, tuple(seeds), False), sample)
+
+    def _call(self, case: Case, seeds: list[int], kind: str, official_order: bool = False,
+              watch: bool = True, then: list[int] | None = None) -> P.RunReply:
+        """One request on fresh inputs for ``seeds``, judged. ``then``: the seeds of the request expected next
+        (a timed one), prepared ahead in the other host slot once this request's window has closed."""
+        sample = self._ready(case, seeds, official_order)
+        ahead = then is not None and kind == "time"
+        on_closed = (lambda: self._prepare_ahead(case, then, 1 - sample.slot)) if ahead else None
+        try:
+            reply = self.session.run(P.Run(case.m, case.n, case.k, len(seeds), kind, watch=watch,
+                                           host_offset=sample.host_offset, ahead=ahead), on_closed)
+            judge.reply(sample, reply)
+        except CaseFailed:
+            self._ahead = None
+            raise
         self._checked[case] = self.checked(case) + len(seeds)
         self.notes += [n for n in judge.notes(reply) if n not in self.notes]
         return reply
@@ -194,7 +238,9 @@ class CaseRunner:
         times: list[float] = []
         while True:
             seeds = seedlib.sample_seeds(seed, len(times), st.calls_per_sample, warmup=True)
-            times.append(self._call(case, seeds, "time").elapsed_ns)
+            then = (seedlib.sample_seeds(seed, len(times) + 1, st.calls_per_sample, warmup=True)
+                    if len(times) + 1 < st.warmup_max else None)
+            times.append(self._call(case, seeds, "time", then=then).elapsed_ns)
             if len(times) >= st.warmup_max:
                 break
             if len(times) >= max(st.warmup_samples, 2) and abs(times[-1] - times[-2]) <= st.warmup_settle * times[-1]:
@@ -209,8 +255,10 @@ class CaseRunner:
         Returns the per-call time in ns (the sample's duration / its calls). Raises CaseFailed: FAIL for a wrong
         output, work outside the window, tampering, or a time below this GPU's physical floor (task.cost, CUDA
         only); ERROR, CRASH or TIMEOUT for the submission's faults."""
-        seeds = seedlib.sample_seeds(seed, i, self.opts.settings.calls_per_sample)
-        reply = self._call(case, seeds, "time")
+        calls = self.opts.settings.calls_per_sample
+        # the next request is sample i + 1, or the kernel-time pass on the same seeds
+        reply = self._call(case, seedlib.sample_seeds(seed, i, calls), "time",
+                           then=seedlib.sample_seeds(seed, i + 1, calls))
         per_call = reply.elapsed_ns / reply.calls
         judge.floor(case, per_call, self.peaks)
         self.observer.on_sample(index, i + 1)

@@ -6,6 +6,11 @@ computed from that copy (task.reference), and only then are the inputs copied in
 worker's reply, harness.parent.judge compares every output of every call with one flat comparison on the
 device, through ``got``/``expected``; ``views`` gives the evidence of the first mismatch only when there is one.
 
+The host buffer (the plain scales the calls read on the CPU) has two slots, and a case has one Sample per slot:
+the next sample can be prepared while the worker still finishes the previous one (harness.parent.cases) without
+writing anything that sample's calls read: the device inputs are copied into the worker's own memory before its
+window, the host scales are in the other slot, and the expected outputs in the other Sample.
+
 Draws: the correctness call uses the official generator's order, bit for bit (task.inputs.generate_input);
 warm-up and timed samples draw the same distribution with a few kernels per group for all calls at once
 (task.arena.draw_official), or, for full-range data, generate_input per call.
@@ -37,7 +42,7 @@ class SharedSet:
 
     @staticmethod
     def _sizes(layouts) -> dict[str, int]:
-        return {"device": max(x.device_bytes for x in layouts), "host": max(x.host_bytes for x in layouts),
+        return {"device": max(x.device_bytes for x in layouts), "host": 2 * max(x.host_slot_bytes for x in layouts),
                 "output": max(x.output_bytes for x in layouts)}
 
     def grow(self, *layouts: Layout) -> None:
@@ -71,12 +76,14 @@ class SharedSet:
 
 
 class Sample:
-    """One sample of ``case`` (``calls`` inputs) prepared in ``shared``: after ``prepare`` the worker's buffers
-    hold the inputs and ``expected`` (fp16, the output buffer's layout) the reference outputs."""
+    """One sample of ``case`` (``calls`` inputs) prepared in ``shared``, its host scales in host slot ``slot`` (0 or
+    1): after ``prepare`` the worker's buffers hold the inputs and ``expected`` (fp16, the output buffer's layout)
+    the reference outputs. ``host_offset``: where the slot starts in the host buffer (bytes)."""
 
-    def __init__(self, case: Case, calls: int, data: str, device: torch.device, shared: SharedSet):
-        self.case, self.data, self.device, self.shared = case, data, device, shared
+    def __init__(self, case: Case, calls: int, data: str, device: torch.device, shared: SharedSet, slot: int = 0):
+        self.case, self.data, self.device, self.shared, self.slot = case, data, device, shared, slot
         self.layout = Layout.of(case, calls)
+        self.host_offset = slot * self.layout.host_slot_bytes
         self._private = torch.empty(self.layout.device_bytes, dtype=torch.uint8, device=device)
         self._expected = torch.empty(self.layout.output_bytes, dtype=torch.uint8, device=device)
         self._side = torch.cuda.Stream(device) if device.type == "cuda" else None
@@ -86,7 +93,7 @@ class Sample:
     def _private_views(self) -> Views:
         """Views of the parent's buffers, built once per buffer generation (their Python objects cost ms)."""
         if self._views is None or self._views[0] != self.shared.generation:
-            views = Views(self.layout, self._private, self.shared.buffers["host"].tensor, self._expected)
+            views = Views(self.layout, self._private, self._host(), self._expected)
             self._views = (self.shared.generation, views, [])
         return self._views[1]
 
@@ -131,6 +138,9 @@ class Sample:
         with torch.cuda.stream(self._side):
             copy_plain(private, plain)
 
+    def _host(self) -> torch.Tensor:
+        return self.shared.buffers["host"].tensor[self.host_offset:]
+
     def got(self) -> torch.Tensor:
         """What the worker wrote to the output buffer for this sample: fp16, flat, the outputs' layout."""
         return self.shared.buffers["output"].tensor[:self.layout.output_bytes].view(torch.float16)
@@ -141,7 +151,7 @@ class Sample:
 
     def views(self) -> tuple[Views, Views]:
         """(got, expected) as per-call, per-group views, for the evidence of a mismatch."""
-        host = self.shared.buffers["host"].tensor
+        host = self._host()
         return (Views(self.layout, self._private, host, self.shared.buffers["output"].tensor),
                 Views(self.layout, self._private, host, self._expected))
 

@@ -153,11 +153,15 @@ class Worker:
     def run(self, req: P.Run, tampered) -> None:
         case = Case(req.m, req.n, req.k, len(req.m), 0)
         layout = Layout.of(case, req.calls)
-        views = Views(layout, self._inputs(layout.device_bytes), self.buffers["host"].tensor,
-                      self.buffers["output"].tensor)
+        host = self.buffers["host"].tensor
+        if req.host_offset < 0 or req.host_offset + layout.host_bytes > host.numel() or req.host_offset % 4096:
+            raise P.ProtocolError(f"Run.host_offset: expected a 4096-byte multiple with {layout.host_bytes} bytes "
+                                  f"after it in the {host.numel()}-byte host buffer, got {req.host_offset}")
+        host = host[req.host_offset:]
+        views = Views(layout, self._inputs(layout.device_bytes), host, self.buffers["output"].tensor)
         if self.scratch is None or self.scratch.numel() < layout.output_bytes:
             self.scratch = torch.empty(layout.output_bytes, dtype=torch.uint8, device=self.device)
-        scratch = Views(layout, self.buffers["device"].tensor, self.buffers["host"].tensor, self.scratch)
+        scratch = Views(layout, self.buffers["device"].tensor, host, self.scratch)
         inputs = views.inputs()
         copied = [[False] * len(req.m) for _ in range(req.calls)]
         copy_out = self._copier(layout, views, scratch, copied)
@@ -168,8 +172,9 @@ class Worker:
                 result, table, kernel_ns = self._profile(inputs, copy_out, table=req.kind == "profile")
             else:
                 timed = req.kind == "time"
+                closed = (lambda: self.send(P.to_dict(P.Closed()))) if timed and req.ahead else None
                 result = timing.run_window(self.window, self.kernel, inputs, copy_out, self.flush is not None,
-                                           self.flush if timed else None, self.watch, threads.snapshot)
+                                           self.flush if timed else None, self.watch, threads.snapshot, closed)
                 table, kernel_ns = "", None
         except BaseException as exc:  # noqa: BLE001 - the submission's exception is the case's result
             self._report(exc)
@@ -357,7 +362,10 @@ def main() -> None:
             except Exception as exc:  # noqa: BLE001 - reported to the parent, which ends the case
                 worker.send(P.to_dict(_failed("map", exc)))
         else:
-            worker.run(req, tampered)
+            try:
+                worker.run(req, tampered)
+            except P.ProtocolError as exc:
+                worker.send(P.to_dict(P.Failed("protocol", "ProtocolError", str(exc))))
             snapshot["worker.trusted"] = worker.trusted  # grows after a profiler pass (its own threads)
 
 

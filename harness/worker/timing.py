@@ -136,14 +136,15 @@ class Window:
 
 
 def run_window(window, kernel, inputs: list, copy_out, cuda: bool, flush: L2Flush | None = None,
-               watch: StreamWatch | None = None, snapshot=lambda: None) -> Window:
+               watch: StreamWatch | None = None, snapshot=lambda: None, closed=None) -> Window:
     """Run ``kernel`` on every input back to back between the marks ``window`` (the native guard, or its Python
     fallback) holds; L2 flushed first on CUDA. ``copy_out(outputs, into_scratch)`` copies what each call returned
     to the output buffer (right after the end mark, on the same stream: the state at the end of the window) and,
     after every stream has finished, to a scratch buffer; it returns the calls whose two copies differ.
     ``flush``: clear the L2 first (timed samples); ``watch``: look for work left on other streams; ``snapshot``
     (the threads' CPU clocks) is taken right before the start mark and right after the end mark, so everything
-    but the calls themselves lies outside the interval between them.
+    but the calls themselves lies outside the interval between them. ``closed()`` (optional) runs once the
+    window's work is done and judged for late streams, before the scratch copy: the device is free again.
 
     Raises whatever a call raised (the marks are closed first)."""
     if cuda:
@@ -160,6 +161,8 @@ def run_window(window, kernel, inputs: list, copy_out, cuda: bool, flush: L2Flus
         _device_sync()
     elapsed = window.elapsed_ns()
     late = watch.late(marks, window, elapsed) if watch is not None else 0
+    if closed is not None:
+        closed()
     changed = copy_out(outputs, True) if cuda else ()
     return Window(elapsed, outputs, late, tuple(changed), before, after)
 
