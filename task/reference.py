@@ -6,10 +6,10 @@ Two paths that give the same bits wherever both apply:
   to fp16. Every product of two (e2m1 x e4m3fn) values has at most 12 significant bits, so fp64 products are
   exact; for official data the sums are exact too (multiples of 1/4 well inside 2^53). The fp64 -> fp16 step goes
   through fp32 with round-to-odd, which makes it a single correct rounding (fp32 keeps 13 more bits than fp16).
-- ``ref_kernel``: per group, when ``exact_in_fp32`` holds, an exact decode into bf16 (CUDA: one Triton launch for
-  every operand, task.reference_triton; the torch table decode where triton does not import) or fp32 (CPU: the
-  torch table decode) and one GEMM with fp32 accumulation and fp32 output, rounded once to fp16; otherwise the
-  fp64 path. The bound needs only the scale bytes (a 256-entry key table), so the Triton decode takes it on the way.
+- ``ref_kernel``: per group, when ``exact_in_fp32`` holds, an exact decode into bf16 and a GEMM with fp32
+  accumulation, rounded once to fp16 (CUDA: one Triton GEMM for every group that decodes in registers,
+  task.reference_triton; the torch table decode and a GEMM with fp32 output where triton does not import, and on
+  the CPU, in fp32); otherwise the fp64 path. The bound needs only the scale bytes (a 256-entry key table).
 
 Why the fast path is exact (the bound ``exact_in_fp32`` checks). Work in integer units:
 
@@ -43,10 +43,11 @@ data (task.inputs ``data="full-range"``) mixes scale exponents and mantissas and
 
 The H200 measurement behind the fast path (shared/docs/hardware.md, 2026-11-30): bf16 operands with fp32 output
 (``torch.mm(a, b, out_dtype=torch.float32)``) matched the fp64 reference bit for bit, and the decode into wide
-dtypes cost more than the GEMM, hence the table decode here; on CUDA the Triton decode goes further (1 byte read, 4
-written, no index tensors; benchmarks/reference_speed.py times both). cuBLAS's reduced-precision reductions
-(``allow_bf16_reduced_precision_reduction``) only apply when the output type is narrower than the fp32 compute type,
-never with fp32 output; bf16 is used rather than fp16 so ``allow_fp16_accumulation`` cannot apply either.
+dtypes cost more than the GEMM, hence the table decode here; on CUDA the Triton GEMM writes no decoded operand
+at all (task.reference_triton.grouped_gemm; its tensor-core sums are covered by the argument above). cuBLAS's
+reduced-precision reductions (``allow_bf16_reduced_precision_reduction``) only apply when the output type is
+narrower than the fp32 compute type, never with fp32 output; bf16 is used rather than fp16 so
+``allow_fp16_accumulation`` cannot apply either.
 """
 from __future__ import annotations
 
@@ -373,49 +374,34 @@ def _triton_operands(data: input_t, scales: Scales, device: torch.device):
     return codes, [(p if p.stride(1) == 1 else p.contiguous(), c) for p, c in zip(packed, codes)]
 
 
-def _fast_triton(decoder, data: input_t, scales: Scales, device: torch.device):
-    """The CUDA fast path: every operand decoded to bf16 and its scale statistics taken by one Triton launch, then
-    ``_gemms``. Returns (uint8 [R, K/16] scale bytes per operand, int32 [operands, 2] statistics, fp16 outputs)."""
+def _triton_groups(data: input_t, scales: Scales, device: torch.device):
+    """(uint8 [R, K/16] scale bytes per operand, (A packed, A scales, B packed, B scales) per group) of one input,
+    as task.reference_triton.grouped_gemm takes them."""
     codes, operands = _triton_operands(data, scales, device)
-    values, stats = decoder.decode_operands(operands, _key_table(device))
-    return codes, stats, _gemms(values)
+    return codes, [(*operands[2 * g], *operands[2 * g + 1]) for g in range(len(operands) // 2)]
 
 
-#: Decoded bf16 bytes one Triton launch of ``ref_kernel_many`` may produce (inputs are batched up to this, and to
-#: a quarter of the device's free memory): 15 inputs of g8_n4096_k7168 (0.49 GB each) take 4 launches, not 15.
-DECODE_BATCH_BYTES = 2 << 30
+def _fast_triton(decoder, data: input_t, scales: Scales, device: torch.device):
+    """The CUDA fast path of one input: its scale statistics and every group's GEMM, decoded in registers, by
+    task.reference_triton.grouped_gemm (two launches). Returns (uint8 [R, K/16] scale bytes per operand, int32
+    [operands, 2] statistics, fp16 [M, N, 1] outputs)."""
+    _data, stats, codes, fast = _queue_triton_many(decoder, [data], scales, device)[0]
+    return codes, stats, fast
 
 
-def _batches(inputs: Sequence[input_t], budget: int) -> list[list[int]]:
-    """Indices of ``inputs`` in order, cut into runs whose decoded size (bf16 A and B of every group) stays within
-    ``budget`` bytes (an input larger than that runs alone)."""
-    runs, size = [[]], 0
-    for i, x in enumerate(inputs):
-        need = sum(2 * (a.shape[0] + b.shape[0]) * a.shape[1] * 2 for a, b, _c in x[0])
-        if runs[-1] and size + need > budget:
-            runs.append([])
-            size = 0
-        runs[-1].append(i)
-        size += need
-    return runs
-
-
-def _queue_triton_many(decoder, inputs: Sequence[input_t], scales: Scales, device: torch.device) -> list[_Pending]:
-    """The inputs' fast paths with one Triton launch per batch of inputs (``_batches``) instead of one per input:
-    on a GPU host, launching is what a sample's reference waited on (H200, 15 inputs of G=8: 15 launches and their
-    Python took most of 22 ms). Inputs must have passed ``_checked`` and have groups. Same results as
-    ``_fast_triton`` per input."""
-    free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else 4 * DECODE_BATCH_BYTES
-    pending: list[_Pending] = []
-    for run in _batches(inputs, min(DECODE_BATCH_BYTES, free // 4)):
-        per_input = [_triton_operands(inputs[i], scales, device) for i in run]
-        values, stats = decoder.decode_operands([op for _codes, ops in per_input for op in ops], _key_table(device))
-        start = 0
-        for i, (codes, ops) in zip(run, per_input):
-            end = start + len(ops)
-            pending.append(_Pending(inputs[i], stats[start:end], codes, _gemms(values[start:end]), []))
-            start = end
-    return pending
+def _queue_triton_many(decoder, inputs: Sequence[input_t], scales: Scales, device: torch.device) -> list[tuple]:
+    """The fast paths of every input at once: one statistics launch and one GEMM launch for all their groups (a
+    sample of 15 inputs of G = 8 is 120 groups; H200 before this, 2026-12-01: decode to bf16 in memory plus one cuBLAS
+    GEMM per group took 17 ms of kernels per sample, most of it writing and reading the decoded operands). Inputs
+    must have passed ``_checked`` and have groups. Returns (input, statistics, scale bytes, outputs) per input."""
+    per_input = [_triton_groups(x, scales, device) for x in inputs]
+    outs, stats = decoder.grouped_gemm([g for _codes, groups in per_input for g in groups], _key_table(device))
+    queued, start = [], 0
+    for x, (codes, groups) in zip(inputs, per_input):
+        end = start + len(groups)
+        queued.append((x, stats[2 * start:2 * end], codes, [o.unsqueeze(-1) for o in outs[start:end]]))
+        start = end
+    return queued
 
 
 def ref_kernel(data: input_t, *, scales: Scales = "plain", decode: Decode = "auto") -> output_t:
@@ -431,10 +417,10 @@ def ref_kernel(data: input_t, *, scales: Scales = "plain", decode: Decode = "aut
     ``"reordered"`` reads the blocked copies already on the GPU (sfasfb_reordered_tensors), valid only when both
     hold the same scales, as task.inputs draws them.
 
-    ``decode="auto"``: on CUDA with triton importable, one Triton launch decodes every operand to bf16 and takes
-    the scale statistics (task.reference_triton); elsewhere the torch decode (a 65536-entry table gathered by an
-    int32 index per byte, one gather for the statistics). ``"torch"`` forces the torch decode, ``"triton"`` the
-    Triton one. Raises ValueError for an unknown ``scales`` or ``decode``, ``decode="triton"`` without CUDA inputs
+    ``decode="auto"``: on CUDA with triton importable, one Triton launch takes the scale statistics and one runs
+    every group's GEMM, decoding in registers (task.reference_triton.grouped_gemm); elsewhere the torch decode (a
+    65536-entry table gathered by an int32 index per byte, one gather for the statistics). ``"torch"`` forces the
+    torch decode, ``"triton"`` the Triton GEMM. Raises ValueError for an unknown ``scales`` or ``decode``, ``decode="triton"`` without CUDA inputs
     or triton, or inconsistent shapes.
     """
     pending = _queue(data, scales, decode)
@@ -481,7 +467,7 @@ def _queue(data: input_t, scales: Scales, decode: Decode) -> _Pending:
         return _Pending(data, None, [], [], [])
     device = abc[0][0].device
     if decoder is not None:
-        codes, stats, fast = _fast_triton(decoder, data, scales, device)
+        _x, stats, codes, fast = _queue_triton_many(decoder, [data], scales, device)[0]
         return _Pending(data, stats, codes, fast, [])
     flat, codes = _load_codes(data, scales, device)
     stats = _scale_stats(flat, [c.numel() for c in codes])
@@ -513,15 +499,15 @@ def ref_kernel_many(inputs: Sequence[input_t], *, scales: Scales = "plain") -> l
     """``[ref_kernel(x, scales=scales) for x in inputs]``, the same bits. On the CPU the inputs' groups go
     through ``ref_kernel`` as one input of sum(G) groups: one decode, one statistics pass, one rounding instead
     of one per input (15 smoke inputs of G=1: 8.4 -> 3.3 ms on one thread; no gain at G=2, where the GEMMs
-    dominate). On CUDA every input's decode and GEMMs are queued first (one Triton launch per batch of inputs,
-    ``_queue_triton_many``) and one sync reads all their statistics, so the host queues while the device works.
+    dominate). On CUDA the statistics and GEMMs of every input are queued first (two Triton launches for all of
+    them, ``_queue_triton_many``) and one sync reads all their statistics.
     Raises as ref_kernel does."""
     first = next((x[0][0][0] for x in inputs if x[0]), None)
     if first is None or first.device.type == "cuda":
         decoders = [_checked(x, scales, "auto") for x in inputs]
         batched = [i for i, (x, d) in enumerate(zip(inputs, decoders)) if d is not None and x[0]]
-        queued = dict(zip(batched, _queue_triton_many(decoders[batched[0]], [inputs[i] for i in batched], scales,
-                                                      first.device) if batched else []))
+        queued = dict(zip(batched, [_Pending(*q, []) for q in _queue_triton_many(
+            decoders[batched[0]], [inputs[i] for i in batched], scales, first.device)] if batched else []))
         pending = [queued[i] if i in queued else _queue(x, scales, "auto") for i, x in enumerate(inputs)]
         stats = [p.stats for p in pending if p.stats is not None]
         bounds = iter(_read_stats(torch.cat(stats)) if stats else [])

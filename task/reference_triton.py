@@ -73,7 +73,8 @@ def _e4m3fn_fp32_times_2_pow_14(code):
 
 @triton.jit
 def _decode_kernel(meta_ptr, keys_ptr, out_ptr, stats_ptr, n_ops, OPS: tl.constexpr,
-                   BLOCK_ROWS: tl.constexpr, BLOCK_BYTES: tl.constexpr, ALIGNED: tl.constexpr):
+                   BLOCK_ROWS: tl.constexpr, BLOCK_BYTES: tl.constexpr, ALIGNED: tl.constexpr,
+                   STATS_ONLY: tl.constexpr = False):
     # this program's operand: the last one whose first program is at most this one (OPS >= n_ops, a power of 2)
     pid = tl.program_id(0)
     ops = tl.arange(0, OPS)
@@ -113,17 +114,19 @@ def _decode_kernel(meta_ptr, keys_ptr, out_ptr, stats_ptr, n_ops, OPS: tl.conste
         key = tl.load(keys_ptr + code.to(tl.int32))
         key_lo = tl.maximum(key_lo, (key << 16) >> 16)
         key_hi = tl.maximum(key_hi, key >> 16)
-        scale = _e4m3fn_fp32_times_2_pow_14(code.to(tl.uint32))[:, :, None]
-        within = col[:, None] + lane[None, :]
-        ok3 = ok[:, :, None]
-        x = tl.load(packed + rows[:, None, None] * packed_stride + within[None, :, :], mask=ok3, other=0)
-        x = x.to(tl.uint32)
-        pair = _e2m1_pair_as_fp16(x)
-        # exact fp32 products (value * 2^-14 times scale * 2^14): their high halves are the bf16 patterns
-        low = (_fp16_half_to_fp32(pair & 0xFFFF) * scale).to(tl.uint32, bitcast=True)
-        high = (_fp16_half_to_fp32(pair >> 16) * scale).to(tl.uint32, bitcast=True)
-        word = (low >> 16) | (high & 0xFFFF0000)  # element 2i (low nibble) at the lower address
-        tl.store(out + rows[:, None, None] * half_k + within[None, :, :], word.to(tl.int32, bitcast=True), mask=ok3)
+        if not STATS_ONLY:
+            scale = _e4m3fn_fp32_times_2_pow_14(code.to(tl.uint32))[:, :, None]
+            within = col[:, None] + lane[None, :]
+            ok3 = ok[:, :, None]
+            x = tl.load(packed + rows[:, None, None] * packed_stride + within[None, :, :], mask=ok3, other=0)
+            x = x.to(tl.uint32)
+            pair = _e2m1_pair_as_fp16(x)
+            # exact fp32 products (value * 2^-14 times scale * 2^14): their high halves are the bf16 patterns
+            low = (_fp16_half_to_fp32(pair & 0xFFFF) * scale).to(tl.uint32, bitcast=True)
+            high = (_fp16_half_to_fp32(pair >> 16) * scale).to(tl.uint32, bitcast=True)
+            word = (low >> 16) | (high & 0xFFFF0000)  # element 2i (low nibble) at the lower address
+            tl.store(out + rows[:, None, None] * half_k + within[None, :, :], word.to(tl.int32, bitcast=True),
+                     mask=ok3)
     tl.atomic_max(stats_ptr + 2 * op, tl.max(tl.max(key_lo, 1), 0), sem="relaxed")
     tl.atomic_max(stats_ptr + 2 * op + 1, tl.max(tl.max(key_hi, 1), 0), sem="relaxed")
 
@@ -154,14 +157,34 @@ def decode_operands(operands: Sequence[tuple[torch.Tensor, torch.Tensor]], keys:
     [len(operands), 2] holding per operand the maxima of the two key halves over its scale bytes (the key of 0x00
     for an operand with no scales). Raises ValueError naming the operand for a wrong dtype, shape, stride or device.
     """
-    device = keys.device
+    out, stats = _run_decode(operands, keys, False, block_rows, block_bytes, num_warps)
+    words = [p.shape[0] * p.shape[1] for p, _ in operands]
+    values = [w.view(torch.bfloat16).view(p.shape[0], 2 * p.shape[1]) for w, (p, _) in zip(out.split(words), operands)]
+    return values, stats
+
+
+def scale_stats(operands: Sequence[tuple[torch.Tensor, torch.Tensor]], keys: torch.Tensor) -> torch.Tensor:
+    """``decode_operands``' statistics alone (its kernel reading only the scale bytes, writing no values), queued on
+    the current stream: int32 [len(operands), 2]. Same arguments and errors as ``decode_operands``."""
+    return _run_decode(operands, keys, True, BLOCK_ROWS, BLOCK_BYTES, NUM_WARPS)[1]
+
+
+def _check_keys(keys: torch.Tensor) -> None:
     if keys.dtype != torch.int32 or tuple(keys.shape) != (256,):
         raise ValueError(f"keys: expected int32 [256], got {keys.dtype} {tuple(keys.shape)}")
+
+
+def _run_decode(operands, keys: torch.Tensor, stats_only: bool, block_rows: int, block_bytes: int,
+                num_warps: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One launch of ``_decode_kernel`` over ``operands``: (int32 words of the values, empty when ``stats_only``;
+    int32 [n, 2] statistics)."""
+    device = keys.device
+    _check_keys(keys)
     for i, (packed, scales) in enumerate(operands):
         _check_operand(i, packed, scales, device)
     n = len(operands)
     words = [p.shape[0] * p.shape[1] for p, _ in operands]
-    out = torch.empty(sum(words), dtype=torch.int32, device=device)
+    out = torch.empty(0 if stats_only else sum(words), dtype=torch.int32, device=device)
     # one upload: the descriptors, then the statistics' starting values (INT32_MIN pairs as one int64 each), which
     # every operand's programs (at least one each) raise to at least the key of 0x00
     host, offset, first = [], 0, 0
@@ -178,6 +201,129 @@ def decode_operands(operands: Sequence[tuple[torch.Tensor, torch.Tensor]], keys:
         with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
             _decode_kernel[(first,)](desc, keys, out, stats, n, OPS=max(_MIN_OPS, triton.next_power_of_2(n)),
                                      BLOCK_ROWS=block_rows, BLOCK_BYTES=block_bytes, ALIGNED=aligned,
-                                     num_warps=num_warps)
-    values = [w.view(torch.bfloat16).view(p.shape[0], 2 * p.shape[1]) for w, (p, _) in zip(out.split(words), operands)]
-    return values, stats
+                                     STATS_ONLY=stats_only, num_warps=num_warps)
+    return out, stats
+
+
+#: The fused GEMM's tile: BLOCK_N rows of B (the dot's M side) by BLOCK_M rows of A, GEMM_BYTES packed bytes (2
+#: values each) of K per step. A step is two dots of K = GEMM_BYTES: the low nibbles' values, then the high ones'
+#: (K permuted alike for A and B, which an exact sum does not see). H200, 15 inputs of g8_n4096_k7168 (2026-12-01,
+#: kernels only): 7.0 ms in this tile; 15.2 with A on the dot's M side and 8 warps, 9.2-13.0 for 128-byte steps,
+#: 256 rows of B or 32 of A; about 58 ms without the alignment hints and with a scale load per byte.
+BLOCK_M, BLOCK_N, GEMM_BYTES, GEMM_WARPS, GEMM_STAGES = 64, 128, 64, 4, 3
+#: Per-group descriptor of the fused GEMM, one int64 row each, in this order.
+_GEMM_FIELDS = ("A packed address", "A row stride", "A scales address", "A scales row stride",
+                "B packed address", "B row stride", "B scales address", "B scales row stride",
+                "M", "N", "packed bytes per row", "output offset (fp16 elements)", "first program", "N tiles")
+(_A, _A_STRIDE, _SA, _SA_STRIDE, _B, _B_STRIDE, _SB, _SB_STRIDE, _M, _N, _HK, _C, _GFIRST,
+ _NTILES) = (tl.constexpr(i) for i in range(14))
+_GWIDTH = tl.constexpr(len(_GEMM_FIELDS))
+
+
+@triton.jit
+def _decoded_halves(packed_ptr, scales_ptr, rows, stride, scales_stride, n_rows, k0, half_k, R: tl.constexpr,
+                    BYTES: tl.constexpr, EVEN_K: tl.constexpr, BF16: tl.constexpr):
+    """The [R, BYTES] packed bytes at ``rows`` x ``k0 + arange(BYTES)`` -> their low and high nibbles' values x
+    scales as bf16 [R, BYTES] each (fp32 with ``BF16`` false; exact either way: see the module docstring); each
+    scale byte is loaded and decoded once and broadcast to its 8 bytes; masked bytes read as code 0 under scale
+    0x00, i.e. 0. ``EVEN_K``: K needs no mask (a multiple of BYTES)."""
+    col = k0 + tl.arange(0, BYTES)
+    scol = k0 // _BLOCK + tl.arange(0, BYTES // _BLOCK)
+    row_ok = (rows < n_rows)[:, None]
+    if EVEN_K:
+        x = tl.load(packed_ptr + rows[:, None] * stride + col[None, :], mask=row_ok, other=0)
+        code = tl.load(scales_ptr + rows[:, None] * scales_stride + scol[None, :], mask=row_ok, other=0)
+    else:
+        x = tl.load(packed_ptr + rows[:, None] * stride + col[None, :], mask=row_ok & (col < half_k)[None, :],
+                    other=0)
+        code = tl.load(scales_ptr + rows[:, None] * scales_stride + scol[None, :],
+                       mask=row_ok & (scol < half_k // _BLOCK)[None, :], other=0)
+    scale = _e4m3fn_fp32_times_2_pow_14(code.to(tl.uint32))
+    scale = tl.reshape(tl.broadcast_to(scale[:, :, None], (R, BYTES // _BLOCK, _BLOCK)), (R, BYTES))
+    pair = _e2m1_pair_as_fp16(x.to(tl.uint32))
+    low = _fp16_half_to_fp32(pair & 0xFFFF) * scale
+    high = _fp16_half_to_fp32(pair >> 16) * scale
+    if BF16:
+        low, high = low.to(tl.bfloat16), high.to(tl.bfloat16)
+    return low, high
+
+
+@triton.jit
+def _gemm_kernel(meta_ptr, out_ptr, n_groups, GROUPS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BYTES: tl.constexpr, ALIGNED: tl.constexpr, EVEN_K: tl.constexpr, BF16: tl.constexpr):
+    # this program's group: the last one whose first program is at most this one (GROUPS >= n_groups, a power of 2)
+    pid = tl.program_id(0)
+    slots = tl.arange(0, GROUPS)
+    firsts = tl.load(meta_ptr + slots * _GWIDTH + _GFIRST, mask=slots < n_groups, other=2**62)
+    grp = tl.sum((firsts <= pid).to(tl.int32), 0) - 1
+    desc = meta_ptr + grp * _GWIDTH
+    tile = pid - tl.load(desc + _GFIRST)
+    n_tiles = tl.load(desc + _NTILES)
+    m, n, half_k = tl.load(desc + _M), tl.load(desc + _N), tl.load(desc + _HK)
+    a = tl.load(desc + _A).to(tl.pointer_type(tl.uint8))
+    sa = tl.load(desc + _SA).to(tl.pointer_type(tl.uint8))
+    b = tl.load(desc + _B).to(tl.pointer_type(tl.uint8))
+    sb = tl.load(desc + _SB).to(tl.pointer_type(tl.uint8))
+    a_stride, sa_stride = tl.load(desc + _A_STRIDE), tl.load(desc + _SA_STRIDE)
+    b_stride, sb_stride = tl.load(desc + _B_STRIDE), tl.load(desc + _SB_STRIDE)
+    if ALIGNED:
+        a, b = tl.multiple_of(a, _ALIGN), tl.multiple_of(b, _ALIGN)
+        a_stride, b_stride = tl.multiple_of(a_stride, _ALIGN), tl.multiple_of(b_stride, _ALIGN)
+        sa, sb = tl.multiple_of(sa, _BLOCK), tl.multiple_of(sb, _BLOCK)
+        sa_stride, sb_stride = tl.multiple_of(sa_stride, _BLOCK), tl.multiple_of(sb_stride, _BLOCK)
+        half_k = tl.multiple_of(half_k, _ALIGN)
+    rows_a = (tile // n_tiles) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rows_b = (tile % n_tiles) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)  # C^T: B's rows on the dot's M side
+    for k0 in range(0, half_k, BYTES):
+        a_low, a_high = _decoded_halves(a, sa, rows_a, a_stride, sa_stride, m, k0, half_k, BLOCK_M, BYTES, EVEN_K, BF16)
+        b_low, b_high = _decoded_halves(b, sb, rows_b, b_stride, sb_stride, n, k0, half_k, BLOCK_N, BYTES, EVEN_K, BF16)
+        acc = tl.dot(b_low, tl.trans(a_low), acc)
+        acc = tl.dot(b_high, tl.trans(a_high), acc)
+    out = out_ptr + tl.load(desc + _C)
+    ok = (rows_b < n)[:, None] & (rows_a < m)[None, :]
+    tl.store(out + rows_a[None, :] * n + rows_b[:, None], acc.to(tl.float16), mask=ok)
+
+
+def grouped_gemm(groups: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]],
+                 keys: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Every group's ``(A * SFA) @ (B * SFB)^T`` with fp32 accumulation, rounded once to fp16, decoded in registers
+    (no decoded operand is ever written to memory; bf16 operands on a GPU, fp32 under the interpreter, whose dot
+    does not take bf16): two launches queued on the current stream, no sync. The first takes the scale statistics
+    (``scale_stats``), the second runs the GEMMs of all groups, tiled BLOCK_N x BLOCK_M; the same bits as
+    ``decode_operands`` followed by a GEMM with fp32 output wherever ``task.reference.exact_in_fp32`` holds (the
+    caller checks it with the statistics and discards the rest).
+
+    ``groups``: per group (A packed uint8 [M, K/2], A scales uint8 [M, K/16], B packed uint8 [N, K/2], B scales
+    uint8 [N, K/16]), unit column strides, on ``keys``' device; ``keys`` as for ``decode_operands``.
+
+    Returns (outputs, stats): per group an fp16 [M, N] tensor (views of one buffer), and int32 [2 * len(groups), 2]
+    statistics of the operands A0, B0, A1, B1, ... Raises ValueError naming the operand for a wrong dtype, shape,
+    stride or device, or for groups whose K differ between A and B.
+    """
+    device = keys.device
+    operands = [op for a, sa, b, sb in groups for op in ((a, sa), (b, sb))]
+    for g, (a, _sa, b, _sb) in enumerate(groups):
+        if a.shape[1] != b.shape[1]:
+            raise ValueError(f"group {g}: A and B must share K; got {2 * a.shape[1]} and {2 * b.shape[1]}")
+    stats = scale_stats(operands, keys)
+    sizes = [a.shape[0] * b.shape[0] for a, _sa, b, _sb in groups]
+    out = torch.empty(sum(sizes), dtype=torch.float16, device=device)
+    host, offset, first, aligned, even = [], 0, 0, True, True
+    for (a, sa, b, sb), size in zip(groups, sizes):
+        n_tiles = triton.cdiv(b.shape[0], BLOCK_N)
+        row = [a.data_ptr(), a.stride(0), sa.data_ptr(), sa.stride(0), b.data_ptr(), b.stride(0), sb.data_ptr(),
+               sb.stride(0), a.shape[0], b.shape[0], a.shape[1], offset, first, n_tiles]
+        aligned &= all(row[i] % _ALIGN.value == 0 for i in (0, 1, 4, 5, 10))
+        aligned &= all(row[i] % _BLOCK.value == 0 for i in (2, 3, 6, 7))
+        even &= row[10] % GEMM_BYTES == 0
+        host += row
+        offset, first = offset + size, first + triton.cdiv(a.shape[0], BLOCK_M) * n_tiles
+    if first:
+        desc = torch.tensor(host, dtype=torch.int64).to(device, non_blocking=True)
+        with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+            _gemm_kernel[(first,)](desc, out, len(groups), GROUPS=max(_MIN_OPS, triton.next_power_of_2(len(groups))),
+                                   BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BYTES=GEMM_BYTES, ALIGNED=aligned, EVEN_K=even,
+                                   BF16=device.type == "cuda", num_warps=GEMM_WARPS, num_stages=GEMM_STAGES)
+    outs = [o.view(a.shape[0], b.shape[0]) for o, (a, _sa, b, _sb) in zip(out.split(sizes), groups)]
+    return outs, stats

@@ -1,6 +1,7 @@
-"""The Triton decode of the fast reference (task.reference_triton) on the CPU, through Triton's interpreter: decoded
-bf16 bits against the torch table decode and ml_dtypes for every (byte, scale code) pair, the folded scale statistics
-against the torch gather, the whole CUDA fast path against the fp64 reference. TRITON_INTERPRET must be set before
+"""The Triton kernels of the fast reference (task.reference_triton) on the CPU, through Triton's interpreter: decoded
+bf16 bits against the torch table decode and ml_dtypes for every (byte, scale code) pair, the same pairs through the
+fused GEMM, the folded scale statistics against the torch gather, the whole CUDA fast path against the fp64
+reference. TRITON_INTERPRET must be set before
 triton is imported, so these tests run in a child pytest with it set (test_kernel_under_the_interpreter) and never
 reach other tests. The same kernel compiled for the GPU is tested in test_reference_gpu.py."""
 from __future__ import annotations
@@ -18,8 +19,8 @@ import torch
 
 from task.inputs import generate_input
 from task.reference import (
-    _batches,
     _fast,
+    _Pending,
     _fast_triton,
     _finish,
     _key_table,
@@ -38,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 interpreted_only = pytest.mark.skipif(not INTERPRETED, reason="runs in test_kernel_under_the_interpreter's child")
 #: Tests this module runs in the child (every test marked interpreted_only, parametrizations counted).
-CHILD_TESTS = 13
+CHILD_TESTS = 14
 
 
 @pytest.mark.skipif(INTERPRETED, reason="the parent of the interpreted run")
@@ -150,10 +151,10 @@ def test_bad_operands_get_one_line_errors(interpreted):
 @pytest.mark.parametrize("data", ["official", "full-range"])
 @pytest.mark.parametrize("scales", ["plain", "reordered", "plain column-major"])
 def test_cuda_fast_path_through_the_interpreter(interpreted, data, scales):
-    """ref_kernel's CUDA path (Triton decode and statistics, then the GEMMs) run on the CPU: the torch path's
-    statistics and, on the same GEMMs, its bits; on official data the fp64 reference's bits (full-range data fails
-    the bound, so there only the decode is compared). Plain scales stored column-major are staged into one copy,
-    the others read in place."""
+    """ref_kernel's CUDA path (Triton statistics and fused GEMM) run on the CPU: the torch path's statistics; on
+    official data the torch path's bits and the fp64 reference's (full-range data fails the bound, so its inexact
+    sums may differ in order and bits, and ref_kernel takes the fp64 path for them). Plain scales stored
+    column-major are staged into one copy, the others read in place."""
     case = load_shapes("tests").cases[4]  # m=[64,72,96] n=[128,384,512] k=[512,512,256]
     inputs = generate_input(case.m, case.n, case.k, case.g, case.seed, data=data, device="cpu")
     if scales == "plain column-major":
@@ -166,11 +167,11 @@ def test_cuda_fast_path_through_the_interpreter(interpreted, data, scales):
         assert (c.data_ptr() == sf.data_ptr()) == (scales == "plain")
     flat = torch.cat([c.reshape(-1) for c in codes]).to(torch.int32)
     assert stats.tolist() == _scale_stats(flat, [c.numel() for c in codes]).tolist()
-    torch_path = _fast([(a, b, ca.to(torch.int32), cb.to(torch.int32))
-                        for (a, b, _), ca, cb in zip(inputs[0], codes[0::2], codes[1::2])])
-    for g, (f, t) in enumerate(zip(fast, torch_path)):
-        assert torch.equal(f.view(torch.int16), t.view(torch.int16)), f"group {g}: Triton and torch decode differ"
     if data == "official":
+        torch_path = _fast([(a, b, ca.to(torch.int32), cb.to(torch.int32))
+                            for (a, b, _), ca, cb in zip(inputs[0], codes[0::2], codes[1::2])])
+        for g, (f, t) in enumerate(zip(fast, torch_path)):
+            assert torch.equal(f.view(torch.int16), t.view(torch.int16)), f"group {g}: Triton and torch path differ"
         for g, (f, e) in enumerate(zip(fast, ref_kernel_fp64(inputs))):
             assert f.dtype == torch.float16 and f.shape == e.shape
             assert torch.equal(f.view(torch.int16), e.view(torch.int16)), f"group {g}"
@@ -187,33 +188,74 @@ def test_kernel_compiles_for_hopper_without_a_gpu(aligned):
     from task import reference_triton as rt
 
     signature = {"meta_ptr": "*i64", "keys_ptr": "*i32", "out_ptr": "*i32", "stats_ptr": "*i32", "n_ops": "i32",
-                 "OPS": "constexpr", "BLOCK_ROWS": "constexpr", "BLOCK_BYTES": "constexpr", "ALIGNED": "constexpr"}
-    constants = {"OPS": 16, "BLOCK_ROWS": rt.BLOCK_ROWS, "BLOCK_BYTES": rt.BLOCK_BYTES, "ALIGNED": aligned}
+                 "OPS": "constexpr", "BLOCK_ROWS": "constexpr", "BLOCK_BYTES": "constexpr", "ALIGNED": "constexpr",
+                 "STATS_ONLY": "constexpr"}
+    constants = {"OPS": 16, "BLOCK_ROWS": rt.BLOCK_ROWS, "BLOCK_BYTES": rt.BLOCK_BYTES, "ALIGNED": aligned,
+                 "STATS_ONLY": False}
     source = ASTSource(fn=rt._decode_kernel, signature=signature, constexprs=constants)
     ptx = triton.compile(source, target=GPUTarget("cuda", 90, 64), options={"num_warps": rt.NUM_WARPS}).asm["ptx"]
     assert ".target sm_90" in ptx
     assert ("st.global.v4.b32" in ptx) == aligned and ("st.global.b32" in ptx) != aligned
 
 
+@pytest.mark.skipif(INTERPRETED, reason="compiles; the interpreter decorates kernels differently")
+def test_fused_gemm_compiles_to_wgmma_for_hopper_without_a_gpu():
+    """The fused GEMM through Triton's compiler for sm_90 (the H200), no GPU needed: its dots become bf16 wgmma
+    with fp32 accumulation (the tensor-core sums the exactness argument covers), its aligned loads 16-byte
+    asynchronous copies."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from task import reference_triton as rt
+
+    signature = {"meta_ptr": "*i64", "out_ptr": "*fp16", "n_groups": "i32", "GROUPS": "constexpr",
+                 "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BYTES": "constexpr", "ALIGNED": "constexpr",
+                 "EVEN_K": "constexpr", "BF16": "constexpr"}
+    constants = {"GROUPS": 128, "BLOCK_M": rt.BLOCK_M, "BLOCK_N": rt.BLOCK_N, "BYTES": rt.GEMM_BYTES, "ALIGNED": True,
+                 "EVEN_K": True, "BF16": True}
+    source = ASTSource(fn=rt._gemm_kernel, signature=signature, constexprs=constants)
+    ptx = triton.compile(source, target=GPUTarget("cuda", 90, 64),
+                         options={"num_warps": rt.GEMM_WARPS, "num_stages": rt.GEMM_STAGES}).asm["ptx"]
+    assert set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k16\.(\w+)\.(\w+)\.(\w+)", ptx)) == {
+        ("f32", "bf16", "bf16")}
+    assert "cp.async.cg.shared.global" in ptx  # the packed bytes arrive 16 at a time, pipelined
+
+
 @interpreted_only
-def test_inputs_batched_into_few_launches_keep_each_inputs_bits(interpreted):
-    """_queue_triton_many with a budget that cuts five inputs into three launches: each input's statistics and
-    outputs are those of its own launch (_fast_triton), and official inputs match the fp64 reference bit for bit."""
+def test_inputs_queued_in_one_launch_keep_each_inputs_bits(interpreted):
+    """_queue_triton_many over five inputs (one statistics and one GEMM launch for all their groups): each input's
+    statistics and outputs are those of its own launch (_fast_triton), and after _finish every input matches the
+    fp64 reference bit for bit (input 2 is full-range: its groups fail the bound and take the fp64 path)."""
     case_m, case_n, case_k = (40, 8), (128, 64), (256, 128)
     inputs = [generate_input(case_m, case_n, case_k, 2, 70 + s, data="full-range" if s == 2 else "official")
               for s in range(5)]
-    one = sum(2 * (a.shape[0] + b.shape[0]) * a.shape[1] * 2 for a, b, _ in inputs[0][0])
-    assert _batches(inputs, 2 * one) == [[0, 1], [2, 3], [4]]
-    import task.reference as ref
-    saved, ref.DECODE_BATCH_BYTES = ref.DECODE_BATCH_BYTES, 2 * one
-    try:
-        pending = _queue_triton_many(interpreted, inputs, "plain", CPU)
-    finally:
-        ref.DECODE_BATCH_BYTES = saved
-    for s, (x, p) in enumerate(zip(inputs, pending)):
+    queued = _queue_triton_many(interpreted, inputs, "plain", CPU)
+    for s, (x, (data, q_stats, _codes, q_fast)) in enumerate(zip(inputs, queued)):
         codes, stats, fast = _fast_triton(interpreted, x, "plain", CPU)
-        assert p.data is x and p.stats.tolist() == stats.tolist(), f"input {s}"
-        assert all(torch.equal(f.view(torch.int16), g.view(torch.int16)) for f, g in zip(p.fast, fast)), f"input {s}"
-        outs = _finish(p, _read_stats(p.stats))
+        assert data is x and q_stats.tolist() == stats.tolist(), f"input {s}"
         if s != 2:
-            assert all(torch.equal(o.view(torch.int16), e.view(torch.int16)) for o, e in zip(outs, ref_kernel_fp64(x)))
+            assert all(torch.equal(f.view(torch.int16), g.view(torch.int16)) for f, g in zip(q_fast, fast)), s
+        outs = _finish(_Pending(x, q_stats, codes, q_fast, []), _read_stats(q_stats))
+        assert all(torch.equal(o.view(torch.int16), e.view(torch.int16)) for o, e in zip(outs, ref_kernel_fp64(x)))
+
+
+@interpreted_only
+def test_fused_gemm_decodes_every_byte_under_every_scale_code(interpreted):
+    """grouped_gemm's own decode (in registers) of every (byte, scale code) pair: A row c holds the 256 bytes under
+    scale code c, B is the identity (e2m1 1.0 under scale 1.0), so C[c, j] is A's element j, exact in fp16; rows of
+    the NaN codes (0x7F, 0xFF) are all NaN. Zeros compare by value (+0 + -0 is +0 in any sum)."""
+    a = torch.arange(256, dtype=torch.uint8).repeat(256, 1)
+    sa = torch.arange(256, dtype=torch.uint8).view(256, 1).expand(256, 32).contiguous()
+    eye = torch.zeros(512, 256, dtype=torch.uint8)
+    j = torch.arange(512)
+    eye[j, j // 2] = torch.where(j % 2 == 0, 0x02, 0x20).to(torch.uint8)  # e2m1 1.0 in the low or high nibble
+    sb = torch.full((512, 32), 0x38, dtype=torch.uint8)  # e4m3fn 1.0
+    (c,), stats = interpreted.grouped_gemm([(a, sa, eye, sb)], _key_table(CPU))
+    expected = dequantize_lut(a.unsqueeze(-1).view(torch.float4_e2m1fn_x2), sa.unsqueeze(-1).view(torch.float8_e4m3fn),
+                              torch.float32)
+    nan_rows = torch.tensor([code in (0x7F, 0xFF) for code in range(256)])
+    assert c.dtype == torch.float16 and c.shape == (256, 512)
+    assert bool(c[nan_rows].isnan().all()) and not bool(c[~nan_rows].isnan().any())
+    assert torch.equal(c[~nan_rows].float(), expected[~nan_rows])
+    assert stats.tolist() == _scale_stats(torch.cat([sa.reshape(-1), sb.reshape(-1)]).to(torch.int32),
+                                          [sa.numel(), sb.numel()]).tolist()
