@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import math
 import os
 import shutil
 import subprocess
@@ -220,8 +221,10 @@ def choose_split(sizes, num_sms: int) -> int:
 
 #: bench.py's override of choose_predecode (None: the rule).
 PREDECODE_OVERRIDE: bool | None = None
-#: Predecode A when the grid's K steps per CTA slot reach this (see choose_predecode).
-MIN_PREDECODE_STEPS_PER_SLOT = 0
+#: Predecode A when the grid's K steps per CTA slot reach this (see choose_predecode). Not measured on the GPU yet
+#: (issue 19): infinity keeps A decoded in the loop on every shape until a side-by-side ``bench.py --time
+#: --predecode 0`` / ``1`` run sets it. The benchmarks run 149, 88, 29 and 12 steps per slot.
+MIN_PREDECODE_STEPS_PER_SLOT: float = math.inf
 
 
 def predecode_rows(m: int) -> int:

@@ -105,6 +105,20 @@ def test_scratch_holds_each_groups_tile_rows_per_k_step_1024_aligned():
     assert big == sum(host.predecode_rows(m) for m in BENCHMARK_CASES[0].m) * 112 * 128 < 32 << 20
 
 
+def test_predecode_is_off_until_measured_and_follows_steps_per_slot(monkeypatch):
+    assert host.MIN_PREDECODE_STEPS_PER_SLOT == float("inf")
+    assert {host.choose_predecode(c.problem_sizes, 132) for c in TEST_CASES + BENCHMARK_CASES} == {False}
+    monkeypatch.setattr(host, "MIN_PREDECODE_STEPS_PER_SLOT", 50)
+    # K steps of the (split) tiles per CTA slot, 264 on 132 SMs: 149.3, 88.2, 29.1, 11.6
+    assert [host.choose_predecode(c.problem_sizes, 132) for c in BENCHMARK_CASES] == [True, True, False, False]
+    assert host.choose_predecode(BENCHMARK_CASES[0].problem_sizes, 264) is True  # 74.7 per slot
+    assert host.choose_predecode(BENCHMARK_CASES[0].problem_sizes, 528) is False  # 37.3
+    monkeypatch.setattr(host, "PREDECODE_OVERRIDE", True)
+    assert host.choose_predecode(TEST_CASES[0].problem_sizes, 132) is True
+    monkeypatch.setattr(host, "PREDECODE_OVERRIDE", False)
+    assert host.choose_predecode(BENCHMARK_CASES[0].problem_sizes, 132) is False
+
+
 def test_prepass_blocks_cover_one_thread_per_row_and_k_step():
     sizes = [(40, 128, 128, 1), (200, 256, 320, 1)]
     assert host.prepass_blocks(sizes) == 1 + 5  # 128 and 1120 threads
@@ -168,6 +182,109 @@ def test_paired_ctas_for_grids_of_one_cta_per_sm_with_two_k_steps():
     assert {host.choose_paired(c.problem_sizes, 132) for c in TEST_CASES} == {True}
     assert host.choose_paired([(128, 128, 64, 1)], 132) is False  # one K step: nothing to share
     assert host.choose_paired([(128, 128 * 133, 128, 1)], 132) is False  # 133 tiles
+
+
+# --- the predecoded pipeline's ring discipline (a model of kernel.cu pre_loop / PrePipe::step) -------------------
+
+def _pre_pipeline_model(steps: int, stages: int) -> None:
+    """Run pre_loop's schedule for one pipeline of ``steps`` K steps and assert, at every point, what its comments
+    claim: A of step s has landed (its cp.async group waited for) before the barrier that precedes step s's wgmma;
+    B of step s + 1 has landed before it is decoded; a copy only overwrites an A buffer whose wgmmas every
+    warpgroup finished before the previous barrier (step s - 2 or older) and a raw slot already decoded; each
+    step's A and B is copied once; no copy is in flight when the epilogue reuses the buffers."""
+    ahead, abufs = stages - 1, stages + 1
+    groups: list[list] = []
+    landed: set = set()
+    a_owner: dict = {}
+    b_owner: dict = {}
+    loaded: list = []
+    barrier = -1  # index of the last barrier passed: prologue = -1, step s ends with barrier s
+
+    def wait(n):
+        for g in groups[:max(len(groups) - n, 0)]:
+            landed.update(g)
+
+    def load_a(j, slot):
+        prev = a_owner.get(slot)
+        assert prev is None or prev + 1 <= barrier, (j, slot, prev, barrier)  # every warpgroup done with prev
+        a_owner[slot] = j
+        loaded.append(("A", j))
+        return ("A", j)
+
+    def load_b(j, slot):
+        prev = b_owner.get(slot)
+        assert prev is None or prev - 1 <= barrier, (j, slot, prev, barrier)  # prev decoded before a barrier
+        b_owner[slot] = j
+        loaded.append(("B", j))
+        return ("B", j)
+
+    def decode_b(j, slot):
+        assert ("B", j) in landed and b_owner[slot] == j, j
+
+    # prologue
+    for i in range(stages):
+        g = []
+        if i < steps:
+            g.append(load_b(i, i))
+        if i < ahead and i < steps:
+            g.append(load_a(i, i))
+        groups.append(g)
+    wait(stages - 2)
+    decode_b(0, 0)
+    ready_a = {j for k, j in landed if k == "A"}  # as of the prologue barrier
+    barrier = -1
+
+    def step(s, steady):
+        nonlocal barrier, ready_a
+        assert s in ready_a and a_owner[s % abufs] == s, s  # wgmma of step s reads A buffer s % abufs
+        if not steady and s + 1 >= steps:
+            return
+        g = []
+        if steady or s + stages < steps:
+            g.append(load_b(s + stages, s % stages))
+        if steady or s + ahead < steps:
+            g.append(load_a(s + ahead, (s + ahead) % abufs))
+        groups.append(g)
+        decode_b(s + 1, (s + 1) % stages)
+        wait(stages - 2)
+        ready_a = {j for k, j in landed if k == "A"}
+        barrier = s
+
+    s = 0
+    while s + 1 + stages < steps:
+        step(s, True)
+        step(s + 1, True)
+        s += 2
+    while s < steps:
+        step(s, False)
+        if s + 1 < steps:
+            step(s + 1, False)
+        s += 2
+    assert sorted(loaded) == sorted([("A", j) for j in range(steps)] + [("B", j) for j in range(steps)])
+    assert all(all(x in landed for x in g) for g in groups), "a copy in flight at the epilogue"
+
+
+@pytest.mark.parametrize("stages", [3, 4])
+def test_predecoded_pipeline_ring_discipline_holds_for_every_step_count(stages):
+    for steps in range(1, 41):
+        _pre_pipeline_model(steps, stages)
+    src = KERNEL_CU.read_text()
+    for line in ("constexpr int PRE_AHEAD = STAGES - 1;", "constexpr int PRE_ABUFS = PRE_AHEAD + 2;",
+                 "if (STEADY || s + STAGES < steps) ld.load_b(load_slot);",
+                 "if (STEADY || s + PRE_AHEAD < steps) ld.template load_a<BM>(a_load);",
+                 "if (i < PRE_AHEAD && i < pipe.steps) pipe.ld.template load_a<BM>(pipe.dec + i * DEC_BYTES);",
+                 "for (; s + 1 + STAGES < pipe.steps; s += 2) {"):
+        assert line in src, line
+
+
+def test_predecoded_copies_cover_a_tiles_step_once_in_512_byte_runs():
+    for bm in (64, 96, 128):
+        got = []
+        for tid in range(host.THREADS):
+            off = (tid >> 5) * bm * 16 + 16 * (tid & 31)  # PreLoader::a_off
+            got += [off + imm for imm in (0, 512, 1024, 1536)[:bm // 32]]
+        assert sorted(got) == list(range(0, bm * 128, 16)), bm
+    assert "a_off = (tid >> 5) * BM * 16 + 16 * (tid & 31);" in KERNEL_CU.read_text()
 
 
 # --- input checks ---------------------------------------------------------------------------------------------
