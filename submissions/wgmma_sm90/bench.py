@@ -89,7 +89,8 @@ def time_benchmarks(samples: int) -> list[dict]:
     flush = _l2_flush()
     rows = []
     for case, inputs in _benchmark_inputs():
-        row = {"case": _name(case)}
+        plan = sub._PLANS[tuple(case.problem_sizes)]
+        row = {"case": _name(case), "split": plan.split, "paired": plan.paired, "predecode": plan.predecode}
         for mode in ("alone", "official"):
             alone = mode == "alone"
             runs = measure(sub.custom_kernel, inputs, samples, flush=None if alone else flush,
@@ -163,7 +164,7 @@ def trace() -> list[dict]:
         ptr, size = ctypes.c_uint64(), ctypes.c_size_t()
         drv.check(drv.lib.cuModuleGetGlobal_v2(ctypes.byref(ptr), ctypes.byref(size), drv.module, b"wg_trace"),
                   "cuModuleGetGlobal")
-        row = {"case": _name(case), "split": plan.split, "paired": plan.paired}
+        row = {"case": _name(case), "split": plan.split, "paired": plan.paired, "predecode": plan.predecode}
         for mode in ("loop15", "single"):
             torch.cuda.synchronize()
             flush()
@@ -200,6 +201,8 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=20)
     ap.add_argument("--split", type=int, choices=(1, 2), help="force split-K (default: choose_split's rule)")
     ap.add_argument("--paired", type=int, choices=(0, 1), help="force paired CTAs on or off (default: the rule)")
+    ap.add_argument("--predecode", type=int, choices=(0, 1),
+                    help="force the A pre-pass on or off (default: choose_predecode's rule)")
     ap.add_argument("--classes", help="tile widths to cover M with, e.g. 64 or 64,128 (default: host.BM_CLASSES)")
     ap.add_argument("--profile-case", type=int, help="run benchmarks.yml case N three times (for ncu), nothing else")
     ap.add_argument("--out", type=Path)
@@ -207,6 +210,7 @@ def main() -> None:
     result = {}
     host.SPLIT_OVERRIDE = args.split
     host.PAIRED_OVERRIDE = None if args.paired is None else bool(args.paired)
+    host.PREDECODE_OVERRIDE = None if args.predecode is None else bool(args.predecode)
     if args.classes:
         host.BM_CLASSES = tuple(sorted(int(c) for c in args.classes.split(",")))
         host.cover_m.cache_clear()

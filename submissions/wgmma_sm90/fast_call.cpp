@@ -1,5 +1,6 @@
 // wgmma_sm90's per-call host path in C++: compare every input tensor's layout with the last validated one, write
-// the group addresses into the kernel's parameter block and launch, in one call from Python. The Python version
+// the group addresses into the kernel's parameter block and launch (the pre-pass, then the main kernel, when the
+// plan predecodes A), in one call from Python. The Python version
 // of the same path (submission.py) spends most of a call creating shape and stride objects; this reads them in
 // place. Built once with torch.utils.cpp_extension (wgmma_sm90_host.load_fast_call); no CUDA headers: the driver's
 // cuLaunchKernel comes in as an address.
@@ -30,17 +31,21 @@ bool same(const Layout& l, const at::Tensor& t) {
 }
 
 // One plan's launch: the parameter block (the Python Params struct, kept alive by the caller) and the launch
-// geometry, plus the layouts of the last validated call (a, b, c, sfa, sfb of each group in turn).
+// geometry of the main kernel and of the pre-pass (pre_func 0: none; it shares the parameter block), plus the
+// layouts of the last validated call (a, b, c, sfa, sfb of each group in turn).
 class FastCall {
  public:
   FastCall(uint64_t params, int64_t max_groups, uint64_t func, int64_t grid, int64_t threads, int64_t smem,
-           uint64_t launch)
+           uint64_t pre_func, int64_t pre_grid, int64_t pre_threads, uint64_t launch)
       : addr_(reinterpret_cast<uint64_t*>(params)),
         max_groups_(max_groups),
         func_(reinterpret_cast<void*>(func)),
         grid_(static_cast<unsigned>(grid)),
         threads_(static_cast<unsigned>(threads)),
         smem_(static_cast<unsigned>(smem)),
+        pre_func_(reinterpret_cast<void*>(pre_func)),
+        pre_grid_(static_cast<unsigned>(pre_grid)),
+        pre_threads_(static_cast<unsigned>(pre_threads)),
         launch_(reinterpret_cast<LaunchFn>(launch)),
         kparams_{reinterpret_cast<void*>(params)} {}
 
@@ -55,7 +60,7 @@ class FastCall {
 
   // Returns 0 after launching on `stream` when every tensor matches the remembered layout and every address is
   // 16-byte aligned; 1, launching nothing, when one does not (the caller then validates in full); 1000 + the
-  // CUresult when cuLaunchKernel fails.
+  // CUresult when a cuLaunchKernel fails (the main kernel is not launched after a failed pre-pass).
   int64_t call(const std::vector<std::vector<at::Tensor>>& abc, const std::vector<std::vector<at::Tensor>>& sf,
                uint64_t stream) {
     const size_t groups = abc.size();
@@ -72,6 +77,11 @@ class FastCall {
         addr_[kind * max_groups_ + g] = p;
       }
     }
+    if (pre_func_ != nullptr) {
+      const int err = launch_(pre_func_, pre_grid_, 1, 1, pre_threads_, 1, 1, 0, reinterpret_cast<void*>(stream),
+                              kparams_, nullptr);
+      if (err) return 1000 + err;
+    }
     const int err = launch_(func_, grid_, 1, 1, threads_, 1, 1, smem_, reinterpret_cast<void*>(stream), kparams_,
                             nullptr);
     return err ? 1000 + err : 0;
@@ -82,6 +92,8 @@ class FastCall {
   int64_t max_groups_;
   void* func_;
   unsigned grid_, threads_, smem_;
+  void* pre_func_;
+  unsigned pre_grid_, pre_threads_;
   LaunchFn launch_;
   void* kparams_[1];
   std::vector<Layout> layouts_;
@@ -91,7 +103,7 @@ class FastCall {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<FastCall>(m, "FastCall")
-      .def(py::init<uint64_t, int64_t, uint64_t, int64_t, int64_t, int64_t, uint64_t>())
+      .def(py::init<uint64_t, int64_t, uint64_t, int64_t, int64_t, int64_t, uint64_t, int64_t, int64_t, uint64_t>())
       .def("remember", &FastCall::remember)
       .def("call", &FastCall::call);
 }

@@ -33,12 +33,31 @@ static_assert(SMEM_BYTES + 1024 <= 113 * 1024, "two CTAs per SM (228 KB, 1 KB re
 static_assert(SMEM_BYTES % 1024 == 0, "a paired CTA's second pipeline starts 1024-byte aligned");
 static_assert(THREADS * BM_MAX / 2 * 4 <= SMEM_BYTES, "a pipeline's fp32 sums fit in its shared memory");
 
+// Predecoded A (Params::predecode): the pre-pass kernel fp4_predecode_a writes each group's A, decoded, into a global
+// fp16 scratch laid out per (K step, row) as the decoded buffer's exact image (128 bytes a row, 128-byte swizzle by
+// row & 7; tiles start at multiples of 32 rows, so a tile's step is one contiguous block). The main loop copies that
+// block into a ring of PRE_ABUFS buffers, PRE_AHEAD steps ahead: step s + PRE_AHEAD goes into the buffer of step
+// s - 2, which every warpgroup's wgmma finished before the previous barrier. The raw ring then holds B and its scales.
+constexpr int PRE_AHEAD = STAGES - 1;                 // so cp_async_wait<STAGES - 2> at step s lands A of step s + 1
+constexpr int PRE_ABUFS = PRE_AHEAD + 2;
+constexpr int PRE_SFB = BN * ROW_BYTES;               // B's scale atom after its rows
+constexpr int PRE_STAGE_BYTES = PRE_SFB + 512;
+constexpr int PRE_SMEM_BYTES = PRE_ABUFS * DEC_BYTES + STAGES * PRE_STAGE_BYTES;
+constexpr int PRE_THREADS = 256;                      // the pre-pass: one thread per (K step, row)
+static_assert(PRE_SMEM_BYTES + 1024 <= 113 * 1024, "two CTAs per SM");
+static_assert(PRE_SMEM_BYTES % 1024 == 0, "a paired CTA's second pipeline starts 1024-byte aligned");
+static_assert(THREADS * BM_MAX / 2 * 4 <= PRE_SMEM_BYTES, "a pipeline's fp32 sums fit in its shared memory");
+
+template <bool PRE>
+constexpr int SMEM_OF = PRE ? PRE_SMEM_BYTES : SMEM_BYTES;  // a pipeline's shared memory
+
 }  // namespace
 
 // Kernel parameters (by value). addr: a, b, c, sfa, sfb of group g at [kind * MAX_GROUPS + g]. tiles: two int4 per
 // CTA, (group, m0, n0, bm) and (first K step, K steps, split slot or -1, part 0/1). ws: fp32 partials, 2 x BN x
-// BM_MAX per split slot; cnt: one counter per slot, zero between launches. The host mirrors this layout
-// (wgmma_sm90_host.Params).
+// BM_MAX per split slot; cnt: one counter per slot, zero between launches. mpad: the rows of group g's tiles (the
+// sum of its tile widths); predecode: nonzero when A comes from the pre-pass's scratch, group g's at pre[g] (mpad x
+// 128 bytes per K step). The host mirrors this layout (wgmma_sm90_host.Params).
 struct Params {
   uint64_t addr[5 * MAX_GROUPS];
   const int4* tiles;
@@ -47,6 +66,9 @@ struct Params {
   int m[MAX_GROUPS];
   int n[MAX_GROUPS];
   int k[MAX_GROUPS];
+  int mpad[MAX_GROUPS];
+  int predecode;
+  uint64_t pre[MAX_GROUPS];
 };
 
 // Diagnostics (bench.py --trace, a -DWG_TRACE build): thread 0 of each CTA records %globaltimer (ns) at the
@@ -79,6 +101,13 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, uint32
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %3, 0;\n@p cp.async.cg.shared.global [%0], [%1], 16, %2;\n}\n" ::"r"(dst),
       "l"(src), "r"(bytes), "r"(on));
+}
+
+// A 16-byte cp.async (L2 only), always issued, OFF bytes past both addresses (an immediate in the instruction; LDGSTS
+// takes global offsets in -2048..2047, larger ones cost two integer ops per copy on the 64-bit source).
+template <int OFF = 0>
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0+%2], [%1+%2], 16;\n" ::"r"(dst), "l"(src), "n"(OFF));
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
@@ -226,7 +255,8 @@ struct Tile {
   uint16_t* c;         // M x N fp16
   float* ws;           // split-K partials of this tile's slot (2 x BN x BM_MAX), or null
   int* cnt;            // the slot's arrival counter
-  int M, N, K, m0, n0, k0, steps, part;
+  const uint8_t* pre;  // predecoded A of the group (Params::pre), or null
+  int M, N, K, m0, n0, k0, steps, part, mpad;
 };
 
 // PAIRED (a template parameter below): the CTA has 2 x THREADS threads and runs two pipelines (see run_tile).
@@ -335,6 +365,51 @@ struct Loader {
   }
 };
 
+// The predecoded path's copies (PRE): per K step 16 bytes of a B row (every thread) and of B's scale atom
+// (threads < 32) into the raw ring, and A's step, BM rows x 128 bytes of the scratch, into an A buffer: warp w copies
+// bytes [BM * 16 w, BM * 16 (w + 1)), 512 contiguous bytes per copy instruction, its lanes' copies 512 bytes apart
+// (offsets that fit LDGSTS's immediate). Rows past N read the last row (as Loader).
+template <bool PAIRED>
+struct PreLoader {
+  const uint8_t* b_src;
+  const uint8_t* sf_src;
+  const uint8_t* a_src;
+  uint32_t a_off;   // this thread's first byte in an A buffer
+  uint32_t a_step;  // bytes of scratch per K step: mpad rows x 128
+
+  template <int BM>
+  __device__ __forceinline__ void init(const Tile& t) {
+    const int tid = pipe_tid<PAIRED>();
+    const int r = tid >> 1, h = tid & 1;
+    b_src = t.b + (size_t)min(t.n0 + r, t.N - 1) * (t.K / 2) + t.k0 * ROW_BYTES + 16 * h;
+    sf_src = t.sfb + ((size_t)(t.n0 >> 7) * (t.K / 64) + t.k0) * 512 + 16 * (tid & 31);
+    a_step = t.mpad * 128;
+    a_off = (tid >> 5) * BM * 16 + 16 * (tid & 31);
+    a_src = t.pre + ((size_t)t.k0 * t.mpad + t.m0) * 128 + a_off;
+  }
+
+  // B's next K step into the raw ring slot at `slot`.
+  __device__ __forceinline__ void load_b(uint32_t slot, int tid = pipe_tid<PAIRED>()) {
+    const uint32_t dst = slot + 16 * tid;
+    cp_async16(dst, b_src);
+    cp_async16(dst + PRE_SFB, sf_src, 16, tid < 32);
+    b_src += ROW_BYTES;
+    sf_src += 512;
+  }
+
+  // A's next K step into the A buffer at `buf`.
+  template <int BM>
+  __device__ __forceinline__ void load_a(uint32_t buf) {
+    static_assert(BM == 64 || BM == 96 || BM == 128, "BM / 32 copies of 16 bytes a thread");
+    const uint32_t dst = buf + a_off;
+    cp_async16<0>(dst, a_src);
+    cp_async16<512>(dst, a_src);
+    if constexpr (BM >= 96) cp_async16<1024>(dst, a_src);
+    if constexpr (BM == 128) cp_async16<1536>(dst, a_src);
+    a_src += a_step;
+  }
+};
+
 // A's decode: T threads per row (THREADS over BM rounded up to a power of two; threads past T * BM idle), thread q
 // owning WORDS = 8 / T consecutive 32-bit words of the row's 32 bytes. Word w of the row is (t, wi) = (w / 2,
 // w % 2): scale column t, nibbles n0..n7 decoded into pairs p = 0..3, and pair p of word (t, wi) is bytes 4t..4t+3
@@ -405,9 +480,10 @@ struct ADecoder {
 struct BDecoder {
   uint32_t raw, sf;  // row r0's; row r0 + 8 is 256 bytes further in the raw rows and 128 in the atom
 
-  __device__ __forceinline__ void init(int r0, int tq) {
+  // sfb: the scale atom's offset in a ring slot (RAW_SFB, or PRE_SFB in the predecoded path).
+  __device__ __forceinline__ void init(int r0, int tq, int sfb) {
     raw = RAW_B + r0 * ROW_BYTES + 8 * tq;
-    sf = RAW_SFB + (r0 & 31) * 16 + ((r0 >> 5) & 3) * 4 + tq;  // r0 < 128, r0 & 31 < 24: no wrap at + 8
+    sf = sfb + (r0 & 31) * 16 + ((r0 >> 5) & 3) * 4 + tq;  // r0 < 128, r0 & 31 < 24: no wrap at + 8
   }
 
   __device__ __forceinline__ void run(uint32_t slot, uint32_t (&f)[4][4]) const {
@@ -524,6 +600,8 @@ __device__ __forceinline__ Tile tile_of(const Params& p) {
   t.c = reinterpret_cast<uint16_t*>(p.addr[2 * MAX_GROUPS + g]);
   t.sfa = reinterpret_cast<const uint8_t*>(p.addr[3 * MAX_GROUPS + g]);
   t.sfb = reinterpret_cast<const uint8_t*>(p.addr[4 * MAX_GROUPS + g]);
+  t.pre = reinterpret_cast<const uint8_t*>(p.pre[g]);
+  t.mpad = p.mpad[g];
   t.M = p.m[g];
   t.N = p.n[g];
   t.K = p.k[g];
@@ -602,16 +680,10 @@ __device__ __forceinline__ void store_tile(const Tile& t, const float (&acc)[BM 
   }
 }
 
-// A paired CTA (2 x THREADS threads, launched for grids of at most one CTA per SM) runs two pipelines on one tile,
-// each with its own shared memory and barrier: pipeline 0 takes the first half of the K steps, pipeline 1 the rest,
-// and pipeline 1's sums join pipeline 0's through shared memory at the end. Two pipelines on an SM keep its tensor
-// cores busier than one (H200: 500 ns per K step for one, 700-740 ns each for two), and unlike split-K across CTAs
-// the partial sums never leave the SM.
+// The raw path's pipeline, from the tile's start to its last wgmma issued (not waited for): A and B decoded from
+// the raw ring. `dec`: this pipeline's shared memory.
 template <int BM, bool PAIRED>
-__device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
-  wg_mark(0);
-  // The pipeline (warp-uniform; read through a shuffle so the compiler keeps addresses built from it uniform).
-  const int half = PAIRED ? __shfl_sync(~0u, static_cast<int>(threadIdx.x) / THREADS, 0) : 0;
+__device__ __forceinline__ void raw_loop(const Params& p, int half, uint32_t dec, float (&acc)[BM / 2]) {
   const int tid = pipe_tid<PAIRED>();
   const int r0 = (tid >> 5) * 16 + ((tid & 31) >> 2), tq = tid & 3;  // 64 * wg + 16 * warp + lane / 4
   Pipe<BM, PAIRED> pipe;
@@ -626,13 +698,9 @@ __device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
     pipe.ld.template init<BM>(t);
     pipe.da.init(t.m0);
   }
-  pipe.dec = smem_u32(smem + half * SMEM_BYTES);
+  pipe.dec = dec;
   pipe.buf = 0;
-  pipe.db.init(r0, tq);
-
-  float acc[BM / 2];
-#pragma unroll
-  for (int i = 0; i < BM / 2; ++i) acc[i] = 0.f;
+  pipe.db.init(r0, tq, RAW_SFB);
   uint32_t fa[4][4], fb[4][4];
 
 #pragma unroll
@@ -684,12 +752,141 @@ __device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
     pipe.iteration(s, acc, fa, fb);
     if (s + 1 < pipe.steps) pipe.iteration(s + 1, acc, fb, fa);
   }
+}
+
+// The predecoded path's pipeline (PRE): A's buffers are copied from the scratch, B decoded as in the raw path.
+// Shared memory: PRE_ABUFS A buffers (DEC_BYTES apart), then STAGES raw slots of B (PRE_STAGE_BYTES).
+template <int BM, bool PAIRED>
+struct PrePipe {
+  PreLoader<PAIRED> ld;
+  BDecoder db;
+  uint32_t dec;  // shared address of A buffer 0
+  int steps;
+
+  __device__ __forceinline__ uint32_t ring() const { return dec + PRE_ABUFS * DEC_BYTES; }
+
+  // Issue step s's wgmma (fragments `cur`, A buffer `a_cur`), queue B of step s + STAGES into raw slot `load_slot`
+  // (step s's, decoded before the last barrier) and A of step s + PRE_AHEAD into `a_load` (step s - 2's buffer, whose
+  // wgmmas every warpgroup waited for before the last barrier), decode B of step s + 1 (raw slot `next_slot`) into
+  // `nxt`. Commit group s holds B(s + STAGES) and A(s + PRE_AHEAD), so the wait below (all but the last STAGES - 2
+  // groups) lands B(s + 2) and A(s + 1) before the barrier. STEADY: both loads and a successor exist (the main loop).
+  template <bool STEADY>
+  __device__ __forceinline__ void step(int s, float (&acc)[BM / 2], const uint32_t (&cur)[4][4], uint32_t (&nxt)[4][4],
+                                       uint32_t a_cur, uint32_t a_load, uint32_t load_slot, uint32_t next_slot) {
+    mma_step<BM>(acc, cur, sw128_desc(a_cur));
+    if (!STEADY && s + 1 >= steps) return;
+    wgmma_wait<1>();
+    fence_regs(acc);
+    if (STEADY || s + STAGES < steps) ld.load_b(load_slot);
+    if (STEADY || s + PRE_AHEAD < steps) ld.template load_a<BM>(a_load);
+    cp_async_commit();
+#ifndef WG_SKIP_DECODE
+    db.run(next_slot, nxt);
+#endif
+    cp_async_wait<STAGES - 2>();
+    fence_proxy_async();  // the copied A (generic proxy), read next by wgmma (async proxy)
+    pipe_sync<PAIRED>();
+  }
+
+  __device__ __forceinline__ void iteration(int s, float (&acc)[BM / 2], const uint32_t (&cur)[4][4],
+                                            uint32_t (&nxt)[4][4]) {
+    step<false>(s, acc, cur, nxt, dec + (s % PRE_ABUFS) * DEC_BYTES, dec + ((s + PRE_AHEAD) % PRE_ABUFS) * DEC_BYTES,
+                ring() + (s % STAGES) * PRE_STAGE_BYTES, ring() + ((s + 1) % STAGES) * PRE_STAGE_BYTES);
+  }
+};
+
+template <int BM, bool PAIRED>
+__device__ __forceinline__ void pre_loop(const Params& p, int half, uint32_t dec, float (&acc)[BM / 2]) {
+  const int tid = pipe_tid<PAIRED>();
+  const int r0 = (tid >> 5) * 16 + ((tid & 31) >> 2), tq = tid & 3;
+  PrePipe<BM, PAIRED> pipe;
+  {
+    Tile t = tile_of(p);
+    if (PAIRED) {
+      const int first = (t.steps + 1) / 2;
+      t.k0 += half * first;
+      t.steps = half ? t.steps - first : first;
+    }
+    pipe.steps = t.steps;
+    pipe.ld.template init<BM>(t);
+  }
+  pipe.dec = dec;
+  pipe.db.init(r0, tq, PRE_SFB);
+  uint32_t fa[4][4], fb[4][4];
+
+  // Prologue groups 0..STAGES-1: B of step i, and A of step i for i < PRE_AHEAD (the loop's group s brings A of
+  // s + PRE_AHEAD).
+#pragma unroll
+  for (int i = 0; i < STAGES; ++i) {
+    if (i < pipe.steps) pipe.ld.load_b(pipe.ring() + i * PRE_STAGE_BYTES);
+    if (i < PRE_AHEAD && i < pipe.steps) pipe.ld.template load_a<BM>(pipe.dec + i * DEC_BYTES);
+    cp_async_commit();
+  }
+  cp_async_wait<STAGES - 2>();  // B and A of steps 0 and 1
+  pipe_sync<PAIRED>();
+  pipe.db.run(pipe.ring(), fa);
+  fence_proxy_async();
+  pipe_sync<PAIRED>();
+
+  wg_mark(1);
+  // Pairs of steps as in raw_loop; the A buffers of step s (a) and of step s + PRE_AHEAD (l) advance one buffer a
+  // step, wrapping after PRE_ABUFS.
+  int s = 0;
+  {
+    const uint32_t a_end = pipe.dec + PRE_ABUFS * DEC_BYTES;
+    uint32_t a = pipe.dec, l = pipe.dec + PRE_AHEAD * DEC_BYTES, r = pipe.ring();
+    for (; s + 1 + STAGES < pipe.steps; s += 2) {
+      const uint32_t end = pipe.ring() + STAGES * PRE_STAGE_BYTES;
+      uint32_t r1 = r + PRE_STAGE_BYTES, r2;
+      if constexpr (STAGES == 4) {
+        r2 = 2 * pipe.ring() + 2 * PRE_STAGE_BYTES - r;
+      } else if constexpr (STAGES % 2 == 0) {
+        r2 = r1 + PRE_STAGE_BYTES == end ? pipe.ring() : r1 + PRE_STAGE_BYTES;
+      } else {
+        r1 = r1 == end ? pipe.ring() : r1;
+        r2 = r1 + PRE_STAGE_BYTES == end ? pipe.ring() : r1 + PRE_STAGE_BYTES;
+      }
+      const uint32_t a1 = a + DEC_BYTES == a_end ? pipe.dec : a + DEC_BYTES;
+      const uint32_t l1 = l + DEC_BYTES == a_end ? pipe.dec : l + DEC_BYTES;
+      pipe.template step<true>(s, acc, fa, fb, a, l, r, r1);
+      pipe.template step<true>(s + 1, acc, fb, fa, a1, l1, r1, r2);
+      a = a1 + DEC_BYTES == a_end ? pipe.dec : a1 + DEC_BYTES;
+      l = l1 + DEC_BYTES == a_end ? pipe.dec : l1 + DEC_BYTES;
+      r = r2;
+    }
+  }
+  for (; s < pipe.steps; s += 2) {
+    pipe.iteration(s, acc, fa, fb);
+    if (s + 1 < pipe.steps) pipe.iteration(s + 1, acc, fb, fa);
+  }
+}
+
+// A paired CTA (2 x THREADS threads, launched for grids of at most one CTA per SM) runs two pipelines on one tile,
+// each with its own shared memory and barrier: pipeline 0 takes the first half of the K steps, pipeline 1 the rest,
+// and pipeline 1's sums join pipeline 0's through shared memory at the end. Two pipelines on an SM keep its tensor
+// cores busier than one (H200: 500 ns per K step for one, 700-740 ns each for two), and unlike split-K across CTAs
+// the partial sums never leave the SM. PRE: A predecoded (pre_loop), else decoded here (raw_loop).
+template <int BM, bool PAIRED, bool PRE>
+__device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
+  wg_mark(0);
+  // The pipeline (warp-uniform; read through a shuffle so the compiler keeps addresses built from it uniform).
+  const int half = PAIRED ? __shfl_sync(~0u, static_cast<int>(threadIdx.x) / THREADS, 0) : 0;
+  const int tid = pipe_tid<PAIRED>();
+  const uint32_t dec = smem_u32(smem + half * SMEM_OF<PRE>);
+  float acc[BM / 2];
+#pragma unroll
+  for (int i = 0; i < BM / 2; ++i) acc[i] = 0.f;
+  if constexpr (PRE) {
+    pre_loop<BM, PAIRED>(p, half, dec, acc);
+  } else {
+    raw_loop<BM, PAIRED>(p, half, dec, acc);
+  }
   wgmma_wait<0>();
   fence_regs(acc);
   wg_mark(2);
 
   if (PAIRED) {
-    float* sums = reinterpret_cast<float*>(smem + SMEM_BYTES);  // pipeline 1's region, free once both loops end
+    float* sums = reinterpret_cast<float*>(smem + SMEM_OF<PRE>);  // pipeline 1's region, free once both end
     __syncthreads();
     if (half) {
 #pragma unroll
@@ -704,30 +901,87 @@ __device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
   const Tile t = tile_of(p);
   if (t.ws != nullptr && !split_k_last<BM>(t, acc)) return;
 
-  store_tile<BM, PAIRED>(t, acc, pipe.dec);
+  store_tile<BM, PAIRED>(t, acc, dec);
   wg_mark(3);
+}
+
+template <bool PRE>
+__device__ __forceinline__ void run_any(const Params& p, uint8_t* smem) {
+  const int bm = p.tiles[2 * blockIdx.x].w;
+  if (blockDim.x > THREADS) {
+    if (bm == 128) {
+      run_tile<128, true, PRE>(p, smem);
+    } else if (bm == 96) {
+      run_tile<96, true, PRE>(p, smem);
+    } else {
+      run_tile<64, true, PRE>(p, smem);
+    }
+  } else if (bm == 128) {
+    run_tile<128, false, PRE>(p, smem);
+  } else if (bm == 96) {
+    run_tile<96, false, PRE>(p, smem);
+  } else {
+    run_tile<64, false, PRE>(p, smem);
+  }
 }
 
 }  // namespace
 
-// Two CTAs of THREADS per SM, or one paired CTA: 128 registers a thread either way.
+// Two CTAs of THREADS per SM, or one paired CTA: 128 registers a thread either way. Two entry points, A decoded in
+// the loop (raw) or copied from the pre-pass's scratch (predecoded): as one function, ptxas serialised the wgmmas
+// (C7512, too few registers) and lengthened the raw loop.
 extern "C" __global__ void __launch_bounds__(2 * THREADS, 1) fp4_group_gemm_sm90(const __grid_constant__ Params p) {
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  const int bm = p.tiles[2 * blockIdx.x].w;
-  if (blockDim.x > THREADS) {
-    if (bm == 128) {
-      run_tile<128, true>(p, smem);
-    } else if (bm == 96) {
-      run_tile<96, true>(p, smem);
-    } else {
-      run_tile<64, true>(p, smem);
+  run_any<false>(p, reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023)));
+}
+
+extern "C" __global__ void __launch_bounds__(2 * THREADS, 1) fp4_group_gemm_sm90_pre(const __grid_constant__ Params p) {
+  extern __shared__ uint8_t smem_raw[];
+  run_any<true>(p, reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023)));
+}
+
+// The pre-pass (launched before fp4_group_gemm_sm90 when Params::predecode is set, same parameter block): every
+// group's A, decoded exactly as ADecoder decodes it (value x scale x 2^-14 as fp16, the same K order and swizzle),
+// into the scratch at pre[g]: K step s, row r at (s * mpad + r) * 128 bytes; rows from M to mpad are zero. One thread
+// per (K step, row), consecutive threads on consecutive rows; blocks are numbered across the groups in turn, each
+// group taking ceil(mpad x K steps / PRE_THREADS) of them. The thread decodes the row's 32 bytes of the step (scale
+// columns 0..3) and writes its 8 chunks of 16 bytes: chunk c is pair c % 4 of words (2h + 0/1, c / 4) for h = 0, 1
+// side by side, which is what ADecoder's two threads per row store with 8-byte stores.
+extern "C" __global__ void __launch_bounds__(PRE_THREADS) fp4_predecode_a(const __grid_constant__ Params p) {
+  int b = blockIdx.x, g = 0;
+  for (; g < MAX_GROUPS; ++g) {
+    const int blocks = (p.mpad[g] * (p.k[g] / BK) + PRE_THREADS - 1) / PRE_THREADS;
+    if (b < blocks) break;
+    b -= blocks;
+  }
+  if (g == MAX_GROUPS) return;
+  const int mpad = p.mpad[g], K = p.k[g], idx = b * PRE_THREADS + threadIdx.x;
+  if (idx >= mpad * (K / BK)) return;
+  const int s = idx / mpad, r = idx - s * mpad;
+  uint8_t* dst = reinterpret_cast<uint8_t*>(p.pre[g]) + ((size_t)s * mpad + r) * 128;
+  const uint32_t swz = (r & 7) << 4;
+  if (r >= p.m[g]) {
+#pragma unroll
+    for (int c = 0; c < 8; ++c) stg128(dst + (c << 4), make_uint4(0, 0, 0, 0));
+    return;
+  }
+  const uint8_t* a = reinterpret_cast<const uint8_t*>(p.addr[0 * MAX_GROUPS + g]) + (size_t)r * (K / 2) + s * ROW_BYTES;
+  const uint8_t* sfa = reinterpret_cast<const uint8_t*>(p.addr[3 * MAX_GROUPS + g]);
+  const uint4 x[2] = {__ldg(reinterpret_cast<const uint4*>(a)), __ldg(reinterpret_cast<const uint4*>(a) + 1)};
+  const uint32_t sc = __ldg(reinterpret_cast<const uint32_t*>(
+      sfa + ((size_t)(r >> 7) * (K / 64) + s) * 512 + (r & 31) * 16 + ((r >> 5) & 3) * 4));
+  const uint32_t s2[2] = {scales_f16x2(sc), scales_f16x2(sc >> 16)};  // columns (0, 1) and (2, 3)
+#pragma unroll
+  for (int wi = 0; wi < 2; ++wi) {
+    uint32_t lo[2][4], hi[2][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      decode_word<0>(wi ? x[h].y : x[h].x, s2[h], lo[h]);
+      decode_word<1>(wi ? x[h].w : x[h].z, s2[h], hi[h]);
     }
-  } else if (bm == 128) {
-    run_tile<128, false>(p, smem);
-  } else if (bm == 96) {
-    run_tile<96, false>(p, smem);
-  } else {
-    run_tile<64, false>(p, smem);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      stg128(dst + (((4 * wi + q) << 4) ^ swz), make_uint4(lo[0][q], hi[0][q], lo[1][q], hi[1][q]));
+    }
   }
 }

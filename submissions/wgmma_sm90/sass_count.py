@@ -1,4 +1,4 @@
-"""Count the SASS instructions of kernel.cu's main K loop, per run_tile<BM, PAIRED> instantiation (no GPU needed).
+"""Count the SASS instructions of kernel.cu's main K loop per run_tile<BM, PAIRED, PRE> instantiation (no GPU).
 
 Compiles kernel.cu with the variant's nvcc flags (wgmma_sm90_host.NVCC_FLAGS, plus --define / -D extras), disassembles
 the cubin with cuobjdump and finds each main loop: a backward branch whose range [target, branch] holds HGMMA
@@ -11,14 +11,15 @@ instructions. The loop is unrolled by two (``for s += 2``, fa/fb swapped), so th
   followed, NOPs left out; / 2.
 - ``nop``: NOPs in the static range.
 
-The instantiation is told by the HGMMA shape (64xBMx16) and, for PAIRED, by the named barriers (BAR.SYNC 0x1 / 0x2)
-in the loop. When an instantiation has more than one such loop (a steady-state main loop without the per-step tests,
-then a loop over the last steps), the main loop is the one that queues copies (LDGSTS), with the fewest branches;
-the others are listed as ``tail`` rows (they run at most a few steps per tile). Usage::
+The instantiation is told by the entry point (fp4_group_gemm_sm90: A decoded in the loop; fp4_group_gemm_sm90_pre,
+PRE: A copied from the pre-pass's scratch), the HGMMA shape (64xBMx16) and, for PAIRED, by the named barriers
+(BAR.SYNC 0x1 / 0x2) in the loop. When an instantiation has more than one such loop (a steady-state main loop without
+the per-step tests, then a loop over the last steps), the main loop is the one that queues copies (LDGSTS), with the
+fewest branches; the others are listed as ``tail`` rows (they run at most a few steps per tile). Usage::
 
     python sass_count.py                       # the table
     python sass_count.py -DWG_SKIP_DECODE      # with extra nvcc arguments
-    python sass_count.py --dump 128p           # also print that main loop's SASS (128, 128p, 96, ..., 128-tail)
+    python sass_count.py --dump 128p           # also print that main loop's SASS (128, 128p, pre128, ..., 128-tail)
     python sass_count.py --cubin file.cubin    # count an existing cubin
 """
 from __future__ import annotations
@@ -34,6 +35,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 LINE = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+FUNC = re.compile(r"^\s*Function : (\S+)")
+#: Entry point -> the PRE flag of its run_tile instantiations.
+KERNELS = {"fp4_group_gemm_sm90": False, "fp4_group_gemm_sm90_pre": True}
 BRA = re.compile(r"^(@!?U?P[T0-9]+\s+)?BRA\s+(?:`\(\.L_x_\d+\)|0x([0-9a-f]+))")
 
 
@@ -71,12 +75,18 @@ def compile_cubin(out: Path, extra: list[str], source: Path) -> None:
         raise SystemExit(f"nvcc failed: {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
 
 
-def parse(sass: str) -> list[tuple[int, str]]:
-    out = []
+def parse(sass: str) -> dict[str, list[tuple[int, str]]]:
+    """Instructions (address, text) per function (each function's addresses start at 0)."""
+    out: dict[str, list[tuple[int, str]]] = {}
+    cur = out.setdefault("", [])
     for line in sass.splitlines():
+        f = FUNC.match(line)
+        if f:
+            cur = out.setdefault(f.group(1), [])
+            continue
         m = LINE.match(line)
         if m:
-            out.append((int(m.group(1), 16), m.group(2)))
+            cur.append((int(m.group(1), 16), m.group(2)))
     return out
 
 
@@ -133,24 +143,30 @@ def main(argv: list[str] | None = None) -> int:
             compile_cubin(cubin, args.defines, args.source)
         sass = subprocess.run([find_tool("cuobjdump"), "-sass", str(cubin)], capture_output=True, text=True,
                               check=True).stdout
-    found = loops(parse(sass))
+    found = []
+    for name, ins in parse(sass).items():
+        if name in KERNELS:
+            for lp in loops(ins):
+                lp["pre"] = KERNELS[name]
+                found.append(lp)
     for lp in found:
         lp["branches"] = sum(bool(BRA.match(t)) for _, t in lp["body"])
         lp["copies"] = any("LDGSTS" in t for _, t in lp["body"])
-    found.sort(key=lambda l: (-l["bm"], l["paired"], not l["copies"], l["branches"], l["head"]))
-    print(f"{'run_tile':<18} {'loop':<5} {'static/2':>8} {'path/2':>7} {'nop':>4}  addresses")
+    found.sort(key=lambda l: (l["pre"], -l["bm"], l["paired"], not l["copies"], l["branches"], l["head"]))
+    print(f"{'run_tile':<24} {'loop':<5} {'static/2':>8} {'path/2':>7} {'nop':>4}  addresses")
     seen = set()
     for lp in found:
-        key = (lp["bm"], lp["paired"])
+        key = (lp["bm"], lp["paired"], lp["pre"])
         lp["role"] = "tail" if key in seen else "main"
         seen.add(key)
-        name = f"<{lp['bm']}, {'true' if lp['paired'] else 'false'}>"
-        print(f"{name:<18} {lp['role']:<5} {lp['static'] / 2:>8g} {lp['path'] / 2:>7g} {lp['nop']:>4}  "
+        name = f"<{lp['bm']}, {'true' if lp['paired'] else 'false'}, {'true' if lp['pre'] else 'false'}>"
+        print(f"{name:<24} {lp['role']:<5} {lp['static'] / 2:>8g} {lp['path'] / 2:>7g} {lp['nop']:>4}  "
               f"{lp['head']:#x}..{lp['end']:#x}")
     for key in args.dump:
         for lp in found:
-            if f"{lp['bm']}{'p' if lp['paired'] else ''}{'' if lp['role'] == 'main' else '-tail'}" == key:
-                print(f"\n# run_tile<{lp['bm']}, {lp['paired']}> loop")
+            tag = f"{'pre' if lp['pre'] else ''}{lp['bm']}{'p' if lp['paired'] else ''}"
+            if tag + ("" if lp["role"] == "main" else "-tail") == key:
+                print(f"\n# run_tile<{lp['bm']}, {lp['paired']}, {lp['pre']}> loop")
                 for a, t in lp["body"]:
                     print(f"  {a:#07x}  {t}")
     return 0

@@ -51,25 +51,30 @@ class _Driver:
             self.lib.cuGetErrorName(err, ctypes.byref(name))
             raise RuntimeError(f"wgmma_sm90: {what} failed: {(name.value or b'?').decode()} (CUresult {err})")
 
-    def load_function(self, image: bytes) -> ctypes.c_void_p:
-        """Load a cubin into the current context (torch's, made current by the caller) and return the kernel,
-        with its dynamic shared-memory limit raised to host.PAIRED_SMEM_BYTES (a paired CTA's)."""
+    def load_functions(self, image: bytes) -> dict[str, ctypes.c_void_p]:
+        """Load a cubin into the current context (torch's, made current by the caller) and return its entry points
+        by name (host.KERNEL_NAME, host.KERNEL_PRE_NAME, host.PREPASS_NAME), the two main kernels' dynamic
+        shared-memory limits raised to host.MAX_SMEM_BYTES (a paired CTA's of the larger path)."""
         ctx = ctypes.c_void_p()
         self.check(self.lib.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
         if not ctx.value:
             raise RuntimeError("wgmma_sm90: no current CUDA context (torch has not initialised this device)")
-        module, func = ctypes.c_void_p(), ctypes.c_void_p()
+        module = ctypes.c_void_p()
         self.check(self.lib.cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
         self.module = module  # bench.py --trace reads the diagnostics build's trace buffer from it
-        self.check(self.lib.cuModuleGetFunction(ctypes.byref(func), module, host.KERNEL_NAME.encode()),
-                   "cuModuleGetFunction")
-        self.check(self.lib.cuFuncSetAttribute(func, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                               host.PAIRED_SMEM_BYTES), "cuFuncSetAttribute")
-        return func
+        funcs = {}
+        for name in (host.KERNEL_NAME, host.KERNEL_PRE_NAME, host.PREPASS_NAME):
+            func = funcs[name] = ctypes.c_void_p()
+            self.check(self.lib.cuModuleGetFunction(ctypes.byref(func), module, name.encode()),
+                       f"cuModuleGetFunction({name})")
+            if name != host.PREPASS_NAME:
+                self.check(self.lib.cuFuncSetAttribute(func, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                       host.MAX_SMEM_BYTES), "cuFuncSetAttribute")
+        return funcs
 
 
 _DRIVER: _Driver | None = None
-_FUNCS: dict = {}  # device index -> loaded kernel
+_FUNCS: dict = {}  # device index -> the loaded entry points by name
 
 #: The C++ per-call path (fast_call.cpp): "cpp" (default; falls back to "python" with a warning when it cannot be
 #: built) or "python".
@@ -90,11 +95,12 @@ def _fast_module():
     return _FAST_MODULE
 
 
-def _function(dev: torch.device) -> ctypes.c_void_p:
-    """The kernel loaded on ``dev`` (built and loaded on first use). Raises ValueError off compute capability 9.0."""
+def _functions(dev: torch.device) -> dict[str, ctypes.c_void_p]:
+    """The entry points loaded on ``dev`` (built and loaded on first use). Raises ValueError off compute capability
+    9.0."""
     global _DRIVER
-    func = _FUNCS.get(dev.index)
-    if func is None:
+    funcs = _FUNCS.get(dev.index)
+    if funcs is None:
         cap = torch.cuda.get_device_capability(dev)
         if cap != (9, 0):
             raise ValueError(f"wgmma_sm90: GPU: expected compute capability 9.0 (Hopper, sm_90a wgmma), got "
@@ -104,40 +110,54 @@ def _function(dev: torch.device) -> ctypes.c_void_p:
             _DRIVER = _Driver()
         with torch.cuda.device(dev):
             torch.cuda.current_stream(dev).synchronize()  # makes torch's context current on this thread
-            func = _FUNCS[dev.index] = _DRIVER.load_function(image)
-    return func
+            funcs = _FUNCS[dev.index] = _DRIVER.load_functions(image)
+    return funcs
 
 
 class _Plan:
-    """Everything a call needs that depends only on (sizes, device): the split and paired choices, the tile table,
-    split-K workspace and counters on the device, the parameter block (sizes filled, addresses written per call),
-    and the prebuilt launch arguments."""
+    """Everything a call needs that depends only on (sizes, device): the split, paired and predecode choices, the
+    tile table, split-K workspace and counters and the predecoded A's scratch on the device, the parameter block
+    (sizes filled, addresses written per call), and the prebuilt launch arguments."""
 
     def __init__(self, sizes, dev: torch.device):
         sms = torch.cuda.get_device_properties(dev).multi_processor_count
         self.split = host.choose_split(sizes, sms)
         self.paired = self.split == 1 and host.choose_paired(sizes, sms)
+        self.predecode = host.choose_predecode(sizes, sms)
         threads = 2 * host.THREADS if self.paired else host.THREADS
-        smem = host.PAIRED_SMEM_BYTES if self.paired else host.SMEM_BYTES
+        if self.predecode:
+            smem = host.PRE_PAIRED_SMEM_BYTES if self.paired else host.PRE_SMEM_BYTES
+        else:
+            smem = host.PAIRED_SMEM_BYTES if self.paired else host.SMEM_BYTES
         tiles = host.plan_tiles(sizes, self.split)
         self.n_tiles = len(tiles)
         self.tiles = torch.tensor(tiles, dtype=torch.int32, device=dev).reshape(-1)
         slots = max(t[6] for t in tiles) + 1
         self.ws = torch.empty(max(slots, 1) * host.SPLIT_SLOT_FLOATS, dtype=torch.float32, device=dev)
         self.cnt = torch.zeros(max(slots, 1), dtype=torch.int32, device=dev)
-        self.params = host.make_params(sizes, self.tiles.data_ptr(), self.ws.data_ptr(), self.cnt.data_ptr())
+        self.scratch = (torch.empty(host.scratch_offsets(sizes)[1], dtype=torch.uint8, device=dev)
+                        if self.predecode else None)
+        self.params = host.make_params(sizes, self.tiles.data_ptr(), self.ws.data_ptr(), self.cnt.data_ptr(),
+                                       self.scratch.data_ptr() if self.predecode else 0)
         self.addr = self.params.addr  # a view into params: slice writes land in the block
         self.groups = len(sizes)
         self.layout = None
         self._kparams = (ctypes.c_void_p * 1)(ctypes.addressof(self.params))
         u = ctypes.c_uint
-        self._head = (_function(dev), u(self.n_tiles), u(1), u(1), u(threads), u(1), u(1), u(smem))
+        funcs = _functions(dev)
+        main = funcs[host.KERNEL_PRE_NAME if self.predecode else host.KERNEL_NAME]
+        self._head = (main, u(self.n_tiles), u(1), u(1), u(threads), u(1), u(1), u(smem))
+        pre_blocks = host.prepass_blocks(sizes)
+        self._pre_head = ((funcs[host.PREPASS_NAME], u(pre_blocks), u(1), u(1), u(host.PRE_THREADS), u(1), u(1),
+                           u(0)) if self.predecode else None)
         self.device = dev
         self._dev = dev.index
         self._stream = torch._C._cuda_getCurrentRawStream
         module = _fast_module()
-        self.fast = module.FastCall(ctypes.addressof(self.params), host.MAX_GROUPS, self._head[0].value, self.n_tiles,
-                                    threads, smem, _DRIVER.launch_address) if module else None
+        pre_func = funcs[host.PREPASS_NAME].value if self.predecode else 0
+        self.fast = module.FastCall(ctypes.addressof(self.params), host.MAX_GROUPS, main.value, self.n_tiles,
+                                    threads, smem, pre_func, pre_blocks, host.PRE_THREADS,
+                                    _DRIVER.launch_address) if module else None
 
     def remember(self, abc, sf_r, layout) -> None:
         """Record a validated call's layout for the per-call checks (Python's and the C++ path's)."""
@@ -146,15 +166,20 @@ class _Plan:
             self.fast.remember(abc, sf_r)
 
     def launch(self, ptrs: list) -> None:
-        """One launch on torch's current stream with per-group addresses ``ptrs`` (a, b, c, sfa, sfb of each group
-        in turn)."""
+        """The launch on torch's current stream (the pre-pass, then the main kernel, when predecoding) with
+        per-group addresses ``ptrs`` (a, b, c, sfa, sfb of each group in turn)."""
         g, arr, mg = self.groups, self.addr, host.MAX_GROUPS
         arr[0:g] = ptrs[0::5]
         arr[mg:mg + g] = ptrs[1::5]
         arr[2 * mg:2 * mg + g] = ptrs[2::5]
         arr[3 * mg:3 * mg + g] = ptrs[3::5]
         arr[4 * mg:4 * mg + g] = ptrs[4::5]
-        err = _DRIVER.launch(*self._head, ctypes.c_void_p(self._stream(self._dev)), self._kparams, None)
+        stream = ctypes.c_void_p(self._stream(self._dev))
+        if self._pre_head is not None:
+            err = _DRIVER.launch(*self._pre_head, stream, self._kparams, None)
+            if err:
+                _DRIVER.check(err, "cuLaunchKernel (pre-pass)")
+        err = _DRIVER.launch(*self._head, stream, self._kparams, None)
         if err:
             _DRIVER.check(err, "cuLaunchKernel")
 
@@ -164,8 +189,9 @@ _MAX_PLANS = 64
 
 
 def custom_kernel(data: input_t) -> output_t:
-    """Compute every group's C = (A * SFA) @ (B * SFB)^T into its ``c`` tensor with one launch; returns the ``c``
-    list. Raises ValueError (expected vs got) for inputs the kernel cannot do, before launching anything.
+    """Compute every group's C = (A * SFA) @ (B * SFB)^T into its ``c`` tensor with one launch (two when the
+    plan predecodes A); returns the ``c`` list. Raises ValueError (expected vs got) for inputs the kernel cannot
+    do, before launching anything.
 
     Inputs are validated in full on the first call for their sizes and whenever the dtypes, shapes, strides or
     devices differ from the last validated call, or an address is not 16-byte aligned."""

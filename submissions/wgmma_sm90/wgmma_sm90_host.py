@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import math
 import os
 import shutil
 import subprocess
@@ -22,6 +23,9 @@ HERE = Path(__file__).resolve().parent
 KERNEL_SOURCE = HERE / "kernel.cu"
 FAST_CALL_SOURCE = HERE / "fast_call.cpp"
 KERNEL_NAME = "fp4_group_gemm_sm90"
+#: The same kernel with A copied from the pre-pass's scratch (kernel.cu run_tile<..., PRE = true>), and the pre-pass.
+KERNEL_PRE_NAME = "fp4_group_gemm_sm90_pre"
+PREPASS_NAME = "fp4_predecode_a"
 
 #: nvcc flags: wgmma needs the architecture-specific sm_90a target (the -gencode form; see the device notes).
 NVCC_FLAGS = ("-cubin", "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-lineinfo")
@@ -57,6 +61,20 @@ SMEM_BYTES = DEC_BUFS * BM_MAX * BK * 2 + STAGES * STAGE_BYTES + 1024
 PAIRED_SMEM_BYTES = 2 * (SMEM_BYTES - 1024) + 1024
 #: fp32 values per split-K slot: both halves' partials (kernel.cu split_k_last).
 SPLIT_SLOT_FLOATS = 2 * BN * BM_MAX
+
+#: The predecoded path (kernel.cu PRE_*): A copied PRE_AHEAD steps ahead into PRE_ABUFS fp16 buffers; the raw ring
+#: holds B's rows and scale atom only. Shared memory per CTA with the alignment pad, single and paired.
+PRE_AHEAD = STAGES - 1
+PRE_ABUFS = PRE_AHEAD + 2
+PRE_STAGE_BYTES = BN * BK // 2 + ATOM_BYTES
+PRE_SMEM_BYTES = PRE_ABUFS * BM_MAX * BK * 2 + STAGES * PRE_STAGE_BYTES + 1024
+PRE_PAIRED_SMEM_BYTES = 2 * (PRE_SMEM_BYTES - 1024) + 1024
+#: The largest dynamic shared memory any launch asks for (each main entry point's limit is raised to it).
+MAX_SMEM_BYTES = max(PAIRED_SMEM_BYTES, PRE_PAIRED_SMEM_BYTES)
+#: Threads per pre-pass block (kernel.cu PRE_THREADS): one per (K step, row of a group's tiles).
+PRE_THREADS = 256
+#: Bytes of one predecoded row per K step: BK fp16 values.
+PRE_ROW_BYTES = BK * 2
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -201,6 +219,48 @@ def choose_split(sizes, num_sms: int) -> int:
     return 1
 
 
+#: bench.py's override of choose_predecode (None: the rule).
+PREDECODE_OVERRIDE: bool | None = None
+#: Predecode A when the grid's K steps per CTA slot reach this (see choose_predecode). Not measured on the GPU yet
+#: (issue 19): infinity keeps A decoded in the loop on every shape until a side-by-side ``bench.py --time
+#: --predecode 0`` / ``1`` run sets it. The benchmarks run 149, 88, 29 and 12 steps per slot.
+MIN_PREDECODE_STEPS_PER_SLOT: float = math.inf
+
+
+def predecode_rows(m: int) -> int:
+    """Rows of a group's predecoded A: the sum of its tile widths (cover_m), so every tile's rows are present; rows
+    from M on are zero."""
+    return sum(cover_m(m))
+
+
+def scratch_offsets(sizes) -> tuple[list[int], int]:
+    """Byte offset of each group's predecoded A in the scratch, and the scratch's size: group g takes
+    predecode_rows(M) x K/BK x PRE_ROW_BYTES (K step-major: step s, row r at (s x rows + r) x PRE_ROW_BYTES), each
+    group 1024-byte aligned."""
+    offsets, total = [], 0
+    for m, _, k, _ in sizes:
+        offsets.append(total)
+        total += -(-predecode_rows(m) * (k // BK) * PRE_ROW_BYTES // 1024) * 1024
+    return offsets, total
+
+
+def prepass_blocks(sizes) -> int:
+    """Blocks of the pre-pass launch: per group ceil(rows x K steps / PRE_THREADS) (kernel.cu fp4_predecode_a)."""
+    return sum(-(-predecode_rows(m) * (k // BK) // PRE_THREADS) for m, _, k, _ in sizes)
+
+
+def choose_predecode(sizes, num_sms: int) -> bool:
+    """True (a pre-pass decodes every group's A once; the main loop copies it instead of decoding it per CTA along
+    N) when the grid runs at least MIN_PREDECODE_STEPS_PER_SLOT K steps per CTA slot (CTAS_PER_SM x num_sms; the
+    pipelines of paired CTAs count as slots): the shorter the loops, the less the saved decode covers the pre-pass
+    and the second launch."""
+    if PREDECODE_OVERRIDE is not None:
+        return PREDECODE_OVERRIDE
+    split = choose_split(sizes, num_sms)
+    steps = sum(t[5] for t in plan_tiles(sizes, split))
+    return steps / (CTAS_PER_SM * num_sms) >= MIN_PREDECODE_STEPS_PER_SLOT
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Build
 # ----------------------------------------------------------------------------------------------------------
@@ -274,18 +334,26 @@ def load_fast_call():
 
 class Params(ctypes.Structure):
     """kernel.cu ``struct Params``: addresses (a, b, c, sfa, sfb: kind-major, MAX_GROUPS each), the tile table's,
-    split-K workspace's and counters' device addresses, and each group's M, N, K."""
+    split-K workspace's and counters' device addresses, each group's M, N, K and predecoded rows, the predecode
+    flag and each group's predecoded A address."""
 
     _fields_ = [("addr", ctypes.c_uint64 * (5 * MAX_GROUPS)), ("tiles", ctypes.c_uint64), ("ws", ctypes.c_uint64),
                 ("cnt", ctypes.c_uint64), ("m", ctypes.c_int32 * MAX_GROUPS), ("n", ctypes.c_int32 * MAX_GROUPS),
-                ("k", ctypes.c_int32 * MAX_GROUPS)]
+                ("k", ctypes.c_int32 * MAX_GROUPS), ("mpad", ctypes.c_int32 * MAX_GROUPS),
+                ("predecode", ctypes.c_int32), ("pre", ctypes.c_uint64 * MAX_GROUPS)]
 
 
-def make_params(sizes, tiles: int, ws: int = 0, cnt: int = 0) -> Params:
+def make_params(sizes, tiles: int, ws: int = 0, cnt: int = 0, scratch: int = 0) -> Params:
     """A parameter block for ``sizes`` with every group address 0 (a call writes them), the tile table at device
-    address ``tiles`` and the split-K workspace and counters at ``ws`` and ``cnt``."""
+    address ``tiles`` and the split-K workspace and counters at ``ws`` and ``cnt``. With a ``scratch`` address
+    (scratch_offsets' size), the predecoded path: its flag set, each group's rows and scratch address."""
     p = Params()
     p.tiles, p.ws, p.cnt = tiles, ws, cnt
+    offsets, _ = scratch_offsets(sizes)
     for g, (m, n, k, _) in enumerate(sizes):
         p.m[g], p.n[g], p.k[g] = m, n, k
+        p.mpad[g] = predecode_rows(m)
+        if scratch:
+            p.pre[g] = scratch + offsets[g]
+    p.predecode = 1 if scratch else 0
     return p

@@ -56,18 +56,75 @@ def test_host_constants_mirror_kernel_cu():
     assert host.STAGE_BYTES == 128 * 32 + 128 * 32 + 512 + 1024 == 9728
     assert host.SMEM_BYTES == 3 * 128 * 128 + 4 * 9728 + 1024 == 89088
     assert host.PAIRED_SMEM_BYTES == 2 * 88064 + 1024 <= 227 * 1024  # Hopper's most per CTA
+    # predecoded path: 5 fp16 A buffers (A copied 3 steps ahead), 4 raw stages of B rows and B's atom
+    assert _constexpr("PRE_THREADS") == host.PRE_THREADS == 256
+    assert "constexpr int PRE_AHEAD = STAGES - 1;" in KERNEL_CU.read_text()
+    assert "constexpr int PRE_ABUFS = PRE_AHEAD + 2;" in KERNEL_CU.read_text()
+    assert (host.PRE_AHEAD, host.PRE_ABUFS, host.PRE_STAGE_BYTES) == (3, 5, 128 * 32 + 512)
+    assert host.PRE_SMEM_BYTES == 5 * 128 * 128 + 4 * 4608 + 1024 == 101376 <= 113 * 1024  # two CTAs per SM
+    assert host.PRE_PAIRED_SMEM_BYTES == 2 * 100352 + 1024 == host.MAX_SMEM_BYTES <= 227 * 1024
+    for name in (host.KERNEL_NAME, host.KERNEL_PRE_NAME, host.PREPASS_NAME):
+        assert f'extern "C" __global__ void __launch_bounds__' in KERNEL_CU.read_text() and f" {name}(" in \
+            KERNEL_CU.read_text()
     assert "__launch_bounds__(2 * THREADS, 1)" in KERNEL_CU.read_text()
 
 
 def test_params_block_matches_the_kernel_struct_layout():
     p = host.Params
-    assert ctypes.sizeof(p) == 856
-    assert [getattr(p, f).offset for f in ("addr", "tiles", "ws", "cnt", "m", "n", "k")] == \
-        [0, 640, 648, 656, 664, 728, 792]
-    block = host.make_params([(96, 256, 512, 1), (40, 128, 256, 1)], tiles=0x1000, ws=0x2000, cnt=0x3000)
+    assert ctypes.sizeof(p) == 1056
+    assert [getattr(p, f).offset for f in ("addr", "tiles", "ws", "cnt", "m", "n", "k", "mpad", "predecode",
+                                           "pre")] == [0, 640, 648, 656, 664, 728, 792, 856, 920, 928]
+    src = KERNEL_CU.read_text()
+    struct = re.search(r"struct Params \{(.*?)\};", src, re.S).group(1)
+    assert [ln.strip() for ln in struct.strip().splitlines()] == [
+        "uint64_t addr[5 * MAX_GROUPS];", "const int4* tiles;", "float* ws;", "int* cnt;", "int m[MAX_GROUPS];",
+        "int n[MAX_GROUPS];", "int k[MAX_GROUPS];", "int mpad[MAX_GROUPS];", "int predecode;",
+        "uint64_t pre[MAX_GROUPS];"]
+    sizes = [(96, 256, 512, 1), (40, 128, 256, 1)]
+    block = host.make_params(sizes, tiles=0x1000, ws=0x2000, cnt=0x3000)
     assert (block.tiles, block.ws, block.cnt) == (0x1000, 0x2000, 0x3000)
     assert (list(block.m[:3]), list(block.n[:3]), list(block.k[:3])) == ([96, 40, 0], [256, 128, 0], [512, 256, 0])
     assert list(block.addr) == [0] * 80
+    assert (list(block.mpad[:3]), block.predecode, list(block.pre)) == ([96, 64, 0], 0, [0] * 16)
+    pre = host.make_params(sizes, tiles=0x1000, scratch=0x100000)
+    # group 0: 96 rows x 8 steps x 128 bytes = 98304; group 1 starts there (1024-aligned)
+    assert (pre.predecode, list(pre.pre[:3])) == (1, [0x100000, 0x100000 + 98304, 0])
+
+
+# --- the A pre-pass: scratch, blocks, rule ---------------------------------------------------------------------
+
+def test_scratch_holds_each_groups_tile_rows_per_k_step_1024_aligned():
+    assert [host.predecode_rows(m) for m in (1, 40, 64, 72, 80, 176, 200, 248, 384)] == \
+        [64, 64, 64, 96, 96, 192, 224, 256, 384]
+    sizes = [(40, 128, 128, 1), (200, 256, 320, 1), (8, 64, 64, 1)]
+    offsets, total = host.scratch_offsets(sizes)
+    # 64 x 2 x 128 = 16384; 224 x 5 x 128 = 143360; 64 x 1 x 128 = 8192
+    assert (offsets, total) == ([0, 16384, 16384 + 143360], 16384 + 143360 + 8192)
+    assert all(o % 1024 == 0 for o in offsets)
+    big = host.scratch_offsets(BENCHMARK_CASES[0].problem_sizes)[1]
+    assert big == sum(host.predecode_rows(m) for m in BENCHMARK_CASES[0].m) * 112 * 128 < 32 << 20
+
+
+def test_predecode_is_off_until_measured_and_follows_steps_per_slot(monkeypatch):
+    assert host.MIN_PREDECODE_STEPS_PER_SLOT == float("inf")
+    assert {host.choose_predecode(c.problem_sizes, 132) for c in TEST_CASES + BENCHMARK_CASES} == {False}
+    monkeypatch.setattr(host, "MIN_PREDECODE_STEPS_PER_SLOT", 50)
+    # K steps of the (split) tiles per CTA slot, 264 on 132 SMs: 149.3, 88.2, 29.1, 11.6
+    assert [host.choose_predecode(c.problem_sizes, 132) for c in BENCHMARK_CASES] == [True, True, False, False]
+    assert host.choose_predecode(BENCHMARK_CASES[0].problem_sizes, 264) is True  # 74.7 per slot
+    assert host.choose_predecode(BENCHMARK_CASES[0].problem_sizes, 528) is False  # 37.3
+    monkeypatch.setattr(host, "PREDECODE_OVERRIDE", True)
+    assert host.choose_predecode(TEST_CASES[0].problem_sizes, 132) is True
+    monkeypatch.setattr(host, "PREDECODE_OVERRIDE", False)
+    assert host.choose_predecode(BENCHMARK_CASES[0].problem_sizes, 132) is False
+
+
+def test_prepass_blocks_cover_one_thread_per_row_and_k_step():
+    sizes = [(40, 128, 128, 1), (200, 256, 320, 1)]
+    assert host.prepass_blocks(sizes) == 1 + 5  # 128 and 1120 threads
+    for case in BENCHMARK_CASES:
+        need = sum(host.predecode_rows(m) * (k // host.BK) for m, _, k, _ in case.problem_sizes)
+        assert need <= host.prepass_blocks(case.problem_sizes) * host.PRE_THREADS < need + 16 * host.PRE_THREADS
 
 
 # --- tile plan ------------------------------------------------------------------------------------------------
@@ -125,6 +182,109 @@ def test_paired_ctas_for_grids_of_one_cta_per_sm_with_two_k_steps():
     assert {host.choose_paired(c.problem_sizes, 132) for c in TEST_CASES} == {True}
     assert host.choose_paired([(128, 128, 64, 1)], 132) is False  # one K step: nothing to share
     assert host.choose_paired([(128, 128 * 133, 128, 1)], 132) is False  # 133 tiles
+
+
+# --- the predecoded pipeline's ring discipline (a model of kernel.cu pre_loop / PrePipe::step) -------------------
+
+def _pre_pipeline_model(steps: int, stages: int) -> None:
+    """Run pre_loop's schedule for one pipeline of ``steps`` K steps and assert, at every point, what its comments
+    claim: A of step s has landed (its cp.async group waited for) before the barrier that precedes step s's wgmma;
+    B of step s + 1 has landed before it is decoded; a copy only overwrites an A buffer whose wgmmas every
+    warpgroup finished before the previous barrier (step s - 2 or older) and a raw slot already decoded; each
+    step's A and B is copied once; no copy is in flight when the epilogue reuses the buffers."""
+    ahead, abufs = stages - 1, stages + 1
+    groups: list[list] = []
+    landed: set = set()
+    a_owner: dict = {}
+    b_owner: dict = {}
+    loaded: list = []
+    barrier = -1  # index of the last barrier passed: prologue = -1, step s ends with barrier s
+
+    def wait(n):
+        for g in groups[:max(len(groups) - n, 0)]:
+            landed.update(g)
+
+    def load_a(j, slot):
+        prev = a_owner.get(slot)
+        assert prev is None or prev + 1 <= barrier, (j, slot, prev, barrier)  # every warpgroup done with prev
+        a_owner[slot] = j
+        loaded.append(("A", j))
+        return ("A", j)
+
+    def load_b(j, slot):
+        prev = b_owner.get(slot)
+        assert prev is None or prev - 1 <= barrier, (j, slot, prev, barrier)  # prev decoded before a barrier
+        b_owner[slot] = j
+        loaded.append(("B", j))
+        return ("B", j)
+
+    def decode_b(j, slot):
+        assert ("B", j) in landed and b_owner[slot] == j, j
+
+    # prologue
+    for i in range(stages):
+        g = []
+        if i < steps:
+            g.append(load_b(i, i))
+        if i < ahead and i < steps:
+            g.append(load_a(i, i))
+        groups.append(g)
+    wait(stages - 2)
+    decode_b(0, 0)
+    ready_a = {j for k, j in landed if k == "A"}  # as of the prologue barrier
+    barrier = -1
+
+    def step(s, steady):
+        nonlocal barrier, ready_a
+        assert s in ready_a and a_owner[s % abufs] == s, s  # wgmma of step s reads A buffer s % abufs
+        if not steady and s + 1 >= steps:
+            return
+        g = []
+        if steady or s + stages < steps:
+            g.append(load_b(s + stages, s % stages))
+        if steady or s + ahead < steps:
+            g.append(load_a(s + ahead, (s + ahead) % abufs))
+        groups.append(g)
+        decode_b(s + 1, (s + 1) % stages)
+        wait(stages - 2)
+        ready_a = {j for k, j in landed if k == "A"}
+        barrier = s
+
+    s = 0
+    while s + 1 + stages < steps:
+        step(s, True)
+        step(s + 1, True)
+        s += 2
+    while s < steps:
+        step(s, False)
+        if s + 1 < steps:
+            step(s + 1, False)
+        s += 2
+    assert sorted(loaded) == sorted([("A", j) for j in range(steps)] + [("B", j) for j in range(steps)])
+    assert all(all(x in landed for x in g) for g in groups), "a copy in flight at the epilogue"
+
+
+@pytest.mark.parametrize("stages", [3, 4])
+def test_predecoded_pipeline_ring_discipline_holds_for_every_step_count(stages):
+    for steps in range(1, 41):
+        _pre_pipeline_model(steps, stages)
+    src = KERNEL_CU.read_text()
+    for line in ("constexpr int PRE_AHEAD = STAGES - 1;", "constexpr int PRE_ABUFS = PRE_AHEAD + 2;",
+                 "if (STEADY || s + STAGES < steps) ld.load_b(load_slot);",
+                 "if (STEADY || s + PRE_AHEAD < steps) ld.template load_a<BM>(a_load);",
+                 "if (i < PRE_AHEAD && i < pipe.steps) pipe.ld.template load_a<BM>(pipe.dec + i * DEC_BYTES);",
+                 "for (; s + 1 + STAGES < pipe.steps; s += 2) {"):
+        assert line in src, line
+
+
+def test_predecoded_copies_cover_a_tiles_step_once_in_512_byte_runs():
+    for bm in (64, 96, 128):
+        got = []
+        for tid in range(host.THREADS):
+            off = (tid >> 5) * bm * 16 + 16 * (tid & 31)  # PreLoader::a_off
+            got += [off + imm for imm in (0, 512, 1024, 1536)[:bm // 32]]
+        assert sorted(got) == list(range(0, bm * 128, 16)), bm
+    assert "a_off = (tid >> 5) * BM * 16 + 16 * (tid & 31);" in KERNEL_CU.read_text()
 
 
 # --- input checks ---------------------------------------------------------------------------------------------
@@ -209,9 +369,9 @@ def fast_module():
     return host.load_fast_call()
 
 
-def _fast(module, params, recorder, grid=77):
+def _fast(module, params, recorder, grid=77, pre_func=0, pre_grid=0):
     return module.FastCall(ctypes.addressof(params), host.MAX_GROUPS, 0xF00, grid, host.THREADS, host.SMEM_BYTES,
-                           recorder.address)
+                           pre_func, pre_grid, host.PRE_THREADS, recorder.address)
 
 
 def test_fast_call_launches_with_the_addresses_of_each_call(fast_module):
@@ -230,11 +390,30 @@ def test_fast_call_launches_with_the_addresses_of_each_call(fast_module):
     assert fast.call(other[0], other[2], 5) == 0 and params.addr[16 + 1] == other[0][1][1].data_ptr()
 
 
+def test_fast_call_launches_the_pre_pass_first_on_the_same_stream_and_block(fast_module):
+    abc, _, sf_r, sizes = _data()
+    params, rec = host.make_params(sizes, 0, scratch=0x100000), _Recorder()
+    fast = _fast(fast_module, params, rec, pre_func=0xE00, pre_grid=6)
+    fast.remember(abc, sf_r)
+    assert fast.call(abc, sf_r, 5) == 0 and len(rec.calls) == 2
+    (pf, *pdims, pstream, pk, _), (mf, *mdims, mstream, mk, _) = rec.calls
+    assert (pf, pdims, pstream) == (0xE00, [6, 1, 1, 256, 1, 1, 0], 5)
+    assert (mf, mdims, mstream) == (0xF00, [77, 1, 1, 256, 1, 1, 89088], 5)
+    for kp in (pk, mk):
+        assert ctypes.cast(kp, ctypes.POINTER(ctypes.c_void_p))[0] == ctypes.addressof(params)
+    # FastCall holds raw pointers: the parameter block and the recorder's callback must outlive it
+    params2, rec2 = host.make_params(sizes, 0), _Recorder(result=700)
+    failing = _fast(fast_module, params2, rec2, pre_func=0xE00, pre_grid=6)
+    failing.remember(abc, sf_r)
+    assert failing.call(abc, sf_r, 5) == 1700 and len(rec2.calls) == 1  # the main kernel is not launched
+
+
 @pytest.mark.parametrize("kind", ["a dtype", "c strides", "b shape", "sfa layout"])
 def test_fast_call_hands_any_other_layout_back_without_launching(fast_module, kind):
     abc, _, sf_r, sizes = _data()
     rec = _Recorder()
-    fast = _fast(fast_module, host.make_params(sizes, 0), rec)
+    params = host.make_params(sizes, 0)
+    fast = _fast(fast_module, params, rec)
     fast.remember(abc, sf_r)
     bad = _mutated(kind)
     assert fast.call(bad[0], bad[2], 5) == 1 and rec.calls == []
@@ -242,14 +421,17 @@ def test_fast_call_hands_any_other_layout_back_without_launching(fast_module, ki
 
 def test_fast_call_refuses_misaligned_addresses_and_reports_launch_errors(fast_module):
     abc, _, sf_r, sizes = _data()
-    fast_ok = _fast(fast_module, host.make_params(sizes, 0), _Recorder())
+    # FastCall holds raw pointers: the parameter blocks and the recorders' callbacks must outlive it (temporaries
+    # here were freed before the call, an intermittent abort)
+    keep = [host.make_params(sizes, 0), _Recorder(), host.make_params(sizes, 0), _Recorder(result=700)]
+    fast_ok = _fast(fast_module, keep[0], keep[1])
     fast_ok.remember(abc, sf_r)
     a = abc[0][0]
     shifted = torch.empty(a.numel() + 16, dtype=torch.uint8)[1:].as_strided(tuple(a.shape), a.stride()).view(a.dtype)
     assert shifted.data_ptr() % 16 != 0 and shifted.stride() == a.stride()
     moved = [(shifted, abc[0][1], abc[0][2]), abc[1]]
     assert fast_ok.call(moved, sf_r, 5) == 1
-    failing = _fast(fast_module, host.make_params(sizes, 0), _Recorder(result=700))
+    failing = _fast(fast_module, keep[2], keep[3])
     failing.remember(abc, sf_r)
     assert failing.call(abc, sf_r, 5) == 1700
 
@@ -269,12 +451,14 @@ def test_kernel_compiles_for_sm90a_without_spills_and_uses_wgmma(tmp_path):
     cubin = tmp_path / "k.cubin"
     proc = subprocess.run(host.nvcc_command(cubin, verbose=True), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
-    regs = int(re.search(r"Used (\d+) registers", proc.stderr).group(1))
-    assert regs <= 128  # two CTAs of 256 threads per SM
+    assert proc.stderr.count("0 bytes spill stores, 0 bytes spill loads") == 3  # three entry points
+    assert "C7512" not in proc.stderr  # wgmma serialised for want of registers
+    regs = [int(r) for r in re.findall(r"Used (\d+) registers", proc.stderr)]
+    assert len(regs) == 3 and max(regs) <= 128  # two CTAs of 256 threads per SM
     sass = subprocess.run([_cuobjdump(), "--dump-sass", str(cubin)], capture_output=True, text=True).stdout
     assert {m for m in re.findall(r"HGMMA\.(64x\d+x16)\.F32", sass)} == {"64x64x16", "64x96x16", "64x128x16"}
-    assert "Function : fp4_group_gemm_sm90" in sass
+    for name in (host.KERNEL_NAME, host.KERNEL_PRE_NAME, host.PREPASS_NAME):
+        assert re.search(rf"Function : {name}\n", sass), name
 
 
 # --- on a Hopper GPU ------------------------------------------------------------------------------------------
@@ -292,25 +476,38 @@ def fresh_plans(monkeypatch):
     yield
 
 
+@pytest.fixture(params=[False, True], ids=["raw", "predecode"])
+def predecode(request, fresh_plans, monkeypatch):
+    """The A pre-pass forced off (A decoded in the loop) or on, in plans built inside the test."""
+    monkeypatch.setattr(host, "PREDECODE_OVERRIDE", request.param)
+    return request.param
+
+
+def _only_plan():
+    (plan,) = sub._PLANS.values()
+    return plan
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("data", ["official", "full-range"])
 @pytest.mark.parametrize("case", TEST_CASES + BENCHMARK_CASES, ids=lambda c: c.name or c.text())
-def test_gpu_matches_reference(case, data):
+def test_gpu_matches_reference(case, data, predecode):
     inputs = generate_input(case.m, case.n, case.k, case.g, seed=case.seed, data=data, device="cuda")
     assert _check(inputs) is None
+    assert _only_plan().predecode is predecode
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", TEST_CASES[:4] + BENCHMARK_CASES, ids=lambda c: c.name or c.text())
-def test_gpu_split_k_matches_reference(case, fresh_plans, monkeypatch):
+def test_gpu_split_k_matches_reference(case, predecode, monkeypatch):
     monkeypatch.setattr(host, "SPLIT_OVERRIDE", 2)
     inputs = generate_input(case.m, case.n, case.k, case.g, seed=case.seed + 1, device="cuda")
     assert _check(inputs) is None
-    assert next(iter(sub._PLANS.values())).split == 2
+    assert (_only_plan().split, _only_plan().predecode) == (2, predecode)
 
 
 @pytest.mark.gpu
-def test_gpu_python_per_call_path_matches_reference(fresh_plans, monkeypatch):
+def test_gpu_python_per_call_path_matches_reference(predecode, monkeypatch):
     monkeypatch.setattr(sub, "_HOST_PATH", "python")
     monkeypatch.setattr(sub, "_FAST_MODULE", None)
     for case in (TEST_CASES[3], BENCHMARK_CASES[3]):
@@ -322,16 +519,17 @@ def test_gpu_python_per_call_path_matches_reference(fresh_plans, monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.parametrize("case, paired", [(TEST_CASES[3], False), (TEST_CASES[8], False),
                                           (BENCHMARK_CASES[1], True)], ids=["test4", "test9", "bench2"])
-def test_gpu_paired_choice_forced_matches_reference(case, paired, fresh_plans, monkeypatch):
+def test_gpu_paired_choice_forced_matches_reference(case, paired, predecode, monkeypatch):
     monkeypatch.setattr(host, "PAIRED_OVERRIDE", paired)
     assert _check(generate_input(case.m, case.n, case.k, case.g, seed=case.seed + 2, device="cuda")) is None
-    assert next(iter(sub._PLANS.values())).paired is paired
+    assert (_only_plan().paired, _only_plan().predecode) == (paired, predecode)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("split", [1, 2])
-def test_gpu_back_to_back_calls_on_new_inputs_use_their_own_addresses(split, fresh_plans, monkeypatch):
-    # With split-K, calls share the plan's workspace and counters (each counter is reset by its last CTA).
+def test_gpu_back_to_back_calls_on_new_inputs_use_their_own_addresses(split, predecode, monkeypatch):
+    # With split-K, calls share the plan's workspace and counters (each counter is reset by its last CTA); with the
+    # pre-pass, its scratch (each call's pre-pass runs after the previous call's main kernel, on the same stream).
     monkeypatch.setattr(host, "SPLIT_OVERRIDE", split)
     case = BENCHMARK_CASES[2]
     inputs = [generate_input(case.m, case.n, case.k, case.g, seed=case.seed + 42 * i, device="cuda")
@@ -357,7 +555,7 @@ def test_gpu_changed_layout_is_validated_again_and_named():
 
 
 @pytest.mark.gpu
-def test_gpu_edge_sizes_match_reference():
+def test_gpu_edge_sizes_match_reference(predecode):
     # N = 132 is not a multiple of 8: C rows are not 16-byte aligned, so the epilogue stores element by element;
     # M = 44 and 200 leave partial tiles, N = 260 a partial 128-row tile; K = 320 (5 steps) splits 3 + 2 between
     # a paired CTA's pipelines.
@@ -367,7 +565,7 @@ def test_gpu_edge_sizes_match_reference():
 
 
 @pytest.mark.gpu
-def test_gpu_smallest_operands_are_not_flushed():
+def test_gpu_smallest_operands_are_not_flushed(predecode):
     # Every e2m1 value 0.5 (code 1) and every scale the smallest e4m3fn subnormal, 2^-9: each decoded operand is
     # 0.5 * 2^-9 * 2^-14 = 2^-24, the smallest fp16 subnormal, and each output is K * (2^-10)^2 = 2^-12 exactly.
     k = 256

@@ -7,6 +7,10 @@
 - The K permutation: A's writer (ADecoder, both word splits) places each decoded pair at the logical K that B's
   wgmma fragment (BDecoder) holds at the same slice and position, through the 128-byte swizzle, for every A row, and
   every half is scaled by the scale of its own 16-value K block.
+- The pre-pass (fp4_predecode_a): emulated on a full-range input (every e2m1 code, scales down to subnormals and
+  zero), its scratch holds, at every (K step, row, slice, position) of the B fragments, the fp16 pattern of the
+  logical K's value x scale x 2^-14 (values from task.formats on the plain scales, not the blocked copy the kernel
+  reads), through the swizzle, rows past M zero; and its thread's stores match ADecoder's placement.
 
 The emulation mirrors kernel.cu's code; the test also checks that kernel.cu still has the lines it mirrors.
 """
@@ -229,3 +233,100 @@ def test_a_placement_and_b_fragments_pair_the_same_logical_k(bm):
             assert col_a == lab_a // 16 and col_b == lab_b // 16  # each half scaled by its own K block's scale
             seen.add(lab_a)
         assert seen == set(range(64))
+
+
+# --- the pre-pass (fp4_predecode_a): A decoded once into the scratch, the image of the decoded buffers -------------
+
+def predecode_emulation(a: np.ndarray, sfa_storage: np.ndarray, m: int, k: int, mpad: int) -> np.ndarray:
+    """kernel.cu fp4_predecode_a, vectorised over every (K step s, row r < M) thread: [K / 64, mpad, 128] bytes of
+    scratch. ``a``: the [M, K/2] e2m1 bytes; ``sfa_storage``: the blocked scales as stored (uint8, flat)."""
+    steps = k // 64
+    out = np.zeros((steps, mpad, 128), dtype=np.uint8)
+    s, r = np.meshgrid(np.arange(steps), np.arange(m), indexing="ij")
+    s, r = s.ravel(), r.ravel()
+    row = a[r].reshape(len(r), steps, 32)[np.arange(len(r)), s]          # the step's 32 bytes of row r
+    words = row.view("<u4")                                             # words 0..7 (x[0] = 0..3, x[1] = 4..7)
+    sc_off = ((r >> 7) * (k // 64) + s) * 512 + (r & 31) * 16 + ((r >> 5) & 3) * 4
+    sc = sfa_storage[sc_off[:, None] + np.arange(4)].astype(np.uint32)   # the 32-bit load: columns 0..3
+    code = sc[:, 0] | (sc[:, 1] << 8) | (sc[:, 2] << 16) | (sc[:, 3] << 24)
+    s2 = [scales_f16x2(code & 0xFFFF), scales_f16x2(code >> 16)]        # s2[h]: columns (2h, 2h + 1)
+    swz = (r & 7) << 4
+    for wi in range(2):
+        lo = [decode_word(words[:, 4 * h + wi], s2[h][0]) for h in range(2)]      # decode_word<0>: half 0
+        hi = [decode_word(words[:, 4 * h + 2 + wi], s2[h][1]) for h in range(2)]  # decode_word<1>: half 1
+        for q in range(4):
+            chunk = np.stack([half.view(np.uint16) for pair in (lo[0][q], hi[0][q], lo[1][q], hi[1][q])
+                              for half in pair], axis=1)                  # make_uint4(lo0, hi0, lo1, hi1)
+            byte = (((4 * wi + q) << 4) ^ swz)[:, None] + np.arange(16)
+            out[s[:, None], r[:, None], byte] = chunk.view(np.uint8).reshape(len(r), 16)
+    return out
+
+
+def test_kernel_cu_has_the_mirrored_pre_pass():
+    body = re.search(r"void __launch_bounds__\(PRE_THREADS\) fp4_predecode_a\(.*?\n\}", KERNEL, re.S).group(0)
+    for line in ("const int s = idx / mpad, r = idx - s * mpad;",
+                 "uint8_t* dst = reinterpret_cast<uint8_t*>(p.pre[g]) + ((size_t)s * mpad + r) * 128;",
+                 "const uint32_t swz = (r & 7) << 4;",
+                 "sfa + ((size_t)(r >> 7) * (K / 64) + s) * 512 + (r & 31) * 16 + ((r >> 5) & 3) * 4));",
+                 "const uint32_t s2[2] = {scales_f16x2(sc), scales_f16x2(sc >> 16)};",
+                 "decode_word<0>(wi ? x[h].y : x[h].x, s2[h], lo[h]);",
+                 "decode_word<1>(wi ? x[h].w : x[h].z, s2[h], hi[h]);",
+                 "stg128(dst + (((4 * wi + q) << 4) ^ swz), make_uint4(lo[0][q], hi[0][q], lo[1][q], hi[1][q]));",
+                 "for (int c = 0; c < 8; ++c) stg128(dst + (c << 4), make_uint4(0, 0, 0, 0));"):
+        assert line in body, line
+
+
+@pytest.mark.parametrize("m, k", [(200, 256), (40, 128)])
+def test_pre_pass_scratch_is_the_decoded_buffer_image_of_every_step(m, k):
+    from task.formats import decode_e2m1, decode_e4m3fn
+    from task.inputs import generate_input
+
+    sizes_m = [m]
+    data = generate_input(sizes_m, [128], [k], 1, seed=11, data="full-range", device="cpu")
+    (a_t, _, _), (sfa_plain, _), (sfa_blocked, _) = data[0][0], data[1][0], data[2][0]
+    a = a_t.view(torch.uint8).reshape(m, k // 2).numpy()
+    storage = sfa_blocked.view(torch.uint8).permute(5, 2, 4, 0, 1, 3).reshape(-1).numpy()
+    mpad = {200: 224, 40: 64}[m]                                      # sum(cover_m(M))
+    out = predecode_emulation(a, storage, m, k, mpad)
+
+    values = decode_e2m1(a_t.view(torch.uint8).reshape(m, k // 2)).numpy()          # [M, K] (low nibble first)
+    scales = decode_e4m3fn(sfa_plain.view(torch.uint8).reshape(m, k // 16)).numpy()   # [M, K / 16]
+    want_f = values * np.repeat(scales, 16, axis=1) * 2.0**-14
+    want = want_f.astype(np.float16)
+    assert np.array_equal(want.astype(np.float64), want_f), "each product is an fp16 value"
+    halves = out.view(np.uint16).reshape(k // 64, mpad, 64)
+    checked = 0
+    for (tq, j, kk), (lab, col) in b_fragments().items():
+        logical = 32 * j + 2 * kk                                      # byte of (slice j, position kk), unswizzled
+        for r in range(mpad):
+            phys = (((logical >> 4) ^ (r & 7)) << 4) | (logical & 15)
+            got = halves[:, r, phys // 2]
+            if r >= m:
+                assert not got.any(), (r, j, kk)
+                continue
+            exp = want[r, 64 * np.arange(k // 64) + lab].view(np.uint16)
+            assert np.array_equal(got, exp), (r, tq, j, kk)
+            checked += 1
+    assert checked == 64 * m
+
+
+@pytest.mark.parametrize("bm", [64, 96, 128])
+def test_pre_pass_places_each_half_where_a_decoder_does(bm):
+    # Labels instead of values: the pre-pass thread of row r stores, per chunk c, (pair c % 4 of word (h, c / 4)'s
+    # lo, then hi) for h = 0, 1; ADecoder's two threads of the row store the same 8 bytes each (a_placement).
+    placed = {}
+    for r in range(bm):
+        swz = r & 7
+        for wi in range(2):
+            for q in range(4):
+                halves = []
+                for h in range(2):
+                    lo = symbolic_decode_word(word_labels(4 * h + wi))
+                    hi = symbolic_decode_word(word_labels(4 * h + 2 + wi))
+                    halves += [(x, 2 * h) for x in lo[q]] + [(x, 2 * h + 1) for x in hi[q]]
+                byte0 = ((4 * wi + q) << 4) ^ (swz << 4)
+                for i, lab in enumerate(halves):
+                    phys = byte0 + 2 * i
+                    logical = ((phys >> 4) ^ swz) * 16 + (phys & 15)
+                    placed[(r, logical // 32, (logical % 32) // 2)] = lab
+    assert placed == a_placement(bm)
