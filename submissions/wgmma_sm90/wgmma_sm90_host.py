@@ -9,7 +9,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
-import math
 import os
 import shutil
 import subprocess
@@ -221,10 +220,11 @@ def choose_split(sizes, num_sms: int) -> int:
 
 #: bench.py's override of choose_predecode (None: the rule).
 PREDECODE_OVERRIDE: bool | None = None
-#: Predecode A when the grid's K steps per CTA slot reach this (see choose_predecode). Not measured on the GPU yet
-#: (issue 19): infinity keeps A decoded in the loop on every shape until a side-by-side ``bench.py --time
-#: --predecode 0`` / ``1`` run sets it. The benchmarks run 149, 88, 29 and 12 steps per slot.
-MIN_PREDECODE_STEPS_PER_SLOT: float = math.inf
+#: Predecode A when the grid's K steps per CTA slot reach this (see choose_predecode). The benchmarks run 149, 88,
+#: 29 and 12 steps per slot; ``bench.py --time --predecode 0`` / ``1`` in one H200 call (2026-12-01, kernels
+#: alone, us): 141.3 / 138.0, 79.2 / 72.7, 34.4 / 34.9, 17.3 / 20.1, so the pre-pass pays from somewhere between
+#: 29 and 88 steps per slot; 50 splits them.
+MIN_PREDECODE_STEPS_PER_SLOT: float = 50
 
 
 def predecode_rows(m: int) -> int:
