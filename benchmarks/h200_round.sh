@@ -8,11 +8,12 @@
 #   sandbox   benchmarks/sandbox_cuda.py: cuInit under the sandbox plan with each protection left out and alone
 #   cost      benchmarks/sandbox_cost.py: the three variants under --sandbox auto and off, alternated, 3 rounds
 #   stages    benchmarks/prepare_stages.py: the parent's prepare of a sample, stage by stage, on shapes 1 and 4
+#   timeline  benchmarks/sample_timeline.py: a timed sample's pause phase by phase (prepare ahead, request, judge)
 #   lb        one leaderboard of wgmma_sm90 on benchmarks (--json summary: means, overhead, kernel time)
 #   profile   benchmarks/overhead_profile.py: cProfile of parent and worker over 30 samples of g8_n4096_k7168
 #   torchcost sandbox_cost.py for torch_reference on g2_n4096_k1536 alone (host-bound), 2 rounds
 # Wheels under .whl (carried: a dependency the device image lacks, e.g. msgspec) are installed first.
-# Usage: bash benchmarks/h200_round.sh [tests|timing|fidelity|spin|sandbox|cost|stages|lb|profile|torchcost]...   (default: tests timing fidelity)
+# Usage: bash benchmarks/h200_round.sh [tests|timing|fidelity|spin|sandbox|cost|stages|timeline|lb|profile|torchcost]...   (default: tests timing fidelity)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/h200}
@@ -75,5 +76,8 @@ for step in $steps; do
         --settings configs/device-budget.yml --out "$OUT/torch_cost.md" ;;
     stages)
       for c in 0 3; do timeout 90 python3 benchmarks/prepare_stages.py --case $c 2>&1 | tee -a "$OUT/stages.txt"; done ;;
+    timeline)
+      for c in 0 3; do timeout 90 python3 benchmarks/sample_timeline.py --submission wgmma_sm90 --case $c --runs 20 \
+        2>&1 | tail -8 | tee -a "$OUT/timeline.txt"; done ;;
   esac
 done
