@@ -97,7 +97,7 @@ def test_the_worker_refuses_a_host_offset_outside_its_buffer(session):
         with pytest.raises(CaseFailed) as failed:
             session.run(_run_req(host_offset=offset))
         assert failed.value.message.splitlines()[0] == (
-            f"raised: ProtocolError: Run.host_offset: expected a 4096-byte multiple with {need} bytes after it in "
+            f"harness error: the worker refused the request: Run.host_offset: expected a 4096-byte multiple with {need} bytes after it in "
             f"the {total}-byte host buffer, got {offset}")
 
 

@@ -69,7 +69,10 @@ def map_failed(reply: P.Failed) -> CaseFailed:
 
 
 def call_failed(reply: P.Failed) -> CaseFailed:
-    """The submission raised during a run request; ``kind`` cuda: the CUDA context is gone (the worker exits)."""
+    """The submission raised during a run request; ``kind`` cuda: the CUDA context is gone (the worker exits);
+    ``kind`` protocol: the worker refused the request itself (a harness error, not the submission's)."""
+    if reply.kind == "protocol":
+        return CaseFailed(Status.ERROR, f"harness error: the worker refused the request: {reply.message}")
     cuda = reply.kind == "cuda"
     word = "CUDA error" if cuda else "raised"
     return CaseFailed(Status.ERROR, f"{word}: {exception_text(reply)}\n{reply.traceback}".strip(), cuda)
