@@ -2,6 +2,8 @@
 that make each kind checkable, end to end through the harness on this machine. GPU forms are in test_gpu.py."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from conftest import ADVERSARIAL, SHARED_CASES
 from test_cases import FAST, TWO_CASES, _only, _run
@@ -45,6 +47,9 @@ def test_threads_from_thread_module_are_seen_by_the_os(name):
     assert r.status is Status.FAIL
     assert r.message.startswith("work outside the timed window: thread '"), r.message
     assert " of CPU between samples or around the window" in r.message
+    # one clause per thread (its time before and after the window summed), in a unit that shows it
+    tids = re.findall(r"\(tid (\d+)\) used", r.message)
+    assert len(tids) == len(set(tids)) and " used 0.0 ms" not in r.message, r.message
 
 
 @pytest.mark.parametrize("name, named", [("hook_precompute.py", "gc callback"),

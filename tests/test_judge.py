@@ -79,3 +79,12 @@ def test_a_worker_that_exits_110_is_a_cuda_failure():
         with pytest.raises(judge.CaseFailed) as failed:
             session._receive(1.0, (P.RunReply,))
         assert (failed.value.status, failed.value.cuda) == (Status.CRASH, cuda)
+
+
+def test_thread_time_below_a_tenth_of_a_ms_reads_in_us():
+    """A thread that woke briefly is named with its microseconds, never as "used 0.0 ms"."""
+    reply = P.RunReply(0.0, 1, (), (), (), threads=(P.ThreadUse("python", 6, 6_600), P.ThreadUse("", 0, 2_300_000)))
+    assert judge.outside_window(reply) == (
+        "work outside the timed window: thread 'python' (tid 6) used 7 us; threads that have since exited used "
+        "2.3 ms of CPU between samples or around the window; a submission's threads must be idle outside its "
+        "custom_kernel calls")

@@ -223,3 +223,12 @@ def test_prestart_torch_pool_starts_the_intra_op_threads_once():
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__]))
+
+
+def test_findings_of_two_intervals_merge_per_thread():
+    """The worker looks before and after the window: one finding per thread, their times summed, first-seen order."""
+    from harness.worker.threads import merged
+    before = [Finding("python", 6, 4_000), Finding(EXITED, None, 900)]
+    after = [Finding("helper", 7, 100), Finding("python", 6, 2_500)]
+    assert merged(before + after) == [Finding("python", 6, 6_500), Finding(EXITED, None, 900), Finding("helper", 7, 100)]
+    assert merged([]) == []

@@ -42,7 +42,8 @@ class CaseFailed(Exception):
 
 
 def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.1f} ms"
+    """CPU time as read: ms with one decimal, or whole us below 0.1 ms (never "0.0 ms" for time that counted)."""
+    return f"{ns / 1e6:.1f} ms" if ns >= 100_000 else f"{max(ns / 1e3, 1):.0f} us"
 
 
 def exception_text(reply: P.Failed) -> str:

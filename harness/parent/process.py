@@ -40,13 +40,13 @@ class WorkerDied(Exception):
 
 def _how_it_ended(code: int | None) -> str:
     if code is None:
-        return "still running"
+        return "is still running"
     if code < 0:
         try:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        return f"killed by {name} (signal {-code})"
+        return f"was killed by {name} (signal {-code})"
     if code == ExitCode.CUDA_FAILURE:
         return "exited after a CUDA error (exit code 110)"
     return f"exited with code {code}"

@@ -189,7 +189,8 @@ class Worker:
         end = threads.snapshot()
         used = []
         if req.watch:
-            used = threads.foreign_cpu(self.last, before, self.trusted) + threads.foreign_cpu(after, end, self.trusted)
+            used = threads.merged(threads.foreign_cpu(self.last, before, self.trusted)
+                                  + threads.foreign_cpu(after, end, self.trusted))
         reply = P.RunReply(
             result.elapsed_ns if req.kind == "time" else 0.0, len(inputs), containers, metas,
             tuple(tuple(c) for c in copied), result.late_streams, result.changed,
@@ -305,7 +306,8 @@ def _measurement_objects(worker: Worker) -> dict:
     if worker.flush is not None:
         objects.update({f"L2Flush.{k}": v for k, v in vars(worker.flush).items()})
     for fn in (timing.run_window, timing.L2Flush.__call__, timing.StreamWatch.mark_pending, timing.StreamWatch.late,
-               Worker.run, Worker._copier, Worker._report, Writer.send, threads.snapshot, threads.foreign_cpu):
+               Worker.run, Worker._copier, Worker._report, Writer.send, threads.snapshot, threads.foreign_cpu,
+               threads.merged):
         objects[f"{fn.__qualname__}.__code__"] = fn.__code__
     return objects
 

@@ -133,6 +133,15 @@ def foreign_cpu(before: Snapshot, after: Snapshot, trusted: frozenset[int]) -> l
     return findings
 
 
+def merged(findings: list[Finding]) -> list[Finding]:
+    """``findings`` from several intervals with one finding per thread (name, tid): their CPU times summed, in the
+    order each thread first appears."""
+    total: dict[tuple[str, int | None], int] = {}
+    for f in findings:
+        total[(f.name, f.tid)] = total.get((f.name, f.tid), 0) + f.cpu_ns
+    return [Finding(name, tid, ns) for (name, tid), ns in total.items()]
+
+
 def prestart_torch_pool() -> int:
     """Start torch's intra-op (OpenMP) thread pool now, by running a small parallel op, so its threads are alive
     before the submission is imported and can be trusted. Returns the number of intra-op threads torch uses."""
