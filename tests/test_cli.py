@@ -367,3 +367,16 @@ def test_worker_log_in_a_missing_folder_is_refused_before_anything_runs(tmp_path
     assert result.exit_code == 1
     assert result.output == (f"Error: --worker-log {target}: expected an existing folder, got {target.parent}, "
                              "which does not exist\n")
+
+
+def test_json_of_several_submissions_says_where_each_file_went(tmp_path):
+    """--json FILE with two submissions writes FILE-<name>.json per submission and says so, one line each."""
+    honest = ROOT / "tests" / "cases" / "shared" / "honest_torch.py"
+    out = tmp_path / "multi.json"
+    result = CliRunner().invoke(main, ["run", "--submission", f"torch_reference,{honest}", "--shapes", TINY,
+                                       "--no-store", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    written = [tmp_path / "multi-torch_reference.json", tmp_path / "multi-honest_torch.json"]
+    assert not out.exists() and all(json.loads(p.read_text())["submission"]["name"] for p in written)
+    lines = [line.strip() for line in result.output.splitlines() if line.strip().startswith("--json written to")]
+    assert lines == [f"--json written to {p}" for p in written]

@@ -215,6 +215,8 @@ def _show(console: Console, record, target: Path | None, store: ResultStore | No
             fail(f"cannot write --json file {target}: {exc.strerror or exc}{outputs.kept_in(record, store)}",
                  EXIT_OUTPUT)
     console.print(results_table(record))
+    if target is not None:
+        console.print(Text(f"--json written to {target}", style="dim"), soft_wrap=True)
     for note in record.notes:
         console.print(Text(f"note: {note}", style="dim"))
     for i, r in enumerate(record.cases):
