@@ -150,7 +150,7 @@ def test_shapes_that_match_nothing_say_what_was_tried(tmp_path, two_smokes):
         store.save(_record("ra", "alpha", a, 1000.0, "2026-11-30T10:00:00+00:00"))
         store.save(_record("rb", "beta", b, 2000.0, "2026-11-30T11:00:00+00:00"))
     result = _leaderboard(db, "--shapes", "nothing-here")
-    assert result.exit_code == 2
+    assert result.exit_code == 113 and "Usage:" not in result.output
     assert "Error: --shapes 'nothing-here': expected a shape-set name" in " ".join(result.output.split())
     assert f"nor is 'nothing-here' a shape-set id or name stored in {db}" in " ".join(result.output.split())
     with ResultStore(db) as store:  # two ids that share their first 4 digits
@@ -159,7 +159,7 @@ def test_shapes_that_match_nothing_say_what_was_tried(tmp_path, two_smokes):
         store.save(dataclasses.replace(_record("rd", "delta", b, 1000.0, "2026-11-30T13:00:00+00:00"),
                                        shape_set_id="abcd33334444"))
     result = _leaderboard(db, "--shapes", "abcd")
-    assert result.exit_code == 2
+    assert result.exit_code == 113
     assert ("Error: --shapes 'abcd' starts 2 stored shape-set ids (abcd11112222, abcd33334444); give more digits"
             in " ".join(result.output.split()))
     result = _leaderboard(db, "--shapes", "abcd3")

@@ -15,7 +15,8 @@ import click
 from rich.console import Group
 from rich.text import Text
 
-from harness.cli.exits import Stdout
+from harness.cli.exits import Stdout, fail
+from harness.protocol import ExitCode
 from harness.parent.registry import DeviceFacts, Variant
 from harness.report.boards import RANK_NOTE, Board, leaderboards, rank_text
 from harness.report.console import SHAPE_KEY
@@ -61,7 +62,8 @@ def shapes_filter(store: ResultStore, spec: str | None) -> dict:
     ``run --shapes`` takes (a name in configs/shapes, a .yml or text file, an inline case), matched by its
     content (``task.spec.shape_set_id``), so another file that happens to share the name never matches; a stored
     shape-set id or a unique prefix of it (4+ hex digits); a name stored with runs (e.g. of a file since
-    deleted). Raises click.UsageError saying what was tried when nothing or several ids match."""
+    deleted). Exits 113 (BAD_SPEC, as ``run --shapes``) with one line saying what was tried when nothing or several
+    ids match."""
     if spec is None:
         return {}
     try:
@@ -74,11 +76,11 @@ def shapes_filter(store: ResultStore, spec: str | None) -> dict:
         if len(ids) == 1:
             return {"shape_set_id": ids[0]}
         if ids:
-            raise click.UsageError(f"--shapes {spec!r} starts {len(ids)} stored shape-set ids ({', '.join(ids)}); "
-                                   f"give more digits")
+            fail(f"--shapes {spec!r} starts {len(ids)} stored shape-set ids ({', '.join(ids)}); give more digits",
+                 ExitCode.BAD_SPEC)
     if any(label == spec for _, label in stored):
         return {"shape_set": spec}
-    raise click.UsageError(f"{problem}; nor is {spec!r} a shape-set id or name stored in {store.path}")
+    fail(f"{problem}; nor is {spec!r} a shape-set id or name stored in {store.path}", ExitCode.BAD_SPEC)
 
 
 def emit(text: str, out: Path | None) -> None:
