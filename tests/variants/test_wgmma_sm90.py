@@ -451,14 +451,66 @@ def test_kernel_compiles_for_sm90a_without_spills_and_uses_wgmma(tmp_path):
     cubin = tmp_path / "k.cubin"
     proc = subprocess.run(host.nvcc_command(cubin, verbose=True), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.count("0 bytes spill stores, 0 bytes spill loads") == 3  # three entry points
+    assert proc.stderr.count("0 bytes spill stores, 0 bytes spill loads") == 5  # five entry points
     assert "C7512" not in proc.stderr  # wgmma serialised for want of registers
+    assert "warning" not in proc.stderr.lower(), proc.stderr
     regs = [int(r) for r in re.findall(r"Used (\d+) registers", proc.stderr)]
-    assert len(regs) == 3 and max(regs) <= 128  # two CTAs of 256 threads per SM
+    assert len(regs) == 5 and max(regs) <= 128  # two CTAs of 256 threads per SM; one WS CTA of 512
     sass = subprocess.run([_cuobjdump(), "--dump-sass", str(cubin)], capture_output=True, text=True).stdout
     assert {m for m in re.findall(r"HGMMA\.(64x\d+x16)\.F32", sass)} == {"64x64x16", "64x96x16", "64x128x16"}
-    for name in (host.KERNEL_NAME, host.KERNEL_PRE_NAME, host.PREPASS_NAME):
+    for name in ENTRY_POINTS:
         assert re.search(rf"Function : {name}\n", sass), name
+    _WS_SASS["sass"] = sass
+
+
+ENTRY_POINTS = (host.KERNEL_NAME, host.KERNEL_PRE_NAME, host.KERNEL_WS_NAME, host.KERNEL_WS_PRE_NAME,
+                host.PREPASS_NAME)
+_WS_SASS: dict = {}
+
+
+def _functions(sass: str) -> dict[str, list[tuple[int, str]]]:
+    out = {}
+    for part in re.split(r"\n\s*Function : ", sass)[1:]:
+        name = part.split("\n", 1)[0].strip()
+        out[name] = [(int(a, 16), t) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", part)]
+    return out
+
+
+@pytest.fixture(scope="module")
+def ws_sass(tmp_path_factory):
+    if "sass" not in _WS_SASS:
+        cubin = tmp_path_factory.mktemp("ws") / "k.cubin"
+        proc = subprocess.run(host.nvcc_command(cubin), capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        _WS_SASS["sass"] = subprocess.run([_cuobjdump(), "--dump-sass", str(cubin)], capture_output=True,
+                                          text=True).stdout
+    return _functions(_WS_SASS["sass"])
+
+
+@pytest.mark.parametrize("name", ["fp4_group_gemm_sm90_ws", "fp4_group_gemm_sm90_ws_pre"])
+def test_ws_entry_points_split_registers_and_take_both_wgmma_operands_from_shared_memory(ws_sass, name):
+    """Per BM instantiation: 12 mbarriers initialised, the consumers' setmaxnreg.inc to 200 and the producers'
+    setmaxnreg.dec to 56, every register the producer code names below R56 (the code after the dec up to the next
+    instantiation's barrier init), both HGMMA operands descriptors (no register A fragment), and the producers'
+    proxy fence before their arrive."""
+    ins = ws_sass[name]
+    text = [t for _, t in ins]
+    assert sum("USETMAXREG.TRY_ALLOC.CTAPOOL" in t and t.endswith("0xc8") for t in text) == 3  # 200
+    assert sum("USETMAXREG.DEALLOC.CTAPOOL 0x38" in t for t in text) == 3  # 56
+    assert sum(t.startswith("SYNCS.EXCH.64") for t in text) == 3 * 2 * host.WS_STAGES
+    hgmma = [t for t in text if "HGMMA" in t]
+    assert hgmma and all(re.search(r"HGMMA\.64x\d+x16\.F32 R\d+, gdesc\[UR\d+\], R\d+", t) for t in hgmma)
+    assert {re.search(r"64x(\d+)x16", t).group(1) for t in hgmma} == {"64", "96", "128"}
+    deallocs = [i for i, t in enumerate(text) if "USETMAXREG.DEALLOC" in t]
+    inits = [i for i, t in enumerate(text) if t.startswith("SYNCS.EXCH.64")]
+    for d in deallocs:
+        end = min([i for i in inits if i > d], default=len(text))
+        region = text[d:end]
+        used = {int(r) for t in region for r in re.findall(r"\bR(\d+)\b", t)}
+        assert max(used) < 56, (name, max(used))
+        fences = [i for i, t in enumerate(region) if "FENCE.VIEW.ASYNC.S" in t]
+        arrives = [i for i, t in enumerate(region) if t.startswith("SYNCS.ARRIVE")]
+        assert fences and arrives and fences[0] < arrives[0]
 
 
 # --- on a Hopper GPU ------------------------------------------------------------------------------------------
