@@ -985,7 +985,11 @@ constexpr int WS_PRODUCER_REGS = 56;
 constexpr int WS_CONSUMER_REGS = 200;
 static_assert(WS_PRODUCERS * WS_PRODUCER_REGS + WS_CONSUMERS * WS_CONSUMER_REGS <= 65536, "the register file");
 static_assert(WS_SMEM_BYTES + 1024 + 16 <= 227 * 1024, "one CTA per SM (dynamic + alignment pad + static)");
-static_assert(WS_RAW > WS_LOAD_AHEAD && WS_STAGES > WS_LOAD_AHEAD, "a copy never lands in a slot still in use");
+static_assert(WS_RAW > WS_LOAD_AHEAD, "a raw copy never lands in a slot not yet decoded");
+// PRE: role 1 waits for step s + WS_AHEAD's stage (last held by step s + WS_AHEAD - WS_STAGES) before step s is full;
+// the consumers release a step only after issuing the next, so WS_STAGES - WS_AHEAD < 2 deadlocks (the test's model
+// finds it).
+static_assert(WS_STAGES >= WS_LOAD_AHEAD + 2, "A's copies wait for a stage the consumers can release");
 static_assert(BM_MAX * STAGE_ROW <= WS_STAGES * WS_STAGE_BYTES, "the C tile fits in the decoded stages");
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
@@ -1112,43 +1116,72 @@ struct WsLoader {
 // wgmma reads it), arrive on full. Role 1 threads past BM only wait and arrive (the counts stay fixed).
 template <int BM, bool PRE>
 __device__ __forceinline__ void ws_produce(const Params& p, uint32_t ring, uint32_t bars) {
+#ifdef WS_COUNT_ROLE
+  const int role = WS_COUNT_ROLE, r = threadIdx.x & 127;  // sass_count.py --ws-roles only: one role's loop alone
+#else
   const int role = threadIdx.x >> 7, r = threadIdx.x & 127;
-  const uint32_t raw = ring + WS_STAGES * WS_STAGE_BYTES, full = bars, empty = bars + 8 * WS_STAGES;
+#endif
+  const uint32_t raw = ring + WS_STAGES * WS_STAGE_BYTES, empty = bars + 8 * WS_STAGES;  // full: empty - 8 * WS_STAGES
   const Tile t = tile_of(p);
   const int steps = t.steps;
   const bool a_in_stage = PRE && role == 1;  // this thread's copies write the decoded stage itself
   WsLoader<BM, PRE> ld;
   ld.init(t, role, r);
+  // Step j's copies (j = s + WS_AHEAD in the loop): raw slot j % WS_RAW at `l_slot`, stage j % WS_STAGES at
+  // `l_stage`, its empty wait of parity `l_par` (PRE, role 1). Step s's decode: raw slot `d_slot`, stage `d_stage`,
+  // parity `d_par`, its full barrier `d_full`. Carried from step to step, not recomputed from s.
+  const uint32_t ring_end = ring + WS_STAGES * WS_STAGE_BYTES, raw_end = raw + WS_RAW * WS_RAW_BYTES;
+  uint32_t l_slot = raw, l_stage = ring, l_empty = empty, l_par = 1;
 #pragma unroll
   for (int i = 0; i < WS_LOAD_AHEAD; ++i) {
     if (i < steps) {
-      if (a_in_stage) mbar_wait(empty + 8 * (i % WS_STAGES), ((i / WS_STAGES) & 1) ^ 1);
-      ld.load(role, r, raw + (i % WS_RAW) * WS_RAW_BYTES, ring + (i % WS_STAGES) * WS_STAGE_BYTES);
+      if (a_in_stage) mbar_wait(l_empty, l_par);
+      ld.load(role, r, l_slot, l_stage);
     }
     cp_async_commit();
+    l_slot += WS_RAW_BYTES;
+    l_stage += WS_STAGE_BYTES;
+    l_empty += 8;  // WS_AHEAD < WS_STAGES: no wrap in the prologue
   }
+  uint32_t d_slot = raw, d_stage = ring, d_empty = empty, d_par = 1;
   for (int s = 0; s < steps; ++s) {
-    const int j = s + WS_LOAD_AHEAD;
-    if (j < steps) {
-      if (a_in_stage) mbar_wait(empty + 8 * (j % WS_STAGES), ((j / WS_STAGES) & 1) ^ 1);
-      ld.load(role, r, raw + (j % WS_RAW) * WS_RAW_BYTES, ring + (j % WS_STAGES) * WS_STAGE_BYTES);
+    if (s + WS_LOAD_AHEAD < steps) {
+      if (a_in_stage) mbar_wait(l_empty, l_par);
+      ld.load(role, r, l_slot, l_stage);
     }
     cp_async_commit();
     cp_async_wait<WS_LOAD_AHEAD>();  // this thread's copies of step s have landed
-    const int st = s % WS_STAGES;
-    if (!a_in_stage) mbar_wait(empty + 8 * st, ((s / WS_STAGES) & 1) ^ 1);
-    const uint32_t stage = ring + st * WS_STAGE_BYTES, slot = raw + (s % WS_RAW) * WS_RAW_BYTES;
+    if (!a_in_stage) mbar_wait(d_empty, d_par);
 #ifndef WG_SKIP_DECODE
     if (role == 0) {
-      ws_decode_row(slot + WS_RAW_B + 16 * r, slot + WS_RAW_B + BN * 16 + 16 * r, slot + WS_RAW_SFB + 4 * r,
-                    stage + r * 128, r);
+      ws_decode_row(d_slot + WS_RAW_B + 16 * r, d_slot + WS_RAW_B + BN * 16 + 16 * r, d_slot + WS_RAW_SFB + 4 * r,
+                    d_stage + r * 128, r);
     } else if (!PRE && r < BM) {
-      ws_decode_row(slot + WS_RAW_A + 16 * r, slot + WS_RAW_A + BM_MAX * 16 + 16 * r, slot + WS_RAW_SFA + 4 * r,
-                    stage + WS_DEC_A + r * 128, r);
+      ws_decode_row(d_slot + WS_RAW_A + 16 * r, d_slot + WS_RAW_A + BM_MAX * 16 + 16 * r,
+                    d_slot + WS_RAW_SFA + 4 * r, d_stage + WS_DEC_A + r * 128, r);
     }
 #endif
     fence_proxy_async();
-    mbar_arrive(full + 8 * st);
+    mbar_arrive(d_empty - 8 * WS_STAGES);  // full[st]
+    // advance: step s + 1's decode, step s + 1 + WS_AHEAD's copies
+    d_slot = d_slot + WS_RAW_BYTES == raw_end ? raw : d_slot + WS_RAW_BYTES;
+    l_slot = l_slot + WS_RAW_BYTES == raw_end ? raw : l_slot + WS_RAW_BYTES;
+    if (d_stage + WS_STAGE_BYTES == ring_end) {
+      d_stage = ring;
+      d_empty = empty;
+      d_par ^= 1;
+    } else {
+      d_stage += WS_STAGE_BYTES;
+      d_empty += 8;
+    }
+    if (l_stage + WS_STAGE_BYTES == ring_end) {
+      l_stage = ring;
+      l_empty = empty;
+      l_par ^= 1;
+    } else {
+      l_stage += WS_STAGE_BYTES;
+      l_empty += 8;
+    }
   }
 }
 
