@@ -854,3 +854,55 @@ def test_ws_kernel_has_the_modelled_protocol():
     assert produce.index("fence_proxy_async();") < produce.index("mbar_arrive(d_empty - 8 * WS_STAGES);")
     # role 1 past BM (and every thread) arrives once per step whatever it writes: the counts stay fixed
     assert produce.count("mbar_arrive(") == 1
+
+
+# --- on a Hopper GPU, the warp-specialised loop forced on (every test above that runs kernels) -------------------
+
+@pytest.fixture
+def ws_on(fresh_plans, monkeypatch):
+    """The warp-specialised entry points forced on, in plans built inside the test."""
+    monkeypatch.setattr(host, "WS_OVERRIDE", True)
+    yield
+    assert all(plan.ws and not plan.paired for plan in sub._PLANS.values())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("data", ["official", "full-range"])
+@pytest.mark.parametrize("case", TEST_CASES + BENCHMARK_CASES, ids=lambda c: c.name or c.text())
+def test_gpu_ws_matches_reference(case, data, predecode, ws_on):
+    test_gpu_matches_reference(case, data, predecode)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", TEST_CASES[:4] + BENCHMARK_CASES, ids=lambda c: c.name or c.text())
+def test_gpu_ws_split_k_matches_reference(case, predecode, ws_on, monkeypatch):
+    test_gpu_split_k_matches_reference(case, predecode, monkeypatch)
+
+
+@pytest.mark.gpu
+def test_gpu_ws_python_per_call_path_matches_reference(predecode, ws_on, monkeypatch):
+    test_gpu_python_per_call_path_matches_reference(predecode, monkeypatch)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split", [1, 2])
+def test_gpu_ws_back_to_back_calls_on_new_inputs_use_their_own_addresses(split, predecode, ws_on, monkeypatch):
+    test_gpu_back_to_back_calls_on_new_inputs_use_their_own_addresses(split, predecode, monkeypatch)
+
+
+@pytest.mark.gpu
+def test_gpu_ws_edge_sizes_match_reference(predecode, ws_on):
+    test_gpu_edge_sizes_match_reference(predecode)
+
+
+@pytest.mark.gpu
+def test_gpu_ws_smallest_operands_are_not_flushed(predecode, ws_on):
+    test_gpu_smallest_operands_are_not_flushed(predecode)
+
+
+@pytest.mark.gpu
+def test_gpu_ws_one_k_step_and_more_steps_than_stages(predecode, ws_on):
+    # K = 64: one step (the consumers' release after the loop, no steady state); K = 64 x 13: two rounds of the
+    # stages and a partial third (parities flip twice); M = 300: three tiles, one of them BM = 64.
+    for k in (64, 64 * 13):
+        assert _check(generate_input([300, 40], [256, 136], [k, k], 2, seed=9, device="cuda")) is None
