@@ -289,6 +289,23 @@ __device__ __forceinline__ void pipe_sync() {
   }
 }
 
+// A warp-specialised CTA (fp4_group_gemm_sm90_ws*): WS_PRODUCERS producer threads (warpgroups 0 and 1), then
+// WS_CONSUMERS consumer threads (warpgroups 2 and 3). ws_tid: a consumer's index among the consumers (0..255, so
+// warpgroup tid >> 7 computes rows 64 (tid >> 7).. of the tile, as a pipeline's warpgroups do); ws_sync: a barrier
+// over the consumers only (named barrier 1; the producers may have left).
+constexpr int WS_PRODUCERS = 256;
+constexpr int WS_CONSUMERS = 256;
+constexpr int WS_THREADS = WS_PRODUCERS + WS_CONSUMERS;
+static_assert(WS_CONSUMERS == THREADS, "the consumers run the pipeline's epilogue (store_tile, split_k_last)");
+
+__device__ __forceinline__ int ws_tid() { return static_cast<int>(threadIdx.x) - WS_PRODUCERS; }
+__device__ __forceinline__ int ws_tid_again() {
+  uint32_t t;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
+  return static_cast<int>(t) - WS_PRODUCERS;
+}
+__device__ __forceinline__ void ws_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(WS_CONSUMERS) : "memory"); }
+
 __device__ __forceinline__ uint4 lds128(uint32_t a) {
   uint4 v;
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
@@ -566,22 +583,23 @@ struct Pipe {
 
 // Split-K: each of a slot's two CTAs stores its fp32 partial (element i of thread tid at i * THREADS + tid), then
 // counts itself in; the second to arrive adds the other's partial to `acc`, resets the counter for the next launch,
-// and returns true (it stores C). The first returns false.
-template <int BM>
+// and returns true (it stores C). The first returns false. WS: the caller is a warp-specialised CTA's two consumer
+// warpgroups (ws_tid, ws_sync: the producers have left).
+template <int BM, bool WS = false>
 __device__ __forceinline__ bool split_k_last(const Tile& t, float (&acc)[BM / 2]) {
   __shared__ int arrived;
-  const int tid = threadIdx.x;
+  const int tid = WS ? ws_tid() : static_cast<int>(threadIdx.x);
   float* mine = t.ws + (size_t)t.part * BN * BM_MAX;
   const float* other = t.ws + (size_t)(1 - t.part) * BN * BM_MAX;
 #pragma unroll
   for (int i = 0; i < BM / 2; ++i) __stcg(mine + i * THREADS + tid, acc[i]);
   __threadfence();
-  __syncthreads();
+  WS ? ws_sync() : __syncthreads();
   if (tid == 0) {
     arrived = atomicAdd(t.cnt, 1);
     if (arrived == 1) *t.cnt = 0;
   }
-  __syncthreads();
+  WS ? ws_sync() : __syncthreads();
   if (arrived != 1) return false;
   __threadfence();
 #pragma unroll
@@ -641,11 +659,13 @@ __device__ __forceinline__ void stg128(void* p, uint4 v) {
 constexpr int STAGE_ROW = 2 * BN + 16;
 static_assert(BM_MAX * STAGE_ROW <= DEC_BUFS * DEC_BYTES, "the C tile fits in the decoded buffers");
 
-template <int BM, bool PAIRED>
+// WS: the caller is a warp-specialised CTA's two consumer warpgroups (ws_tid, ws_sync), `stage` its decoded ring.
+template <int BM, bool PAIRED, bool WS = false>
 __device__ __forceinline__ void store_tile(const Tile& t, const float (&acc)[BM / 2], uint32_t stage) {
-  const int tid = pipe_tid_again<PAIRED>(), lane = tid & 31, wg = tid >> 7, warp = (tid >> 5) & 3;
+  const int tid = WS ? ws_tid_again() : pipe_tid_again<PAIRED>(), lane = tid & 31, wg = tid >> 7,
+            warp = (tid >> 5) & 3;
   const float out_scale = 268435456.f;  // 2^28: undoes the two operands' 2^-14
-  pipe_sync<PAIRED>();                  // every warpgroup's wgmmas are done: the decoded buffers are free
+  WS ? ws_sync() : pipe_sync<PAIRED>();  // every warpgroup's wgmmas are done: the decoded buffers are free
   {
     const int j_off = lane >> 4, h = (lane >> 3) & 1, row = lane & 7;  // this lane's address: block (j0 + j_off, h)
     const uint32_t base = stage + (8 * j_off + row) * STAGE_ROW + (64 * wg + 16 * warp + 8 * h) * 2;
@@ -660,7 +680,7 @@ __device__ __forceinline__ void store_tile(const Tile& t, const float (&acc)[BM 
       stmatrix_x4_trans(base + 8 * j0 * STAGE_ROW, r[0], r[1], r[2], r[3]);
     }
   }
-  pipe_sync<PAIRED>();
+  WS ? ws_sync() : pipe_sync<PAIRED>();
   const bool vec = (t.N & 7) == 0;
 #pragma unroll
   for (int c = tid; c < BM * 16; c += THREADS) {
@@ -925,6 +945,369 @@ __device__ __forceinline__ void run_any(const Params& p, uint8_t* smem) {
   }
 }
 
+
+// ---------------------------------------------------------------------------------------------------------------
+// The warp-specialised main loop (issue 19; fp4_group_gemm_sm90_ws, and _ws_pre with A from the pre-pass). One CTA
+// per SM of WS_THREADS: producer warpgroup 0 loads and decodes B (thread r: the tile's row r of N), producer
+// warpgroup 1 loads and decodes A (thread r: row r of the tile's M, r < BM) or, PRE, copies A's predecoded step;
+// both write a decoded stage: B as BN rows x 128 bytes and A as BM rows x 128 bytes, both 128-byte swizzled in the
+// pre-pass's image (the same K order for both), so the consumers' wgmmas take both operands from shared memory
+// (B's rows are the wgmma's M side). Consumer warpgroups 2 and 3 (64 rows of N each) only wait, issue the step's four
+// k16 wgmmas and release the stage. Per decoded stage two mbarriers: full (WS_PRODUCERS arrivals: every producer
+// thread after its writes and a proxy fence) and empty (WS_CONSUMERS arrivals: every consumer thread once its
+// wgmma group for the stage is done). Waits use the phase parity: step s's stage is s % WS_DSTAGES and its round
+// s / WS_DSTAGES; a consumer waits for full with parity round & 1, a producer for empty with (round & 1) ^ 1 (a fresh
+// barrier passes parity 1 at once). tests/variants/test_wgmma_sm90.py models this protocol; change both together.
+// Raw bytes travel by cp.async into a ring of WS_RAW slots, WS_AHEAD steps ahead, each thread copying only what it
+// decodes itself (its row's 32 bytes and 4 scale bytes), so the producers need no barrier among themselves.
+#ifndef WS_DSTAGES
+#define WS_DSTAGES 6
+#endif
+#ifndef WS_AHEAD
+#define WS_AHEAD 2
+#endif
+constexpr int WS_STAGES = WS_DSTAGES;  // decoded stages
+constexpr int WS_LOAD_AHEAD = WS_AHEAD;  // raw (and, PRE, A's) copies run this many steps ahead of the decode
+constexpr int WS_RAW = WS_LOAD_AHEAD + 1;  // raw slots: slot of step s + WS_AHEAD was decoded at step s - 1
+constexpr int WS_DEC_A = BN * 128;                       // a decoded stage: B (BN x 128 bytes), then A
+constexpr int WS_STAGE_BYTES = WS_DEC_A + DEC_BYTES;     // 32768: stages stay 1024-byte aligned
+// A raw slot: each 32-byte row as two 16-byte chunks, chunk h of row r at h * rows * 16 + 16 r (a quarter-warp's
+// 16-byte loads hit distinct banks), then each row's four scale bytes (scale columns 0..3 of the step).
+constexpr int WS_RAW_B = 0;
+constexpr int WS_RAW_A = WS_RAW_B + BN * ROW_BYTES;
+constexpr int WS_RAW_SFB = WS_RAW_A + BM_MAX * ROW_BYTES;
+constexpr int WS_RAW_SFA = WS_RAW_SFB + BN * 4;
+constexpr int WS_RAW_BYTES = WS_RAW_SFA + BM_MAX * 4;    // 9216
+constexpr int WS_RING_BYTES = WS_STAGES * WS_STAGE_BYTES + WS_RAW * WS_RAW_BYTES;
+constexpr int WS_SMEM_BYTES = (WS_RING_BYTES + 2 * WS_STAGES * 8 + 1023) / 1024 * 1024;  // + full and empty
+// Register split (setmaxnreg): the producers decode with few, the consumers hold the accumulators.
+constexpr int WS_PRODUCER_REGS = 56;
+constexpr int WS_CONSUMER_REGS = 200;
+static_assert(WS_PRODUCERS * WS_PRODUCER_REGS + WS_CONSUMERS * WS_CONSUMER_REGS <= 65536, "the register file");
+static_assert(WS_SMEM_BYTES + 1024 + 16 <= 227 * 1024, "one CTA per SM (dynamic + alignment pad + static)");
+static_assert(WS_RAW > WS_LOAD_AHEAD, "a raw copy never lands in a slot not yet decoded");
+// PRE: role 1 waits for step s + WS_AHEAD's stage (last held by step s + WS_AHEAD - WS_STAGES) before step s is full;
+// the consumers release a step only after issuing the next, so WS_STAGES - WS_AHEAD < 2 deadlocks (the test's model
+// finds it).
+static_assert(WS_STAGES >= WS_LOAD_AHEAD + 2, "A's copies wait for a stage the consumers can release");
+static_assert(BM_MAX * STAGE_ROW <= WS_STAGES * WS_STAGE_BYTES, "the C tile fits in the decoded stages");
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+// Arrive (release, CTA scope): this thread's earlier writes are visible to whoever waits for the phase.
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Wait (acquire) until the phase of parity `parity` has completed.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred p;\nWS_WAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra WS_WAIT;\n}\n" ::"r"(
+          bar),
+      "r"(parity)
+      : "memory");
+}
+
+// A 16-byte cp.async (L2 only) reading `bytes` of them (16, or 0: zero-fill without a read).
+__device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+
+// A 4-byte cp.async (through L1: .ca is the only form of 4-byte copies) reading `bytes` of them (4 or 0).
+__device__ __forceinline__ void cp_async4_zfill(uint32_t dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+
+__device__ __forceinline__ void sts128(uint32_t a, uint32_t x, uint32_t y, uint32_t z, uint32_t w) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(x), "r"(y), "r"(z), "r"(w));
+}
+
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+// One row's K step, raw (two 16-byte chunks at `lo` and `hi`, its four scale bytes at `sc`) -> its 128-byte
+// decoded row at `dst` (row r of a stage: chunk c stored at chunk c ^ (r & 7)). The same decode, order and placement
+// as fp4_predecode_a's thread (test_wgmma_sm90_decode.py emulates this too and mirrors these lines).
+__device__ __forceinline__ void ws_decode_row(uint32_t lo, uint32_t hi, uint32_t sc_at, uint32_t dst, int r) {
+  const uint4 x[2] = {lds128(lo), lds128(hi)};
+  const uint32_t sc = lds32(sc_at);
+  const uint32_t swz = (r & 7) << 4;
+  const uint32_t s2[2] = {scales_f16x2(sc), scales_f16x2(sc >> 16)};  // columns (0, 1) and (2, 3)
+#pragma unroll
+  for (int wi = 0; wi < 2; ++wi) {
+    uint32_t lo_w[2][4], hi_w[2][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      decode_word<0>(wi ? x[h].y : x[h].x, s2[h], lo_w[h]);
+      decode_word<1>(wi ? x[h].w : x[h].z, s2[h], hi_w[h]);
+    }
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      sts128(dst + (((4 * wi + q) << 4) ^ swz), lo_w[0][q], hi_w[0][q], lo_w[1][q], hi_w[1][q]);
+    }
+  }
+}
+
+// A producer thread's copies, as running sources resolved once per tile. Role 0 (warpgroup 0): B row n0 + r (rows
+// past N read the last row, as Loader) and its scale bytes. Role 1: A row m0 + r for r < BM (rows past M zero-filled
+// without a read), or, PRE, the thread's BM / 16 16-byte pieces of the tile's predecoded step (BM rows x 128 bytes,
+// contiguous in the scratch), straight into the decoded stage.
+template <int BM, bool PRE>
+struct WsLoader {
+  const uint8_t* src;     // row data (raw), or the predecoded piece (PRE, role 1)
+  const uint8_t* sf_src;  // the row's four scale bytes
+  uint32_t step;          // source bytes per K step
+  uint32_t bytes;         // 16, or 0 for a row past M
+  uint32_t raw_at;        // this thread's first chunk in a raw slot
+  uint32_t sf_at;         // its scale bytes in a raw slot
+
+  __device__ __forceinline__ void init(const Tile& t, int role, int r) {
+    const int rest_k = t.K / 64;
+    if (role == 0) {
+      const int n = min(t.n0 + r, t.N - 1);
+      src = t.b + (size_t)n * (t.K / 2) + t.k0 * ROW_BYTES;
+      sf_src = t.sfb + ((size_t)(n >> 7) * rest_k + t.k0) * 512 + (n & 31) * 16 + ((n >> 5) & 3) * 4;
+      step = ROW_BYTES;
+      bytes = 16;
+      raw_at = WS_RAW_B + 16 * r;
+      sf_at = WS_RAW_SFB + 4 * r;
+    } else if (PRE) {
+      src = t.pre + ((size_t)t.k0 * t.mpad + t.m0) * 128 + 16 * r;
+      step = t.mpad * 128;
+    } else {
+      const int m = min(t.m0 + r, t.M - 1);
+      src = t.a + (size_t)m * (t.K / 2) + t.k0 * ROW_BYTES;
+      sf_src = t.sfa + ((size_t)(m >> 7) * rest_k + t.k0) * 512 + (m & 31) * 16 + ((m >> 5) & 3) * 4;
+      step = ROW_BYTES;
+      bytes = t.m0 + r < t.M ? 16 : 0;
+      raw_at = WS_RAW_A + 16 * r;
+      sf_at = WS_RAW_SFA + 4 * r;
+    }
+  }
+
+  // The next K step: raw rows into the raw slot at `slot`, or (PRE, role 1) A's pieces into the decoded stage at
+  // `stage`.
+  __device__ __forceinline__ void load(int role, int r, uint32_t slot, uint32_t stage) {
+    if (role == 1 && PRE) {
+#pragma unroll
+      for (int i = 0; i < BM / 16; ++i) cp_async16(stage + WS_DEC_A + 16 * r + 2048 * i, src + 2048 * i);
+    } else if (role == 0 || r < BM) {
+      const int rows = role == 0 ? BN : BM_MAX;
+      cp_async16_zfill(slot + raw_at, src, bytes);
+      cp_async16_zfill(slot + raw_at + rows * 16, src + 16, bytes);
+      cp_async4_zfill(slot + sf_at, sf_src, bytes >> 2);
+      sf_src += 512;
+    }
+    src += step;
+  }
+};
+
+// A producer thread (warpgroups 0 and 1): for each K step s, queue step s + WS_AHEAD's copies (PRE, role 1: into
+// its decoded stage, after that stage's empty wait), wait for step s's own copies, wait for s's stage to be empty
+// (unless done when its copies were queued), decode its row into the stage, fence (generic -> async proxy: the
+// wgmma reads it), arrive on full. Role 1 threads past BM only wait and arrive (the counts stay fixed).
+template <int BM, bool PRE>
+__device__ __forceinline__ void ws_produce(const Params& p, uint32_t ring, uint32_t bars) {
+#ifdef WS_COUNT_ROLE
+  const int role = WS_COUNT_ROLE, r = threadIdx.x & 127;  // sass_count.py --ws-roles only: one role's loop alone
+#else
+  const int role = threadIdx.x >> 7, r = threadIdx.x & 127;
+#endif
+  const uint32_t raw = ring + WS_STAGES * WS_STAGE_BYTES, empty = bars + 8 * WS_STAGES;  // full: empty - 8 * WS_STAGES
+  const Tile t = tile_of(p);
+  const int steps = t.steps;
+  const bool a_in_stage = PRE && role == 1;  // this thread's copies write the decoded stage itself
+  WsLoader<BM, PRE> ld;
+  ld.init(t, role, r);
+  // Step j's copies (j = s + WS_AHEAD in the loop): raw slot j % WS_RAW at `l_slot`, stage j % WS_STAGES at
+  // `l_stage`, its empty wait of parity `l_par` (PRE, role 1). Step s's decode: raw slot `d_slot`, stage `d_stage`,
+  // parity `d_par`, its full barrier `d_full`. Carried from step to step, not recomputed from s.
+  const uint32_t ring_end = ring + WS_STAGES * WS_STAGE_BYTES, raw_end = raw + WS_RAW * WS_RAW_BYTES;
+  uint32_t l_slot = raw, l_stage = ring, l_empty = empty, l_par = 1;
+#pragma unroll
+  for (int i = 0; i < WS_LOAD_AHEAD; ++i) {
+    if (i < steps) {
+      if (a_in_stage) mbar_wait(l_empty, l_par);
+      ld.load(role, r, l_slot, l_stage);
+    }
+    cp_async_commit();
+    l_slot += WS_RAW_BYTES;
+    l_stage += WS_STAGE_BYTES;
+    l_empty += 8;  // WS_AHEAD < WS_STAGES: no wrap in the prologue
+  }
+  uint32_t d_slot = raw, d_stage = ring, d_empty = empty, d_par = 1;
+  for (int s = 0; s < steps; ++s) {
+    if (s + WS_LOAD_AHEAD < steps) {
+      if (a_in_stage) mbar_wait(l_empty, l_par);
+      ld.load(role, r, l_slot, l_stage);
+    }
+    cp_async_commit();
+    cp_async_wait<WS_LOAD_AHEAD>();  // this thread's copies of step s have landed
+    if (!a_in_stage) mbar_wait(d_empty, d_par);
+#ifndef WG_SKIP_DECODE
+    if (role == 0) {
+      ws_decode_row(d_slot + WS_RAW_B + 16 * r, d_slot + WS_RAW_B + BN * 16 + 16 * r, d_slot + WS_RAW_SFB + 4 * r,
+                    d_stage + r * 128, r);
+    } else if (!PRE && r < BM) {
+      ws_decode_row(d_slot + WS_RAW_A + 16 * r, d_slot + WS_RAW_A + BM_MAX * 16 + 16 * r,
+                    d_slot + WS_RAW_SFA + 4 * r, d_stage + WS_DEC_A + r * 128, r);
+    }
+#endif
+    fence_proxy_async();
+    mbar_arrive(d_empty - 8 * WS_STAGES);  // full[st]
+    // advance: step s + 1's decode, step s + 1 + WS_AHEAD's copies
+    d_slot = d_slot + WS_RAW_BYTES == raw_end ? raw : d_slot + WS_RAW_BYTES;
+    l_slot = l_slot + WS_RAW_BYTES == raw_end ? raw : l_slot + WS_RAW_BYTES;
+    if (d_stage + WS_STAGE_BYTES == ring_end) {
+      d_stage = ring;
+      d_empty = empty;
+      d_par ^= 1;
+    } else {
+      d_stage += WS_STAGE_BYTES;
+      d_empty += 8;
+    }
+    if (l_stage + WS_STAGE_BYTES == ring_end) {
+      l_stage = ring;
+      l_empty = empty;
+      l_par ^= 1;
+    } else {
+      l_stage += WS_STAGE_BYTES;
+      l_empty += 8;
+    }
+  }
+}
+
+// wgmma m64nBMk16 with both operands from shared memory (A: B's 64 rows of this warpgroup, K-major, 128-byte
+// swizzle; B: A's BM rows, the same form).
+template <int BM>
+__device__ __forceinline__ void wgmma_ss(float (&d)[BM / 2], uint64_t da, uint64_t db);
+
+#define WS_D16(o) "+f"(d[o + 0]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), "+f"(d[o + 5]), \
+    "+f"(d[o + 6]), "+f"(d[o + 7]), "+f"(d[o + 8]), "+f"(d[o + 9]), "+f"(d[o + 10]), "+f"(d[o + 11]),           \
+    "+f"(d[o + 12]), "+f"(d[o + 13]), "+f"(d[o + 14]), "+f"(d[o + 15])
+#define WS_R16(o) "%" #o ", "
+template <>
+__device__ __forceinline__ void wgmma_ss<64>(float (&d)[32], uint64_t da, uint64_t db) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, 1, 1, 1, 0, 0;"
+      : WS_D16(0), WS_D16(16)
+      : "l"(da), "l"(db));
+}
+template <>
+__device__ __forceinline__ void wgmma_ss<96>(float (&d)[48], uint64_t da, uint64_t db) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      " %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, "
+      "%48, %49, 1, 1, 1, 0, 0;"
+      : WS_D16(0), WS_D16(16), WS_D16(32)
+      : "l"(da), "l"(db));
+}
+template <>
+__device__ __forceinline__ void wgmma_ss<128>(float (&d)[64], uint64_t da, uint64_t db) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      " %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      " %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, 1, 1, 1, 0, 0;"
+      : WS_D16(0), WS_D16(16), WS_D16(32), WS_D16(48)
+      : "l"(da), "l"(db));
+}
+#undef WS_D16
+#undef WS_R16
+
+// A consumer thread (warpgroups 2 and 3; warpgroup c = ws_tid() >> 7 takes rows 64 c.. of the tile): per K step,
+// wait for the stage to be full, issue its four k16 wgmmas (slice j: 32 bytes further along both operands' swizzled
+// rows, +2 in the descriptors' address fields) as one group, wait until at most that group is in flight (so step
+// s - 1's wgmmas are done) and release step s - 1's stage. After the loop, the last group, then its stage.
+template <int BM>
+__device__ __forceinline__ void ws_consume(int steps, uint32_t ring, uint32_t bars, float (&acc)[BM / 2]) {
+  const uint32_t full = bars, empty = bars + 8 * WS_STAGES;
+  const uint32_t a_rows = (ws_tid() >> 7) * 64 * 128;
+  int st = 0, prev = 0;
+  uint32_t parity = 0;
+  for (int s = 0; s < steps; ++s) {
+    mbar_wait(full + 8 * st, parity);
+    const uint32_t stage = ring + st * WS_STAGE_BYTES;
+    const uint64_t da = sw128_desc(stage + a_rows), db = sw128_desc(stage + WS_DEC_A);
+    wgmma_fence();
+    fence_regs(acc);
+#ifndef WG_SKIP_MMA
+#pragma unroll
+    for (int j = 0; j < 4; ++j) wgmma_ss<BM>(acc, da + 2 * j, db + 2 * j);
+#endif
+    wgmma_commit();
+    fence_regs(acc);
+    wgmma_wait<1>();
+    fence_regs(acc);
+    if (s > 0) mbar_arrive(empty + 8 * prev);
+    prev = st;
+    if (++st == WS_STAGES) {
+      st = 0;
+      parity ^= 1;
+    }
+  }
+  wgmma_wait<0>();
+  fence_regs(acc);
+  if (steps > 0) mbar_arrive(empty + 8 * prev);
+}
+
+// A warp-specialised CTA's tile: barriers initialised, roles split, the consumers run the epilogue as a pipeline's
+// warpgroups do (store_tile / split_k_last with WS: their own index and barrier).
+template <int BM, bool PRE>
+__device__ __forceinline__ void ws_run_tile(const Params& p, uint8_t* smem) {
+  wg_mark(0);
+  const uint32_t ring = smem_u32(smem), bars = ring + WS_RING_BYTES;
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int i = 0; i < WS_STAGES; ++i) {
+      mbar_init(bars + 8 * i, WS_PRODUCERS);                   // full
+      mbar_init(bars + 8 * (WS_STAGES + i), WS_CONSUMERS);     // empty
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x < WS_PRODUCERS) {
+    setmaxnreg_dec<WS_PRODUCER_REGS>();
+    ws_produce<BM, PRE>(p, ring, bars);
+    return;
+  }
+  setmaxnreg_inc<WS_CONSUMER_REGS>();
+  float acc[BM / 2];
+#pragma unroll
+  for (int i = 0; i < BM / 2; ++i) acc[i] = 0.f;
+  ws_consume<BM>(tile_of(p).steps, ring, bars, acc);
+  const Tile t = tile_of(p);
+  if (t.ws != nullptr && !split_k_last<BM, true>(t, acc)) return;
+  store_tile<BM, false, true>(t, acc, ring);
+}
+
+template <bool PRE>
+__device__ __forceinline__ void ws_run_any(const Params& p, uint8_t* smem) {
+  const int bm = p.tiles[2 * blockIdx.x].w;
+  if (bm == 128) {
+    ws_run_tile<128, PRE>(p, smem);
+  } else if (bm == 96) {
+    ws_run_tile<96, PRE>(p, smem);
+  } else {
+    ws_run_tile<64, PRE>(p, smem);
+  }
+}
+
 }  // namespace
 
 // Two CTAs of THREADS per SM, or one paired CTA: 128 registers a thread either way. Two entry points, A decoded in
@@ -938,6 +1321,19 @@ extern "C" __global__ void __launch_bounds__(2 * THREADS, 1) fp4_group_gemm_sm90
 extern "C" __global__ void __launch_bounds__(2 * THREADS, 1) fp4_group_gemm_sm90_pre(const __grid_constant__ Params p) {
   extern __shared__ uint8_t smem_raw[];
   run_any<true>(p, reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023)));
+}
+
+// The warp-specialised loop (ws_run_tile): one CTA of WS_THREADS per SM; the register file split by setmaxnreg.
+// Two entry points as above, A decoded by the producers (raw) or copied from the pre-pass's scratch (predecoded).
+extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) fp4_group_gemm_sm90_ws(const __grid_constant__ Params p) {
+  extern __shared__ uint8_t smem_raw[];
+  ws_run_any<false>(p, reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023)));
+}
+
+extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) fp4_group_gemm_sm90_ws_pre(
+    const __grid_constant__ Params p) {
+  extern __shared__ uint8_t smem_raw[];
+  ws_run_any<true>(p, reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023)));
 }
 
 // The pre-pass (launched before fp4_group_gemm_sm90 when Params::predecode is set, same parameter block): every

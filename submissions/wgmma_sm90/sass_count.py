@@ -11,6 +11,15 @@ instructions. The loop is unrolled by two (``for s += 2``, fa/fb swapped), so th
   followed, NOPs left out; / 2.
 - ``nop``: NOPs in the static range.
 
+The warp-specialised entry points (fp4_group_gemm_sm90_ws, _ws_pre; ws_run_tile<BM, PRE>) have two loops per BM:
+the consumers' (``ws-cons``: HGMMA, no copies; its steps per pass are its HGMMAs / 4) and the producers' (``ws-prod``:
+no HGMMA, mbarrier arrivals; its steps per pass are its arrivals). Their BM is the HGMMA shape of the instantiation
+they sit in (the code between two barrier initialisations). The producers' ``path`` follows the fall-through side of
+each branch (which role's decode that is depends on the compiler's layout), so for them ``static`` is the figure to
+quote: it holds both roles' code (B's decode, and A's decode or A's copies). ``--ws-roles`` also compiles with
+-DWS_COUNT_ROLE=0 and =1 (the role a compile-time constant: that role's loop alone; counting builds only, their
+output is wrong) and prints each role's producer loop.
+
 The instantiation is told by the entry point (fp4_group_gemm_sm90: A decoded in the loop; fp4_group_gemm_sm90_pre,
 PRE: A copied from the pre-pass's scratch), the HGMMA shape (64xBMx16) and, for PAIRED, by the named barriers
 (BAR.SYNC 0x1 / 0x2) in the loop. When an instantiation has more than one such loop (a steady-state main loop without
@@ -19,7 +28,8 @@ fewest branches; the others are listed as ``tail`` rows (they run at most a few 
 
     python sass_count.py                       # the table
     python sass_count.py -DWG_SKIP_DECODE      # with extra nvcc arguments
-    python sass_count.py --dump 128p           # also print that main loop's SASS (128, 128p, pre128, ..., 128-tail)
+    python sass_count.py --dump 128p           # also print that main loop's SASS (128, 128p, pre128, ..., 128-tail;
+                                               # ws128-cons, ws128-prod, wspre128-cons, ...)
     python sass_count.py --cubin file.cubin    # count an existing cubin
 """
 from __future__ import annotations
@@ -38,6 +48,8 @@ LINE = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 FUNC = re.compile(r"^\s*Function : (\S+)")
 #: Entry point -> the PRE flag of its run_tile instantiations.
 KERNELS = {"fp4_group_gemm_sm90": False, "fp4_group_gemm_sm90_pre": True}
+#: Warp-specialised entry points -> PRE.
+WS_KERNELS = {"fp4_group_gemm_sm90_ws": False, "fp4_group_gemm_sm90_ws_pre": True}
 BRA = re.compile(r"^(@!?U?P[T0-9]+\s+)?BRA\s+(?:`\(\.L_x_\d+\)|0x([0-9a-f]+))")
 
 
@@ -127,6 +139,57 @@ def loops(ins: list[tuple[int, str]]) -> list[dict]:
     return found
 
 
+def _path(ins, idx, head: int, end_i: int) -> int:
+    path, j, seen = 0, idx[head], set()
+    while j <= end_i and j not in seen:
+        seen.add(j)
+        t = ins[j][1]
+        bm = BRA.match(t)
+        if not t.startswith("NOP"):
+            path += 1
+        if j == end_i:
+            break
+        if bm and bm.group(1) is None and bm.group(2):
+            j = idx[int(bm.group(2), 16)]
+            continue
+        j += 1
+    return path
+
+
+def ws_loops(ins: list[tuple[int, str]]) -> list[dict]:
+    """The consumer and producer loops of a warp-specialised entry point, with per-step figures."""
+    idx = {a: i for i, (a, _) in enumerate(ins)}
+    inits = [i for i, (_, t) in enumerate(ins) if t.startswith("SYNCS.EXCH.64")]
+    starts = [i for k, i in enumerate(inits) if k == 0 or inits[k - 1] != i - 1]
+    found = []
+    for i, (addr, text) in enumerate(ins):
+        m = BRA.match(text)
+        if not m or m.group(2) is None:
+            continue
+        target = int(m.group(2), 16)
+        if target >= addr or target not in idx:
+            continue
+        body = ins[idx[target]:i + 1]
+        if any(t.startswith(("EXIT", "SYNCS.EXCH")) or t.endswith("EXIT") for _, t in body):
+            continue  # a branch back from an out-of-line mbarrier retry block, not a loop
+        hgmma = sum("HGMMA" in t for _, t in body)
+        arrives = sum(t.startswith("SYNCS.ARRIVE") for _, t in body)
+        if hgmma:
+            role, steps = "ws-cons", hgmma / 4
+        elif arrives and any(t.startswith(("STS", "LDGSTS")) for _, t in body):
+            role, steps = "ws-prod", arrives
+        else:
+            continue  # an mbarrier retry loop
+        seg_start = max(s for s in starts if s <= idx[target])
+        seg_end = min([s for s in starts if s > idx[target]], default=len(ins))
+        shapes = {re.search(r"HGMMA\.64x(\d+)x16", t).group(1) for _, t in ins[seg_start:seg_end] if "HGMMA" in t}
+        assert len(shapes) == 1, shapes
+        found.append({"bm": int(shapes.pop()), "role": role, "head": target, "end": addr, "steps": steps,
+                      "static": len(body), "nop": sum(t.startswith("NOP") for _, t in body),
+                      "path": _path(ins, idx, target, i), "body": body})
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -134,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--source", type=Path, default=HERE / "kernel.cu", help="the .cu file (default: kernel.cu)")
     ap.add_argument("--cubin", type=Path, help="count this cubin instead of compiling")
     ap.add_argument("--dump", action="append", default=[], help="print the loop's SASS: 128, 128p, 96, ...")
+    ap.add_argument("--ws-roles", action="store_true", help="also count each WS producer role's loop alone")
     args, unknown = ap.parse_known_args(argv)
     args.defines += unknown
     with tempfile.TemporaryDirectory() as tmp:
@@ -144,11 +208,16 @@ def main(argv: list[str] | None = None) -> int:
         sass = subprocess.run([find_tool("cuobjdump"), "-sass", str(cubin)], capture_output=True, text=True,
                               check=True).stdout
     found = []
+    ws_found = []
     for name, ins in parse(sass).items():
         if name in KERNELS:
             for lp in loops(ins):
                 lp["pre"] = KERNELS[name]
                 found.append(lp)
+        if name in WS_KERNELS:
+            for lp in ws_loops(ins):
+                lp["pre"] = WS_KERNELS[name]
+                ws_found.append(lp)
     for lp in found:
         lp["branches"] = sum(bool(BRA.match(t)) for _, t in lp["body"])
         lp["copies"] = any("LDGSTS" in t for _, t in lp["body"])
@@ -162,7 +231,37 @@ def main(argv: list[str] | None = None) -> int:
         name = f"<{lp['bm']}, {'true' if lp['paired'] else 'false'}, {'true' if lp['pre'] else 'false'}>"
         print(f"{name:<24} {lp['role']:<5} {lp['static'] / 2:>8g} {lp['path'] / 2:>7g} {lp['nop']:>4}  "
               f"{lp['head']:#x}..{lp['end']:#x}")
+    ws_found.sort(key=lambda l: (l["pre"], -l["bm"], l["role"], l["head"]))
+    print(f"\n{'ws_run_tile':<24} {'loop':<8} {'steps':>5} {'static/step':>11} {'path/step':>9} {'nop':>4}  addresses")
+    for lp in ws_found:
+        name = f"<{lp['bm']}, {'true' if lp['pre'] else 'false'}>"
+        print(f"{name:<24} {lp['role']:<8} {lp['steps']:>5g} {lp['static'] / lp['steps']:>11.1f} "
+              f"{lp['path'] / lp['steps']:>9.1f} {lp['nop']:>4}  {lp['head']:#x}..{lp['end']:#x}")
+    if args.ws_roles and args.cubin is None:
+        for role in (0, 1):
+            with tempfile.TemporaryDirectory() as tmp:
+                cubin = Path(tmp) / "k.cubin"
+                compile_cubin(cubin, [*args.defines, f"-DWS_COUNT_ROLE={role}"], args.source)
+                rsass = subprocess.run([find_tool("cuobjdump"), "-sass", str(cubin)], capture_output=True,
+                                       text=True, check=True).stdout
+            rows = []
+            for name, ins in parse(rsass).items():
+                if name in WS_KERNELS:
+                    rows += [dict(lp, pre=WS_KERNELS[name]) for lp in ws_loops(ins) if lp["role"] == "ws-prod"]
+            rows.sort(key=lambda l: (l["pre"], -l["bm"], l["head"]))
+            what = "B rows" if role == 0 else "A rows (PRE: A's copies)"
+            print(f"\nproducer role {role} alone ({what}; -DWS_COUNT_ROLE={role})")
+            for lp in rows:
+                name = f"<{lp['bm']}, {'true' if lp['pre'] else 'false'}>"
+                print(f"{name:<24} {'ws-prod':<8} {lp['steps']:>5g} {lp['static'] / lp['steps']:>11.1f} "
+                      f"{lp['path'] / lp['steps']:>9.1f} {lp['nop']:>4}  {lp['head']:#x}..{lp['end']:#x}")
     for key in args.dump:
+        for lp in ws_found:
+            tag = f"ws{'pre' if lp['pre'] else ''}{lp['bm']}-{lp['role'][3:]}"
+            if tag == key:
+                print(f"\n# ws_run_tile<{lp['bm']}, {lp['pre']}> {lp['role']} loop")
+                for a, t in lp["body"]:
+                    print(f"  {a:#07x}  {t}")
         for lp in found:
             tag = f"{'pre' if lp['pre'] else ''}{lp['bm']}{'p' if lp['paired'] else ''}"
             if tag + ("" if lp["role"] == "main" else "-tail") == key:

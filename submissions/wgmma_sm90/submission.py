@@ -53,8 +53,9 @@ class _Driver:
 
     def load_functions(self, image: bytes) -> dict[str, ctypes.c_void_p]:
         """Load a cubin into the current context (torch's, made current by the caller) and return its entry points
-        by name (host.KERNEL_NAME, host.KERNEL_PRE_NAME, host.PREPASS_NAME), the two main kernels' dynamic
-        shared-memory limits raised to host.MAX_SMEM_BYTES (a paired CTA's of the larger path)."""
+        by name (host.KERNEL_NAME, host.KERNEL_PRE_NAME, host.KERNEL_WS_NAME, host.KERNEL_WS_PRE_NAME,
+        host.PREPASS_NAME), the main kernels' dynamic shared-memory limits raised to host.MAX_SMEM_BYTES (a paired
+        CTA's of the larger path) or, warp-specialised, host.WS_SMEM_BYTES."""
         ctx = ctypes.c_void_p()
         self.check(self.lib.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
         if not ctx.value:
@@ -63,13 +64,16 @@ class _Driver:
         self.check(self.lib.cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
         self.module = module  # bench.py --trace reads the diagnostics build's trace buffer from it
         funcs = {}
-        for name in (host.KERNEL_NAME, host.KERNEL_PRE_NAME, host.PREPASS_NAME):
+        limits = {host.KERNEL_NAME: host.MAX_SMEM_BYTES, host.KERNEL_PRE_NAME: host.MAX_SMEM_BYTES,
+                  host.KERNEL_WS_NAME: host.WS_SMEM_BYTES, host.KERNEL_WS_PRE_NAME: host.WS_SMEM_BYTES,
+                  host.PREPASS_NAME: None}
+        for name, limit in limits.items():
             func = funcs[name] = ctypes.c_void_p()
             self.check(self.lib.cuModuleGetFunction(ctypes.byref(func), module, name.encode()),
                        f"cuModuleGetFunction({name})")
-            if name != host.PREPASS_NAME:
+            if limit is not None:
                 self.check(self.lib.cuFuncSetAttribute(func, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                       host.MAX_SMEM_BYTES), "cuFuncSetAttribute")
+                                                       limit), "cuFuncSetAttribute")
         return funcs
 
 
@@ -115,17 +119,20 @@ def _functions(dev: torch.device) -> dict[str, ctypes.c_void_p]:
 
 
 class _Plan:
-    """Everything a call needs that depends only on (sizes, device): the split, paired and predecode choices, the
+    """Everything a call needs that depends only on (sizes, device): the split, paired, predecode and ws choices, the
     tile table, split-K workspace and counters and the predecoded A's scratch on the device, the parameter block
     (sizes filled, addresses written per call), and the prebuilt launch arguments."""
 
     def __init__(self, sizes, dev: torch.device):
         sms = torch.cuda.get_device_properties(dev).multi_processor_count
         self.split = host.choose_split(sizes, sms)
-        self.paired = self.split == 1 and host.choose_paired(sizes, sms)
+        self.ws = host.choose_ws(sizes, sms)
+        self.paired = self.split == 1 and not self.ws and host.choose_paired(sizes, sms)
         self.predecode = host.choose_predecode(sizes, sms)
         threads = 2 * host.THREADS if self.paired else host.THREADS
-        if self.predecode:
+        if self.ws:
+            threads, smem = host.WS_THREADS, host.WS_SMEM_BYTES
+        elif self.predecode:
             smem = host.PRE_PAIRED_SMEM_BYTES if self.paired else host.PRE_SMEM_BYTES
         else:
             smem = host.PAIRED_SMEM_BYTES if self.paired else host.SMEM_BYTES
@@ -145,7 +152,10 @@ class _Plan:
         self._kparams = (ctypes.c_void_p * 1)(ctypes.addressof(self.params))
         u = ctypes.c_uint
         funcs = _functions(dev)
-        main = funcs[host.KERNEL_PRE_NAME if self.predecode else host.KERNEL_NAME]
+        if self.ws:
+            main = funcs[host.KERNEL_WS_PRE_NAME if self.predecode else host.KERNEL_WS_NAME]
+        else:
+            main = funcs[host.KERNEL_PRE_NAME if self.predecode else host.KERNEL_NAME]
         self._head = (main, u(self.n_tiles), u(1), u(1), u(threads), u(1), u(1), u(smem))
         pre_blocks = host.prepass_blocks(sizes)
         self._pre_head = ((funcs[host.PREPASS_NAME], u(pre_blocks), u(1), u(1), u(host.PRE_THREADS), u(1), u(1),

@@ -25,6 +25,9 @@ KERNEL_NAME = "fp4_group_gemm_sm90"
 #: The same kernel with A copied from the pre-pass's scratch (kernel.cu run_tile<..., PRE = true>), and the pre-pass.
 KERNEL_PRE_NAME = "fp4_group_gemm_sm90_pre"
 PREPASS_NAME = "fp4_predecode_a"
+#: The warp-specialised loop (kernel.cu ws_run_tile): A decoded by the producers, or copied from the pre-pass.
+KERNEL_WS_NAME = "fp4_group_gemm_sm90_ws"
+KERNEL_WS_PRE_NAME = "fp4_group_gemm_sm90_ws_pre"
 
 #: nvcc flags: wgmma needs the architecture-specific sm_90a target (the -gencode form; see the device notes).
 NVCC_FLAGS = ("-cubin", "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-lineinfo")
@@ -68,8 +71,23 @@ PRE_ABUFS = PRE_AHEAD + 2
 PRE_STAGE_BYTES = BN * BK // 2 + ATOM_BYTES
 PRE_SMEM_BYTES = PRE_ABUFS * BM_MAX * BK * 2 + STAGES * PRE_STAGE_BYTES + 1024
 PRE_PAIRED_SMEM_BYTES = 2 * (PRE_SMEM_BYTES - 1024) + 1024
-#: The largest dynamic shared memory any launch asks for (each main entry point's limit is raised to it).
+#: The largest dynamic shared memory any launch of the two-CTA-per-SM entry points asks for (their limit is raised
+#: to it; the warp-specialised entry points' to WS_SMEM_BYTES).
 MAX_SMEM_BYTES = max(PAIRED_SMEM_BYTES, PRE_PAIRED_SMEM_BYTES)
+#: The warp-specialised loop (kernel.cu WS_*): one CTA per SM of WS_THREADS (two producer warpgroups, two consumer
+#: warpgroups); WS_STAGES decoded stages (B's BN x 128 bytes and A's BM_MAX x 128 bytes of fp16, swizzled), raw
+#: copies WS_AHEAD steps ahead into WS_AHEAD + 1 raw slots (each B and A row's 32 bytes and four scale bytes), then
+#: 2 x WS_STAGES mbarriers; the sum rounded up to 1024, plus the alignment pad. Both entry points use the same.
+WS_PRODUCERS, WS_CONSUMERS = 256, 256
+WS_THREADS = WS_PRODUCERS + WS_CONSUMERS
+WS_STAGES = _define("WS_DSTAGES", 6)
+WS_AHEAD = _define("WS_AHEAD", 2)
+WS_RAW = WS_AHEAD + 1
+WS_STAGE_BYTES = (BN + BM_MAX) * BK * 2
+WS_RAW_BYTES = (BN + BM_MAX) * (BK // 2 + 4)
+WS_SMEM_BYTES = -(-(WS_STAGES * WS_STAGE_BYTES + WS_RAW * WS_RAW_BYTES + 16 * WS_STAGES) // 1024) * 1024 + 1024
+#: bench.py's override of choose_ws (None: the rule).
+WS_OVERRIDE: bool | None = None
 #: Threads per pre-pass block (kernel.cu PRE_THREADS): one per (K step, row of a group's tiles).
 PRE_THREADS = 256
 #: Bytes of one predecoded row per K step: BK fp16 values.
@@ -225,6 +243,14 @@ PREDECODE_OVERRIDE: bool | None = None
 #: alone, us): 141.3 / 138.0, 79.2 / 72.7, 34.4 / 34.9, 17.3 / 20.1, so the pre-pass pays from somewhere between
 #: 29 and 88 steps per slot; 50 splits them.
 MIN_PREDECODE_STEPS_PER_SLOT: float = 50
+
+
+def choose_ws(sizes, num_sms: int) -> bool:
+    """True: run the warp-specialised loop (fp4_group_gemm_sm90_ws / _ws_pre; one CTA per SM, no paired CTAs; the
+    split and predecode choices as for the other loop). Off until it is measured on the H200 (issue 19)."""
+    if WS_OVERRIDE is not None:
+        return WS_OVERRIDE
+    return False
 
 
 def predecode_rows(m: int) -> int:

@@ -451,14 +451,66 @@ def test_kernel_compiles_for_sm90a_without_spills_and_uses_wgmma(tmp_path):
     cubin = tmp_path / "k.cubin"
     proc = subprocess.run(host.nvcc_command(cubin, verbose=True), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.count("0 bytes spill stores, 0 bytes spill loads") == 3  # three entry points
+    assert proc.stderr.count("0 bytes spill stores, 0 bytes spill loads") == 5  # five entry points
     assert "C7512" not in proc.stderr  # wgmma serialised for want of registers
+    assert "warning" not in proc.stderr.lower(), proc.stderr
     regs = [int(r) for r in re.findall(r"Used (\d+) registers", proc.stderr)]
-    assert len(regs) == 3 and max(regs) <= 128  # two CTAs of 256 threads per SM
+    assert len(regs) == 5 and max(regs) <= 128  # two CTAs of 256 threads per SM; one WS CTA of 512
     sass = subprocess.run([_cuobjdump(), "--dump-sass", str(cubin)], capture_output=True, text=True).stdout
     assert {m for m in re.findall(r"HGMMA\.(64x\d+x16)\.F32", sass)} == {"64x64x16", "64x96x16", "64x128x16"}
-    for name in (host.KERNEL_NAME, host.KERNEL_PRE_NAME, host.PREPASS_NAME):
+    for name in ENTRY_POINTS:
         assert re.search(rf"Function : {name}\n", sass), name
+    _WS_SASS["sass"] = sass
+
+
+ENTRY_POINTS = (host.KERNEL_NAME, host.KERNEL_PRE_NAME, host.KERNEL_WS_NAME, host.KERNEL_WS_PRE_NAME,
+                host.PREPASS_NAME)
+_WS_SASS: dict = {}
+
+
+def _functions(sass: str) -> dict[str, list[tuple[int, str]]]:
+    out = {}
+    for part in re.split(r"\n\s*Function : ", sass)[1:]:
+        name = part.split("\n", 1)[0].strip()
+        out[name] = [(int(a, 16), t) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", part)]
+    return out
+
+
+@pytest.fixture(scope="module")
+def ws_sass(tmp_path_factory):
+    if "sass" not in _WS_SASS:
+        cubin = tmp_path_factory.mktemp("ws") / "k.cubin"
+        proc = subprocess.run(host.nvcc_command(cubin), capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        _WS_SASS["sass"] = subprocess.run([_cuobjdump(), "--dump-sass", str(cubin)], capture_output=True,
+                                          text=True).stdout
+    return _functions(_WS_SASS["sass"])
+
+
+@pytest.mark.parametrize("name", ["fp4_group_gemm_sm90_ws", "fp4_group_gemm_sm90_ws_pre"])
+def test_ws_entry_points_split_registers_and_take_both_wgmma_operands_from_shared_memory(ws_sass, name):
+    """Per BM instantiation: 12 mbarriers initialised, the consumers' setmaxnreg.inc to 200 and the producers'
+    setmaxnreg.dec to 56, every register the producer code names below R56 (the code after the dec up to the next
+    instantiation's barrier init), both HGMMA operands descriptors (no register A fragment), and the producers'
+    proxy fence before their arrive."""
+    ins = ws_sass[name]
+    text = [t for _, t in ins]
+    assert sum("USETMAXREG.TRY_ALLOC.CTAPOOL" in t and t.endswith("0xc8") for t in text) == 3  # 200
+    assert sum("USETMAXREG.DEALLOC.CTAPOOL 0x38" in t for t in text) == 3  # 56
+    assert sum(t.startswith("SYNCS.EXCH.64") for t in text) == 3 * 2 * host.WS_STAGES
+    hgmma = [t for t in text if "HGMMA" in t]
+    assert hgmma and all(re.search(r"HGMMA\.64x\d+x16\.F32 R\d+, gdesc\[UR\d+\], R\d+", t) for t in hgmma)
+    assert {re.search(r"64x(\d+)x16", t).group(1) for t in hgmma} == {"64", "96", "128"}
+    deallocs = [i for i, t in enumerate(text) if "USETMAXREG.DEALLOC" in t]
+    inits = [i for i, t in enumerate(text) if t.startswith("SYNCS.EXCH.64")]
+    for d in deallocs:
+        end = min([i for i in inits if i > d], default=len(text))
+        region = text[d:end]
+        used = {int(r) for t in region for r in re.findall(r"\bR(\d+)\b", t)}
+        assert max(used) < 56, (name, max(used))
+        fences = [i for i, t in enumerate(region) if "FENCE.VIEW.ASYNC.S" in t]
+        arrives = [i for i, t in enumerate(region) if t.startswith("SYNCS.ARRIVE")]
+        assert fences and arrives and fences[0] < arrives[0]
 
 
 # --- on a Hopper GPU ------------------------------------------------------------------------------------------
@@ -581,3 +633,276 @@ def test_gpu_smallest_operands_are_not_flushed(predecode):
     for g, r in zip(got, ref_kernel(data)):
         assert torch.equal(g.cpu(), r.cpu())
         assert torch.all(g == 2.0**-12)
+
+
+# --- the warp-specialised loop's mbarrier protocol (a model of kernel.cu ws_produce / ws_consume) ----------------
+
+class _Protocol(AssertionError):
+    """A broken claim of the WS protocol (or a deadlock) found by the model."""
+
+
+class _MBarrier:
+    """mbarrier: `count` arrivals complete a phase; try_wait.parity(P) passes while the current phase's parity
+    differs from P (a fresh barrier, phase 0, passes parity 1 at once)."""
+
+    def __init__(self, count: int):
+        self.count, self.pending, self.phase = count, count, 0
+
+    def arrive(self):
+        self.pending -= 1
+        if self.pending == 0:
+            self.phase += 1
+            self.pending = self.count
+
+    def passes(self, parity: int) -> bool:
+        return (self.phase & 1) != parity
+
+
+def _ws_protocol_model(steps: int, stages: int, ahead: int, pre: bool, schedule, *, full_count=None,
+                       empty_count=None, consumer_parity0=0, producer_parity0=1, release_before_wait=False,
+                       raw_slots=None):
+    """Run ws_run_tile's protocol for one tile of ``steps`` K steps with 4 producer threads (2 of role 0, B; one of
+    role 1 that writes, A; one of role 1 past BM that only waits and arrives) and 4 consumer threads (2 per
+    warpgroup), interleaved by ``schedule`` (a callable picking the next runnable agent). Raises _Protocol when:
+    a consumer passes its full wait while a producer's part of the stage is not step s's finished write; a
+    producer starts writing a stage (a decode, or PRE role 1's copies) while a consumer thread still reads an older
+    step there or has not finished with step t - stages; a raw slot is reloaded before its step was decoded; the
+    agents deadlock; or a barrier ends mid-phase. The keyword arguments break one thing each (tests below)."""
+    n_prod, n_cons = 4, 4
+    raw_slots = raw_slots or ahead + 1
+    full = [_MBarrier(full_count or n_prod) for _ in range(stages)]
+    empty = [_MBarrier(empty_count or n_cons) for _ in range(stages)]
+    part = [dict() for _ in range(stages)]           # stage -> producer -> (step, finished)
+    reading = [set() for _ in range(n_cons)]          # consumer -> steps whose wgmmas are in flight
+    done = [set() for _ in range(n_cons)]             # consumer -> steps whose wgmmas finished
+
+    def check_free(st, t):
+        for c in range(n_cons):
+            if any(x % stages == st for x in reading[c]):
+                raise _Protocol(f"stage {st} written for step {t} while consumer {c} reads {reading[c]}")
+            if t >= stages and t - stages not in done[c]:
+                raise _Protocol(f"stage {st} written for step {t} before consumer {c} finished step {t - stages}")
+
+    def wait(bar, parity):
+        while not bar.passes(parity):
+            yield "blocked", bar, parity
+        yield "ran", None, None
+
+    def producer(k):
+        role, idle = (0, False) if k < 2 else (1, k == 3)
+        a_in_stage = pre and role == 1
+        decoded, landed_upto, pending = set(), -1, {}
+        writes = not idle
+
+        def load(j):
+            if a_in_stage:
+                if writes:
+                    check_free(j % stages, j)
+                    part[j % stages][k] = (j, False)  # cp.async in flight into the stage
+            elif writes:
+                if j >= raw_slots and j - raw_slots not in decoded:
+                    raise _Protocol(f"producer {k} reloads raw slot {j % raw_slots} before decoding {j - raw_slots}")
+            pending[j] = True
+
+        l_par = producer_parity0
+        for i in range(ahead):
+            if i < steps:
+                if a_in_stage:
+                    yield from wait(empty[i % stages], ((i // stages) & 1) ^ l_par)
+                load(i)
+            yield "ran", None, None
+        for s in range(steps):
+            j = s + ahead
+            if j < steps:
+                if a_in_stage:
+                    yield from wait(empty[j % stages], ((j // stages) & 1) ^ l_par)
+                load(j)
+            landed_upto = s                                   # cp_async_wait<WS_AHEAD>: step s's copies landed
+            if a_in_stage and writes:
+                assert part[s % stages][k] == (s, False)
+                part[s % stages][k] = (s, True)
+            if not a_in_stage:
+                yield from wait(empty[s % stages], ((s // stages) & 1) ^ l_par)
+                if writes:
+                    check_free(s % stages, s)
+                    part[s % stages][k] = (s, True)         # decode into the stage
+                    decoded.add(s)
+            full[s % stages].arrive()
+            yield "ran", None, None
+        assert landed_upto == steps - 1
+
+    def consumer(c):
+        prev = None
+        for s in range(steps):
+            st = s % stages
+            yield from wait(full[st], ((s // stages) & 1) ^ consumer_parity0)
+            for k, (step, finished) in part[st].items():
+                if step != s or not finished:
+                    raise _Protocol(f"consumer {c} reads stage {st} for step {s}: producer {k} holds {step, finished}")
+            if len(part[st]) != 3:
+                raise _Protocol(f"consumer {c} reads stage {st} for step {s} with parts {part[st]}")
+            reading[c].add(s)
+            yield "ran", None, None
+            if release_before_wait and prev is not None:
+                empty[prev % stages].arrive()
+                yield "ran", None, None
+            for x in sorted(reading[c]):                    # wgmma_wait<1>: all but step s's group done
+                if x != s:
+                    reading[c].discard(x)
+                    done[c].add(x)
+            if prev is not None and not release_before_wait:
+                empty[prev % stages].arrive()
+            prev = s
+            yield "ran", None, None
+        for x in sorted(reading[c]):                        # wgmma_wait<0>
+            reading[c].discard(x)
+            done[c].add(x)
+        if prev is not None:
+            empty[prev % stages].arrive()
+
+    agents = [("p", producer(k)) for k in range(n_prod)] + [("c", consumer(c)) for c in range(n_cons)]
+    state = {i: None for i in range(len(agents))}         # the agent's last yield: None (runnable) or a blocked wait
+    live = set(range(len(agents)))
+    while live:
+        runnable = [i for i in sorted(live) if state[i] is None or state[i][1].passes(state[i][2])]
+        if not runnable:
+            raise _Protocol(f"deadlock: {[(agents[i][0], state[i][2]) for i in sorted(live)]}")
+        i = schedule(runnable, agents)
+        try:
+            what, bar, parity = next(agents[i][1])
+            state[i] = (what, bar, parity) if what == "blocked" else None
+        except StopIteration:
+            live.discard(i)
+    for bar in full + empty:
+        if bar.pending != bar.count:
+            raise _Protocol("a barrier ended mid-phase")
+    if any(reading):
+        raise _Protocol("a wgmma still in flight after the loop")
+
+
+def _schedules():
+    import random
+
+    def first(kind):
+        return lambda runnable, agents: next((i for i in runnable if agents[i][0] == kind), runnable[0])
+
+    out = [first("c"), first("p")]
+    for seed in range(6):
+        rng = random.Random(seed)
+        out.append(lambda runnable, agents, rng=rng: rng.choice(runnable))
+    return out
+
+
+@pytest.mark.parametrize("pre", [False, True], ids=["raw", "pre"])
+@pytest.mark.parametrize("stages, ahead", [(host.WS_STAGES, host.WS_AHEAD), (4, 2), (3, 1), (5, 3)])
+def test_ws_protocol_holds_for_every_step_count_and_interleaving(stages, ahead, pre):
+    for steps in range(1, 41):
+        for schedule in _schedules():
+            _ws_protocol_model(steps, stages, ahead, pre, schedule)
+
+
+@pytest.mark.parametrize("broken", [
+    {"full_count": 3},                  # one producer's arrival missing from the count: a stage read half-written
+    {"full_count": 5},                  # one too many: deadlock
+    {"empty_count": 3},                 # one consumer's release missing: a stage overwritten while read
+    {"empty_count": 2},                 # one consumer warpgroup counted only
+    {"consumer_parity0": 1},            # consumers start on the wrong parity: read before anything is written
+    {"producer_parity0": 0},            # producers wait for an empty phase that never came: deadlock
+    {"release_before_wait": True},      # a stage released before its wgmma finished
+    {"raw_slots": 2},                   # WS_RAW = WS_AHEAD: a raw slot reloaded before it was decoded
+    {"stages": host.WS_AHEAD + 1},      # PRE: A's copies wait for a stage released only after the next is full
+], ids=lambda b: ",".join(f"{k}={v}" for k, v in b.items()))
+def test_ws_protocol_model_fails_on_broken_counts(broken):
+    for pre in (False, True):
+        found = False
+        for steps in range(1, 21):
+            for schedule in _schedules():
+                try:
+                    kw = dict(broken)
+                    stages = kw.pop("stages", host.WS_STAGES)
+                    _ws_protocol_model(steps, stages, host.WS_AHEAD, pre, schedule, **kw)
+                except _Protocol:
+                    found = True
+                    break
+            if found:
+                break
+        if (broken == {"raw_slots": 2} and pre) or ("stages" in broken and not pre):
+            continue  # found in the other run: PRE role 1 has no raw slot; without PRE nothing waits that far ahead
+        assert found, (broken, pre)
+
+
+def test_ws_kernel_has_the_modelled_protocol():
+    src = KERNEL_CU.read_text()
+    for line in ("mbar_init(bars + 8 * i, WS_PRODUCERS);                   // full",
+                 "mbar_init(bars + 8 * (WS_STAGES + i), WS_CONSUMERS);     // empty",
+                 "constexpr int WS_RAW = WS_LOAD_AHEAD + 1;",
+                 'static_assert(WS_STAGES >= WS_LOAD_AHEAD + 2, "A\'s copies wait for a stage the consumers can release");',
+                 "uint32_t l_slot = raw, l_stage = ring, l_empty = empty, l_par = 1;",
+                 "uint32_t d_slot = raw, d_stage = ring, d_empty = empty, d_par = 1;",
+                 "if (a_in_stage) mbar_wait(l_empty, l_par);",
+                 "if (!a_in_stage) mbar_wait(d_empty, d_par);",
+                 "cp_async_wait<WS_LOAD_AHEAD>();  // this thread's copies of step s have landed",
+                 "mbar_arrive(d_empty - 8 * WS_STAGES);  // full[st]",
+                 "uint32_t parity = 0;",
+                 "mbar_wait(full + 8 * st, parity);",
+                 "if (s > 0) mbar_arrive(empty + 8 * prev);",
+                 "if (steps > 0) mbar_arrive(empty + 8 * prev);"):
+        assert line in src, line
+    consume = re.search(r"void ws_consume\(.*?\n\}", src, re.S).group(0)
+    assert consume.index("wgmma_wait<1>();") < consume.index("if (s > 0) mbar_arrive(empty + 8 * prev);")
+    produce = re.search(r"void ws_produce\(.*?\n\}", src, re.S).group(0)
+    assert produce.index("fence_proxy_async();") < produce.index("mbar_arrive(d_empty - 8 * WS_STAGES);")
+    # role 1 past BM (and every thread) arrives once per step whatever it writes: the counts stay fixed
+    assert produce.count("mbar_arrive(") == 1
+
+
+# --- on a Hopper GPU, the warp-specialised loop forced on (every test above that runs kernels) -------------------
+
+@pytest.fixture
+def ws_on(fresh_plans, monkeypatch):
+    """The warp-specialised entry points forced on, in plans built inside the test."""
+    monkeypatch.setattr(host, "WS_OVERRIDE", True)
+    yield
+    assert all(plan.ws and not plan.paired for plan in sub._PLANS.values())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("data", ["official", "full-range"])
+@pytest.mark.parametrize("case", TEST_CASES + BENCHMARK_CASES, ids=lambda c: c.name or c.text())
+def test_gpu_ws_matches_reference(case, data, predecode, ws_on):
+    test_gpu_matches_reference(case, data, predecode)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", TEST_CASES[:4] + BENCHMARK_CASES, ids=lambda c: c.name or c.text())
+def test_gpu_ws_split_k_matches_reference(case, predecode, ws_on, monkeypatch):
+    test_gpu_split_k_matches_reference(case, predecode, monkeypatch)
+
+
+@pytest.mark.gpu
+def test_gpu_ws_python_per_call_path_matches_reference(predecode, ws_on, monkeypatch):
+    test_gpu_python_per_call_path_matches_reference(predecode, monkeypatch)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split", [1, 2])
+def test_gpu_ws_back_to_back_calls_on_new_inputs_use_their_own_addresses(split, predecode, ws_on, monkeypatch):
+    test_gpu_back_to_back_calls_on_new_inputs_use_their_own_addresses(split, predecode, monkeypatch)
+
+
+@pytest.mark.gpu
+def test_gpu_ws_edge_sizes_match_reference(predecode, ws_on):
+    test_gpu_edge_sizes_match_reference(predecode)
+
+
+@pytest.mark.gpu
+def test_gpu_ws_smallest_operands_are_not_flushed(predecode, ws_on):
+    test_gpu_smallest_operands_are_not_flushed(predecode)
+
+
+@pytest.mark.gpu
+def test_gpu_ws_one_k_step_and_more_steps_than_stages(predecode, ws_on):
+    # K = 64: one step (the consumers' release after the loop, no steady state); K = 64 x 13: two rounds of the
+    # stages and a partial third (parities flip twice); M = 300: three tiles, one of them BM = 64.
+    for k in (64, 64 * 13):
+        assert _check(generate_input([300, 40], [256, 136], [k, k], 2, seed=9, device="cuda")) is None

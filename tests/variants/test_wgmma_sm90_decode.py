@@ -330,3 +330,116 @@ def test_pre_pass_places_each_half_where_a_decoder_does(bm):
                     logical = ((phys >> 4) ^ swz) * 16 + (phys & 15)
                     placed[(r, logical // 32, (logical % 32) // 2)] = lab
     assert placed == a_placement(bm)
+
+
+# --- the warp-specialised producers' writer (ws_decode_row) and what the SS wgmma's descriptors read -------------
+
+def ws_stage_emulation(rows_bytes: np.ndarray, scale_words: np.ndarray) -> np.ndarray:
+    """kernel.cu WsLoader + ws_decode_row for one K step: thread r copies its row's 32 bytes as two 16-byte chunks
+    (chunk h at h * rows * 16 + 16 r of the raw slot) and its four scale bytes (4 r), then decodes them into its
+    128-byte row of the stage (chunk c stored at chunk c ^ (r & 7)). Returns [rows, 128] bytes of the stage.
+    ``rows_bytes``: [rows, 32] uint8; ``scale_words``: [rows] uint32 (scale columns 0..3, low byte first)."""
+    n = len(rows_bytes)
+    raw = np.zeros(n * 32, dtype=np.uint8)
+    for h in range(2):
+        for r in range(n):
+            raw[h * n * 16 + 16 * r:h * n * 16 + 16 * r + 16] = rows_bytes[r, 16 * h:16 * h + 16]
+    out = np.zeros((n, 128), dtype=np.uint8)
+    r = np.arange(n)
+    x = [raw[(h * n * 16 + 16 * r)[:, None] + np.arange(16)].view("<u4") for h in range(2)]  # lds128 lo / hi
+    code = scale_words.astype(np.uint32)
+    s2 = [scales_f16x2(code & 0xFFFF), scales_f16x2(code >> 16)]
+    swz = (r & 7) << 4
+    for wi in range(2):
+        lo = [decode_word(x[h][:, wi], s2[h][0]) for h in range(2)]          # wi ? x[h].y : x[h].x
+        hi = [decode_word(x[h][:, 2 + wi], s2[h][1]) for h in range(2)]      # wi ? x[h].w : x[h].z
+        for q in range(4):
+            chunk = np.stack([half.view(np.uint16) for pair in (lo[0][q], hi[0][q], lo[1][q], hi[1][q])
+                              for half in pair], axis=1)
+            byte = (((4 * wi + q) << 4) ^ swz)[:, None] + np.arange(16)
+            out[r[:, None], byte] = chunk.view(np.uint8).reshape(n, 16)
+    return out
+
+
+def descriptor_read(stage_rows: np.ndarray, row: int, j: int, kk: int) -> int:
+    """The fp16 pattern a K-major, 128-byte-swizzled wgmma operand (sw128_desc: rows of 128 bytes, 8-row groups
+    1024 bytes apart, the base 1024-aligned; slice j starts 32 bytes along) reads as element (row, k = 16 j + kk):
+    logical byte 32 j + 2 kk of the row, its 16-byte chunk XORed with row & 7."""
+    logical = 32 * j + 2 * kk
+    phys = (((logical >> 4) ^ (row & 7)) << 4) | (logical & 15)
+    return int(stage_rows[row, phys:phys + 2].view(np.uint16)[0])
+
+
+def test_kernel_cu_has_the_mirrored_ws_writer():
+    body = re.search(r"void ws_decode_row\(.*?\n\}", KERNEL, re.S).group(0)
+    for line in ("const uint4 x[2] = {lds128(lo), lds128(hi)};", "const uint32_t sc = lds32(sc_at);",
+                 "const uint32_t swz = (r & 7) << 4;",
+                 "const uint32_t s2[2] = {scales_f16x2(sc), scales_f16x2(sc >> 16)};",
+                 "decode_word<0>(wi ? x[h].y : x[h].x, s2[h], lo_w[h]);",
+                 "decode_word<1>(wi ? x[h].w : x[h].z, s2[h], hi_w[h]);",
+                 "sts128(dst + (((4 * wi + q) << 4) ^ swz), lo_w[0][q], hi_w[0][q], lo_w[1][q], hi_w[1][q]);"):
+        assert line in body, line
+    for line in ("sf_src = t.sfb + ((size_t)(n >> 7) * rest_k + t.k0) * 512 + (n & 31) * 16 + ((n >> 5) & 3) * 4;",
+                 "sf_src = t.sfa + ((size_t)(m >> 7) * rest_k + t.k0) * 512 + (m & 31) * 16 + ((m >> 5) & 3) * 4;",
+                 "raw_at = WS_RAW_B + 16 * r;", "raw_at = WS_RAW_A + 16 * r;",
+                 "cp_async16_zfill(slot + raw_at + rows * 16, src + 16, bytes);",
+                 "ws_decode_row(d_slot + WS_RAW_B + 16 * r, d_slot + WS_RAW_B + BN * 16 + 16 * r, "
+                 "d_slot + WS_RAW_SFB + 4 * r,",
+                 "ws_decode_row(d_slot + WS_RAW_A + 16 * r, d_slot + WS_RAW_A + BM_MAX * 16 + 16 * r,",
+                 "const uint64_t da = sw128_desc(stage + a_rows), db = sw128_desc(stage + WS_DEC_A);",
+                 "const uint32_t a_rows = (ws_tid() >> 7) * 64 * 128;",
+                 "for (int j = 0; j < 4; ++j) wgmma_ss<BM>(acc, da + 2 * j, db + 2 * j);"):
+        assert line in KERNEL, line
+
+
+@pytest.mark.parametrize("rows, k", [(128, 256), (200, 128)])
+def test_ws_stage_holds_value_times_scale_where_the_descriptor_reads_it_in_as_k_order(rows, k):
+    """Full-range data (every e2m1 code, scales down to subnormals and zero): for every K step, row (B's tile rows
+    0..127 of N, or A's rows, both written by ws_decode_row from the blocked scales the loader gathers), slice and
+    position, the element the SS descriptor reads is the fp16 pattern of value x scale x 2^-14 of the logical K that
+    A's placement (a_placement: ADecoder, the pre-pass) puts there, so both operands pair the same K."""
+    from task.formats import decode_e2m1, decode_e4m3fn
+    from task.inputs import generate_input
+
+    data = generate_input([64], [rows], [k], 1, seed=13, data="full-range", device="cpu")
+    (_, b_t, _), (_, sfb_plain), (_, sfb_blocked) = data[0][0], data[1][0], data[2][0]
+    b = b_t.view(torch.uint8).reshape(rows, k // 2).numpy()
+    storage = sfb_blocked.view(torch.uint8).permute(5, 2, 4, 0, 1, 3).reshape(-1).numpy()
+    values = decode_e2m1(b_t.view(torch.uint8).reshape(rows, k // 2)).numpy()
+    scales = decode_e4m3fn(sfb_plain.view(torch.uint8).reshape(rows, k // 16)).numpy()
+    want = (values * np.repeat(scales, 16, axis=1) * 2.0**-14).astype(np.float16).view(np.uint16)
+    place = a_placement(128)
+    rest_k = k // 64
+    for n0 in range(0, rows, 128):
+        r = np.arange(128)
+        n = np.minimum(n0 + r, rows - 1)                         # rows past N read the last row
+        for s in range(rest_k):
+            sf_off = ((n >> 7) * rest_k + s) * 512 + (n & 31) * 16 + ((n >> 5) & 3) * 4
+            words = storage[sf_off[:, None] + np.arange(4)].astype(np.uint32)
+            code = words[:, 0] | (words[:, 1] << 8) | (words[:, 2] << 16) | (words[:, 3] << 24)
+            stage = ws_stage_emulation(b[n, 32 * s:32 * s + 32], code)
+            for row in range(128):
+                if n0 + row >= rows:
+                    continue
+                for j in range(4):
+                    for kk in range(16):
+                        lab, col = place[(row, j, kk)]
+                        assert col == lab // 16
+                        got = descriptor_read(stage, row, j, kk)
+                        assert got == want[n0 + row, 64 * s + lab], (n0 + row, s, j, kk)
+
+
+def test_ws_writer_places_each_half_where_a_decoder_and_the_pre_pass_do():
+    # Labels: ws_decode_row is the pre-pass thread's decode and placement with shared-memory operands, so its
+    # (row, slice, position) -> logical K map is a_placement's for every row of either operand.
+    labels = np.zeros((128, 32), dtype=np.uint8)
+    # one row of K labels is not expressible as e2m1 bytes; instead decode one-hot words and read back
+    one = np.full(128, 0x38383838, dtype=np.uint32)              # e4m3fn 1.0 in every scale column
+    place = a_placement(128)
+    for lab in range(64):
+        rows_bytes = labels.copy()
+        rows_bytes[:, lab // 2] = 2 << (4 * (lab % 2))           # e2m1 code 2 (1.0) at logical K `lab`
+        stage = ws_stage_emulation(rows_bytes, one)
+        for row in (0, 5, 63, 64, 127):
+            hits = [(j, kk) for j in range(4) for kk in range(16) if descriptor_read(stage, row, j, kk)]
+            assert len(hits) == 1 and place[(row, *hits[0])][0] == lab, (lab, row, hits)
