@@ -118,21 +118,7 @@ def loops(ins: list[tuple[int, str]]) -> list[dict]:
             continue
         assert len(shapes) == 1, shapes
         paired = any(re.search(r"BAR\.SYNC\.DEFER_BLOCKING 0x[12],", t) for _, t in body)
-        # steady-state path: forward predicated branches not taken, unconditional ones followed
-        path, j, end = 0, idx[target], i
-        seen = set()
-        while j <= end and j not in seen:
-            seen.add(j)
-            a, t = ins[j]
-            bm = BRA.match(t)
-            if not t.startswith("NOP"):
-                path += 1
-            if j == end:
-                break
-            if bm and bm.group(1) is None and bm.group(2):
-                j = idx[int(bm.group(2), 16)]
-                continue
-            j += 1
+        path = _path(ins, idx, target, i)
         found.append({"bm": int(shapes.pop()), "paired": paired, "head": target, "end": addr,
                       "static": len(body), "nop": sum(t.startswith("NOP") for _, t in body), "path": path,
                       "body": body})
@@ -140,6 +126,8 @@ def loops(ins: list[tuple[int, str]]) -> list[dict]:
 
 
 def _path(ins, idx, head: int, end_i: int) -> int:
+    """Instructions on the steady-state path from address ``head`` to index ``end_i``: forward predicated branches
+    not taken, unconditional ones followed, NOPs not counted."""
     path, j, seen = 0, idx[head], set()
     while j <= end_i and j not in seen:
         seen.add(j)
