@@ -102,17 +102,22 @@ def parse(sass: str) -> dict[str, list[tuple[int, str]]]:
     return out
 
 
-def loops(ins: list[tuple[int, str]]) -> list[dict]:
-    idx = {a: i for i, (a, _) in enumerate(ins)}
-    found = []
+def _backward_branches(ins: list[tuple[int, str]], idx: dict[int, int]):
+    """Every branch back to an earlier address of ``ins``: (its index, its address, the target address, the
+    instructions from the target to the branch)."""
     for i, (addr, text) in enumerate(ins):
         m = BRA.match(text)
         if not m or m.group(2) is None:
             continue
         target = int(m.group(2), 16)
-        if target >= addr or target not in idx:
-            continue
-        body = ins[idx[target]:i + 1]
+        if target < addr and target in idx:
+            yield i, addr, target, ins[idx[target]:i + 1]
+
+
+def loops(ins: list[tuple[int, str]]) -> list[dict]:
+    idx = {a: i for i, (a, _) in enumerate(ins)}
+    found = []
+    for i, addr, target, body in _backward_branches(ins, idx):
         shapes = {re.search(r"HGMMA\.64x(\d+)x16", t).group(1) for _, t in body if "HGMMA" in t}
         if not shapes:
             continue
@@ -150,14 +155,7 @@ def ws_loops(ins: list[tuple[int, str]]) -> list[dict]:
     inits = [i for i, (_, t) in enumerate(ins) if t.startswith("SYNCS.EXCH.64")]
     starts = [i for k, i in enumerate(inits) if k == 0 or inits[k - 1] != i - 1]
     found = []
-    for i, (addr, text) in enumerate(ins):
-        m = BRA.match(text)
-        if not m or m.group(2) is None:
-            continue
-        target = int(m.group(2), 16)
-        if target >= addr or target not in idx:
-            continue
-        body = ins[idx[target]:i + 1]
+    for i, addr, target, body in _backward_branches(ins, idx):
         if any(t.startswith(("EXIT", "SYNCS.EXCH")) or t.endswith("EXIT") for _, t in body):
             continue  # a branch back from an out-of-line mbarrier retry block, not a loop
         hgmma = sum("HGMMA" in t for _, t in body)
