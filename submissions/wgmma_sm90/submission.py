@@ -140,11 +140,11 @@ class _Plan:
         self.n_tiles = len(tiles)
         self.tiles = torch.tensor(tiles, dtype=torch.int32, device=dev).reshape(-1)
         slots = max(t[6] for t in tiles) + 1
-        self.ws = torch.empty(max(slots, 1) * host.SPLIT_SLOT_FLOATS, dtype=torch.float32, device=dev)
+        self.workspace = torch.empty(max(slots, 1) * host.SPLIT_SLOT_FLOATS, dtype=torch.float32, device=dev)
         self.cnt = torch.zeros(max(slots, 1), dtype=torch.int32, device=dev)
         self.scratch = (torch.empty(host.scratch_offsets(sizes)[1], dtype=torch.uint8, device=dev)
                         if self.predecode else None)
-        self.params = host.make_params(sizes, self.tiles.data_ptr(), self.ws.data_ptr(), self.cnt.data_ptr(),
+        self.params = host.make_params(sizes, self.tiles.data_ptr(), self.workspace.data_ptr(), self.cnt.data_ptr(),
                                        self.scratch.data_ptr() if self.predecode else 0)
         self.addr = self.params.addr  # a view into params: slice writes land in the block
         self.groups = len(sizes)
