@@ -91,7 +91,7 @@ def time_benchmarks(samples: int) -> list[dict]:
     for case, inputs in _benchmark_inputs():
         plan = sub._PLANS[tuple(case.problem_sizes)]
         row = {"case": _name(case), "split": plan.split, "paired": plan.paired, "predecode": plan.predecode,
-               "ws": plan.ws}
+               "ws": plan.ws, "pdl": plan.pdl}
         for mode in ("alone", "official"):
             alone = mode == "alone"
             runs = measure(sub.custom_kernel, inputs, samples, flush=None if alone else flush,
@@ -166,7 +166,7 @@ def trace() -> list[dict]:
         drv.check(drv.lib.cuModuleGetGlobal_v2(ctypes.byref(ptr), ctypes.byref(size), drv.module, b"wg_trace"),
                   "cuModuleGetGlobal")
         row = {"case": _name(case), "split": plan.split, "paired": plan.paired, "predecode": plan.predecode,
-               "ws": plan.ws}
+               "ws": plan.ws, "pdl": plan.pdl}
         for mode in ("loop15", "single"):
             torch.cuda.synchronize()
             flush()
@@ -207,6 +207,8 @@ def main() -> None:
                     help="force the A pre-pass on or off (default: choose_predecode's rule)")
     ap.add_argument("--ws", type=int, choices=(0, 1),
                     help="force the warp-specialised loop on or off (default: choose_ws's rule, off)")
+    ap.add_argument("--pdl", type=int, choices=(0, 1),
+                    help="force programmatic dependent launch on or off (default: choose_pdl's rule)")
     ap.add_argument("--classes", help="tile widths to cover M with, e.g. 64 or 64,128 (default: host.BM_CLASSES)")
     ap.add_argument("--profile-case", type=int, help="run benchmarks.yml case N three times (for ncu), nothing else")
     ap.add_argument("--out", type=Path)
@@ -216,6 +218,7 @@ def main() -> None:
     host.PAIRED_OVERRIDE = None if args.paired is None else bool(args.paired)
     host.PREDECODE_OVERRIDE = None if args.predecode is None else bool(args.predecode)
     host.WS_OVERRIDE = None if args.ws is None else bool(args.ws)
+    host.PDL_OVERRIDE = None if args.pdl is None else bool(args.pdl)
     if args.classes:
         host.BM_CLASSES = tuple(sorted(int(c) for c in args.classes.split(",")))
         host.cover_m.cache_clear()

@@ -3,7 +3,8 @@
 // plan predecodes A), in one call from Python. The Python version
 // of the same path (submission.py) spends most of a call creating shape and stride objects; this reads them in
 // place. Built once with torch.utils.cpp_extension (wgmma_sm90_host.load_fast_call); no CUDA headers: the driver's
-// cuLaunchKernel comes in as an address.
+// cuLaunchKernel comes in as an address, and so does cuLaunchKernelEx when the plan uses programmatic dependent
+// launch (PDL: the kernel may start while the previous one on the stream ends; kernel.cu's pdl_begin waits).
 #include <torch/extension.h>
 
 #include <cstdint>
@@ -14,6 +15,23 @@ namespace {
 // cuLaunchKernel(f, gridX, gridY, gridZ, blockX, blockY, blockZ, sharedMemBytes, hStream, kernelParams, extra)
 using LaunchFn = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**,
                          void**);
+
+// cuda.h's CUlaunchAttribute (an id, padding to 8 bytes, a 64-byte value union) and CUlaunchConfig, for
+// cuLaunchKernelEx(config, f, kernelParams, extra); CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6.
+struct LaunchAttribute {
+  int id;
+  int pad;
+  int value[16];
+};
+struct LaunchConfig {
+  unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, smem;
+  void* stream;
+  LaunchAttribute* attrs;
+  unsigned num_attrs;
+};
+static_assert(sizeof(LaunchAttribute) == 72 && sizeof(LaunchConfig) == 56, "cuda.h's launch structs");
+using LaunchExFn = int (*)(const LaunchConfig*, void*, void**, void**);
+constexpr int kProgrammaticStreamSerialization = 6;
 
 struct Layout {
   c10::ScalarType dtype;
@@ -32,11 +50,12 @@ bool same(const Layout& l, const at::Tensor& t) {
 
 // One plan's launch: the parameter block (the Python Params struct, kept alive by the caller) and the launch
 // geometry of the main kernel and of the pre-pass (pre_func 0: none; it shares the parameter block), plus the
-// layouts of the last validated call (a, b, c, sfa, sfb of each group in turn).
+// layouts of the last validated call (a, b, c, sfa, sfb of each group in turn). launch_ex: cuLaunchKernelEx's
+// address to launch both kernels with programmatic stream serialisation (PDL), or 0 for plain cuLaunchKernel.
 class FastCall {
  public:
   FastCall(uint64_t params, int64_t max_groups, uint64_t func, int64_t grid, int64_t threads, int64_t smem,
-           uint64_t pre_func, int64_t pre_grid, int64_t pre_threads, uint64_t launch)
+           uint64_t pre_func, int64_t pre_grid, int64_t pre_threads, uint64_t launch, uint64_t launch_ex)
       : addr_(reinterpret_cast<uint64_t*>(params)),
         max_groups_(max_groups),
         func_(reinterpret_cast<void*>(func)),
@@ -47,7 +66,11 @@ class FastCall {
         pre_grid_(static_cast<unsigned>(pre_grid)),
         pre_threads_(static_cast<unsigned>(pre_threads)),
         launch_(reinterpret_cast<LaunchFn>(launch)),
-        kparams_{reinterpret_cast<void*>(params)} {}
+        launch_ex_(reinterpret_cast<LaunchExFn>(launch_ex)),
+        kparams_{reinterpret_cast<void*>(params)} {
+    pdl_.id = kProgrammaticStreamSerialization;
+    pdl_.value[0] = 1;
+  }
 
   // Remember the layouts of a call that validate() accepted.
   void remember(const std::vector<std::vector<at::Tensor>>& abc, const std::vector<std::vector<at::Tensor>>& sf) {
@@ -78,12 +101,10 @@ class FastCall {
       }
     }
     if (pre_func_ != nullptr) {
-      const int err = launch_(pre_func_, pre_grid_, 1, 1, pre_threads_, 1, 1, 0, reinterpret_cast<void*>(stream),
-                              kparams_, nullptr);
+      const int err = launch(pre_func_, pre_grid_, pre_threads_, 0, stream);
       if (err) return 1000 + err;
     }
-    const int err = launch_(func_, grid_, 1, 1, threads_, 1, 1, smem_, reinterpret_cast<void*>(stream), kparams_,
-                            nullptr);
+    const int err = launch(func_, grid_, threads_, smem_, stream);
     return err ? 1000 + err : 0;
   }
 
@@ -94,7 +115,16 @@ class FastCall {
   unsigned grid_, threads_, smem_;
   void* pre_func_;
   unsigned pre_grid_, pre_threads_;
+  int launch(void* func, unsigned grid, unsigned threads, unsigned smem, uint64_t stream) {
+    void* s = reinterpret_cast<void*>(stream);
+    if (launch_ex_ == nullptr) return launch_(func, grid, 1, 1, threads, 1, 1, smem, s, kparams_, nullptr);
+    const LaunchConfig config{grid, 1, 1, threads, 1, 1, smem, s, &pdl_, 1};
+    return launch_ex_(&config, func, kparams_, nullptr);
+  }
+
   LaunchFn launch_;
+  LaunchExFn launch_ex_;
+  LaunchAttribute pdl_{};
   void* kparams_[1];
   std::vector<Layout> layouts_;
 };
@@ -103,7 +133,8 @@ class FastCall {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<FastCall>(m, "FastCall")
-      .def(py::init<uint64_t, int64_t, uint64_t, int64_t, int64_t, int64_t, uint64_t, int64_t, int64_t, uint64_t>())
+      .def(py::init<uint64_t, int64_t, uint64_t, int64_t, int64_t, int64_t, uint64_t, int64_t, int64_t, uint64_t,
+                    uint64_t>())
       .def("remember", &FastCall::remember)
       .def("call", &FastCall::call);
 }

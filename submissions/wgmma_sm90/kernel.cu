@@ -1308,6 +1308,15 @@ __device__ __forceinline__ void ws_run_any(const Params& p, uint8_t* smem) {
   }
 }
 
+// Programmatic dependent launch (PDL, sm_90; host.choose_pdl): the next kernel on the stream may be scheduled once
+// every CTA of this one has started, and this kernel reads and writes nothing until every kernel before it on the
+// stream has finished and its writes are visible (the pre-pass rewrites the scratch the last main kernel read).
+// Both instructions are no-ops in a launch without the attribute.
+__device__ __forceinline__ void pdl_begin() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
 }  // namespace
 
 // Two CTAs of THREADS per SM, or one paired CTA: 128 registers a thread either way. Two entry points, A decoded in
@@ -1315,11 +1324,13 @@ __device__ __forceinline__ void ws_run_any(const Params& p, uint8_t* smem) {
 // (C7512, too few registers) and lengthened the raw loop.
 extern "C" __global__ void __launch_bounds__(2 * THREADS, 1) fp4_group_gemm_sm90(const __grid_constant__ Params p) {
   extern __shared__ uint8_t smem_raw[];
+  pdl_begin();
   run_any<false>(p, reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023)));
 }
 
 extern "C" __global__ void __launch_bounds__(2 * THREADS, 1) fp4_group_gemm_sm90_pre(const __grid_constant__ Params p) {
   extern __shared__ uint8_t smem_raw[];
+  pdl_begin();
   run_any<true>(p, reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023)));
 }
 
@@ -1344,6 +1355,7 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) fp4_group_gemm_sm90_
 // columns 0..3) and writes its 8 chunks of 16 bytes: chunk c is pair c % 4 of words (2h + 0/1, c / 4) for h = 0, 1
 // side by side, which is what ADecoder's two threads per row store with 8-byte stores.
 extern "C" __global__ void __launch_bounds__(PRE_THREADS) fp4_predecode_a(const __grid_constant__ Params p) {
+  pdl_begin();
   int b = blockIdx.x, g = 0;
   for (; g < MAX_GROUPS; ++g) {
     const int blocks = (p.mpad[g] * (p.k[g] / BK) + PRE_THREADS - 1) / PRE_THREADS;

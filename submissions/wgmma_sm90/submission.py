@@ -27,6 +27,18 @@ import wgmma_sm90_host as host
 from task import input_t, output_t
 
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+
+
+class _LaunchAttribute(ctypes.Structure):
+    """cuda.h's CUlaunchAttribute: an id, padding to 8 bytes, a 64-byte value union."""
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_int), ("value", ctypes.c_int * 16)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    """cuda.h's CUlaunchConfig, the first argument of cuLaunchKernelEx."""
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("smem", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)), ("num_attrs", ctypes.c_uint)]
 
 
 class _Driver:
@@ -44,6 +56,9 @@ class _Driver:
         self.launch = lib.cuLaunchKernel
         self.launch.restype = ctypes.c_int
         self.launch_address = ctypes.cast(lib.cuLaunchKernel, ctypes.c_void_p).value
+        self.launch_ex = lib.cuLaunchKernelEx
+        self.launch_ex.restype = ctypes.c_int
+        self.launch_ex_address = ctypes.cast(lib.cuLaunchKernelEx, ctypes.c_void_p).value
 
     def check(self, err: int, what: str) -> None:
         if err:
@@ -128,6 +143,7 @@ class _Plan:
         self.split = host.choose_split(sizes, sms)
         self.ws = host.choose_ws(sizes, sms)
         self.paired = self.split == 1 and not self.ws and host.choose_paired(sizes, sms)
+        self.pdl = not self.ws and host.choose_pdl(sizes, sms)
         self.predecode = host.choose_predecode(sizes, sms)
         threads = 2 * host.THREADS if self.paired else host.THREADS
         if self.ws:
@@ -156,10 +172,18 @@ class _Plan:
             main = funcs[host.KERNEL_WS_PRE_NAME if self.predecode else host.KERNEL_WS_NAME]
         else:
             main = funcs[host.KERNEL_PRE_NAME if self.predecode else host.KERNEL_NAME]
-        self._head = (main, u(self.n_tiles), u(1), u(1), u(threads), u(1), u(1), u(smem))
         pre_blocks = host.prepass_blocks(sizes)
-        self._pre_head = ((funcs[host.PREPASS_NAME], u(pre_blocks), u(1), u(1), u(host.PRE_THREADS), u(1), u(1),
-                           u(0)) if self.predecode else None)
+        if self.pdl:
+            self._pdl = _LaunchAttribute(_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, 0, (1,) + (0,) * 15)
+            self._head = (_LaunchConfig((self.n_tiles, 1, 1), (threads, 1, 1), smem, None,
+                                        ctypes.pointer(self._pdl), 1), main)
+            self._pre_head = ((_LaunchConfig((pre_blocks, 1, 1), (host.PRE_THREADS, 1, 1), 0, None,
+                                             ctypes.pointer(self._pdl), 1), funcs[host.PREPASS_NAME])
+                              if self.predecode else None)
+        else:
+            self._head = (main, u(self.n_tiles), u(1), u(1), u(threads), u(1), u(1), u(smem))
+            self._pre_head = ((funcs[host.PREPASS_NAME], u(pre_blocks), u(1), u(1), u(host.PRE_THREADS), u(1), u(1),
+                               u(0)) if self.predecode else None)
         self.device = dev
         self._dev = dev.index
         self._stream = torch._C._cuda_getCurrentRawStream
@@ -167,7 +191,8 @@ class _Plan:
         pre_func = funcs[host.PREPASS_NAME].value if self.predecode else 0
         self.fast = module.FastCall(ctypes.addressof(self.params), host.MAX_GROUPS, main.value, self.n_tiles,
                                     threads, smem, pre_func, pre_blocks, host.PRE_THREADS,
-                                    _DRIVER.launch_address) if module else None
+                                    _DRIVER.launch_address, _DRIVER.launch_ex_address if self.pdl else 0
+                                    ) if module else None
 
     def remember(self, abc, sf_r, layout) -> None:
         """Record a validated call's layout for the per-call checks (Python's and the C++ path's)."""
@@ -185,13 +210,16 @@ class _Plan:
         arr[3 * mg:3 * mg + g] = ptrs[3::5]
         arr[4 * mg:4 * mg + g] = ptrs[4::5]
         stream = ctypes.c_void_p(self._stream(self._dev))
-        if self._pre_head is not None:
-            err = _DRIVER.launch(*self._pre_head, stream, self._kparams, None)
+        heads = (self._head,) if self._pre_head is None else (self._pre_head, self._head)
+        for head, what in zip(heads, ("cuLaunchKernel (pre-pass)", "cuLaunchKernel")[-len(heads):]):
+            if self.pdl:
+                config, func = head
+                config.stream = stream
+                err = _DRIVER.launch_ex(ctypes.byref(config), func, self._kparams, None)
+            else:
+                err = _DRIVER.launch(*head, stream, self._kparams, None)
             if err:
-                _DRIVER.check(err, "cuLaunchKernel (pre-pass)")
-        err = _DRIVER.launch(*self._head, stream, self._kparams, None)
-        if err:
-            _DRIVER.check(err, "cuLaunchKernel")
+                _DRIVER.check(err, what)
 
 
 _PLANS: dict = {}

@@ -88,6 +88,8 @@ WS_RAW_BYTES = (BN + BM_MAX) * (BK // 2 + 4)
 WS_SMEM_BYTES = -(-(WS_STAGES * WS_STAGE_BYTES + WS_RAW * WS_RAW_BYTES + 16 * WS_STAGES) // 1024) * 1024 + 1024
 #: bench.py's override of choose_ws (None: the rule).
 WS_OVERRIDE: bool | None = None
+#: bench.py's override of choose_pdl (None: the rule).
+PDL_OVERRIDE: bool | None = None
 #: Threads per pre-pass block (kernel.cu PRE_THREADS): one per (K step, row of a group's tiles).
 PRE_THREADS = 256
 #: Bytes of one predecoded row per K step: BK fp16 values.
@@ -250,6 +252,15 @@ def choose_ws(sizes, num_sms: int) -> bool:
     split and predecode choices as for the other loop). Off until it is measured on the H200 (issue 19)."""
     if WS_OVERRIDE is not None:
         return WS_OVERRIDE
+    return False
+
+
+def choose_pdl(sizes, num_sms: int) -> bool:
+    """True: launch the pre-pass and the main kernel with programmatic stream serialisation (PDL, sm_90): each may
+    be scheduled while the kernel before it on the stream finishes, and waits (kernel.cu pdl_begin) before it reads
+    or writes anything. Not for the warp-specialised loop, whose entry points do not wait."""
+    if PDL_OVERRIDE is not None:
+        return PDL_OVERRIDE
     return False
 
 

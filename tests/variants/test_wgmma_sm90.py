@@ -369,9 +369,39 @@ def fast_module():
     return host.load_fast_call()
 
 
-def _fast(module, params, recorder, grid=77, pre_func=0, pre_grid=0):
+def _fast(module, params, recorder, grid=77, pre_func=0, pre_grid=0, ex=None):
     return module.FastCall(ctypes.addressof(params), host.MAX_GROUPS, 0xF00, grid, host.THREADS, host.SMEM_BYTES,
-                           pre_func, pre_grid, host.PRE_THREADS, recorder.address)
+                           pre_func, pre_grid, host.PRE_THREADS, recorder.address, ex.address if ex else 0)
+
+
+_LAUNCH_EX = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(sub._LaunchConfig), ctypes.c_void_p, ctypes.c_void_p,
+                              ctypes.c_void_p)
+
+
+class _ExRecorder:
+    """A stand-in for cuLaunchKernelEx that records (func, grid, block, smem, stream, attributes, kparams[0],
+    extra) and returns 0."""
+
+    def __init__(self):
+        self.calls = []
+        self.fn = _LAUNCH_EX(self._launch)
+        self.address = ctypes.cast(self.fn, ctypes.c_void_p).value
+
+    def _launch(self, config, func, kparams, extra):
+        c = config.contents
+        attrs = [(c.attrs[i].id, c.attrs[i].value[0]) for i in range(c.num_attrs)]
+        self.calls.append((func, list(c.grid), list(c.block), c.smem, c.stream, attrs,
+                           ctypes.cast(kparams, ctypes.POINTER(ctypes.c_void_p))[0], extra))
+        return 0
+
+
+def test_launch_structs_match_cuda_h():
+    # cuda.h: CUlaunchAttribute is an int id padded to 8 bytes and a 64-byte union; CUlaunchConfig 7 uints, then
+    # the stream, the attribute pointer and their count (fast_call.cpp static_asserts the same sizes)
+    assert ctypes.sizeof(sub._LaunchAttribute) == 72 and sub._LaunchAttribute.value.offset == 8
+    assert ctypes.sizeof(sub._LaunchConfig) == 56
+    assert (sub._LaunchConfig.stream.offset, sub._LaunchConfig.attrs.offset, sub._LaunchConfig.num_attrs.offset) \
+        == (32, 40, 48)
 
 
 def test_fast_call_launches_with_the_addresses_of_each_call(fast_module):
@@ -406,6 +436,18 @@ def test_fast_call_launches_the_pre_pass_first_on_the_same_stream_and_block(fast
     failing = _fast(fast_module, params2, rec2, pre_func=0xE00, pre_grid=6)
     failing.remember(abc, sf_r)
     assert failing.call(abc, sf_r, 5) == 1700 and len(rec2.calls) == 1  # the main kernel is not launched
+
+
+def test_fast_call_with_pdl_launches_both_kernels_through_cuLaunchKernelEx_with_the_attribute(fast_module):
+    abc, _, sf_r, sizes = _data()
+    params, rec, ex = host.make_params(sizes, 0, scratch=0x100000), _Recorder(), _ExRecorder()
+    fast = _fast(fast_module, params, rec, pre_func=0xE00, pre_grid=6, ex=ex)
+    fast.remember(abc, sf_r)
+    assert fast.call(abc, sf_r, 5) == 0 and rec.calls == []
+    pdl = [(6, 1)]  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, allowed
+    addr = ctypes.addressof(params)
+    assert ex.calls == [(0xE00, [6, 1, 1], [256, 1, 1], 0, 5, pdl, addr, None),
+                        (0xF00, [77, 1, 1], [256, 1, 1], 89088, 5, pdl, addr, None)]
 
 
 @pytest.mark.parametrize("kind", ["a dtype", "c strides", "b shape", "sfa layout"])
@@ -906,3 +948,55 @@ def test_gpu_ws_one_k_step_and_more_steps_than_stages(predecode, ws_on):
     # stages and a partial third (parities flip twice); M = 300: three tiles, one of them BM = 64.
     for k in (64, 64 * 13):
         assert _check(generate_input([300, 40], [256, 136], [k, k], 2, seed=9, device="cuda")) is None
+
+
+# --- on a Hopper GPU, programmatic dependent launch forced on --------------------------------------------------
+
+@pytest.fixture
+def pdl_on(fresh_plans, monkeypatch):
+    """Both kernels launched with programmatic stream serialisation, in plans built inside the test."""
+    monkeypatch.setattr(host, "PDL_OVERRIDE", True)
+    yield
+    assert all(plan.pdl for plan in sub._PLANS.values())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("data", ["official", "full-range"])
+@pytest.mark.parametrize("case", TEST_CASES + BENCHMARK_CASES, ids=lambda c: c.name or c.text())
+def test_gpu_pdl_matches_reference(case, data, predecode, pdl_on):
+    test_gpu_matches_reference(case, data, predecode)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", TEST_CASES[:4] + BENCHMARK_CASES, ids=lambda c: c.name or c.text())
+def test_gpu_pdl_split_k_matches_reference(case, predecode, pdl_on, monkeypatch):
+    test_gpu_split_k_matches_reference(case, predecode, monkeypatch)
+
+
+@pytest.mark.gpu
+def test_gpu_pdl_python_per_call_path_matches_reference(predecode, pdl_on, monkeypatch):
+    test_gpu_python_per_call_path_matches_reference(predecode, monkeypatch)
+
+
+@pytest.mark.gpu
+def test_gpu_pdl_edge_sizes_match_reference(predecode, pdl_on):
+    test_gpu_edge_sizes_match_reference(predecode)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split", [1, 2])
+@pytest.mark.parametrize("case", BENCHMARK_CASES, ids=lambda c: c.name)
+def test_gpu_pdl_calls_queued_back_to_back_match_reference(case, split, predecode, pdl_on, monkeypatch):
+    # Nothing between the calls (no copy, no sync): each call's kernels may be scheduled while the previous call's
+    # main kernel still runs, which reads the scratch and split-K workspace the next call's kernels rewrite.
+    monkeypatch.setattr(host, "SPLIT_OVERRIDE", split)
+    inputs = [generate_input(case.m, case.n, case.k, case.g, seed=case.seed + 42 * i, device="cuda")
+              for i in range(6)]
+    sub.custom_kernel(inputs[0])  # builds the plan (a validated first call)
+    torch.cuda.synchronize()
+    for d in inputs:
+        sub.custom_kernel(d)
+    torch.cuda.synchronize()
+    assert _only_plan().fast is not None
+    for d in inputs:
+        assert check_outputs([c for (_, _, c) in d[0]], ref_kernel(d)) is None
