@@ -258,10 +258,14 @@ def choose_ws(sizes, num_sms: int) -> bool:
 def choose_pdl(sizes, num_sms: int) -> bool:
     """True: launch the pre-pass and the main kernel with programmatic stream serialisation (PDL, sm_90): each may
     be scheduled while the kernel before it on the stream finishes, and waits (kernel.cu pdl_begin) before it reads
-    or writes anything. Not for the warp-specialised loop, whose entry points do not wait."""
+    or writes anything. Not for the warp-specialised loop, whose entry points do not wait.
+
+    The rule: on for plans of one kernel (no pre-pass). H200, 2026-12-01, ``bench.py --time --pdl 0|1``, two rounds
+    each, us per call alone: g2_n3072_k4096 34.4 -> 33.5 and g2_n4096_k1536 17.3 -> 16.6 (no pre-pass), but
+    g8_n4096_k7168 137.7 -> 145.3 and g8_n7168_k2048 72.6 -> 74.4 (pre-pass, then the main kernel)."""
     if PDL_OVERRIDE is not None:
         return PDL_OVERRIDE
-    return False
+    return not choose_predecode(sizes, num_sms)
 
 
 def predecode_rows(m: int) -> int:

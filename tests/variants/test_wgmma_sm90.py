@@ -119,6 +119,16 @@ def test_predecode_follows_steps_per_slot(monkeypatch):
     assert host.choose_predecode(BENCHMARK_CASES[0].problem_sizes, 132) is False
 
 
+def test_pdl_only_for_plans_of_one_kernel(monkeypatch):
+    """Programmatic dependent launch where there is no pre-pass (the H200 measured it faster for the two G = 2
+    benchmarks and slower for the two G = 8 ones, which predecode)."""
+    assert [host.choose_pdl(c.problem_sizes, 132) for c in BENCHMARK_CASES] == [False, False, True, True]
+    monkeypatch.setattr(host, "PREDECODE_OVERRIDE", True)
+    assert host.choose_pdl(BENCHMARK_CASES[3].problem_sizes, 132) is False
+    monkeypatch.setattr(host, "PDL_OVERRIDE", True)
+    assert host.choose_pdl(BENCHMARK_CASES[0].problem_sizes, 132) is True
+
+
 def test_prepass_blocks_cover_one_thread_per_row_and_k_step():
     sizes = [(40, 128, 128, 1), (200, 256, 320, 1)]
     assert host.prepass_blocks(sizes) == 1 + 5  # 128 and 1120 threads
