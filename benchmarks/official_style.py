@@ -20,13 +20,14 @@ from submission_loader import load_submission
 
 from harness.parent.settings import load_settings
 from harness.results.stats import summarize
-from harness.worker.timing import L2Flush, measure
+from harness.worker.timing import L2Flush, busy_us, measure
 from task.inputs import generate_input
 from task.spec import load_shapes
 
 
 def _kernel_ns(kernel, inputs, flush) -> float:
-    """Every CUDA kernel's device time over one pass of ``inputs``, per call (ns), from torch.profiler."""
+    """The GPU's busy time over one pass of ``inputs`` (the union of every CUDA kernel's interval, overlaps counted
+    once), per call (ns), from torch.profiler."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -36,7 +37,8 @@ def _kernel_ns(kernel, inputs, flush) -> float:
         for x in inputs:
             kernel(x)
         torch.cuda.synchronize()
-    return sum(e.device_time for e in prof.events() if e.device_type == DeviceType.CUDA) * 1e3 / len(inputs)
+    return busy_us([(e.time_range.start, e.time_range.end) for e in prof.events()
+                    if e.device_type == DeviceType.CUDA]) * 1e3 / len(inputs)
 
 
 def main() -> None:

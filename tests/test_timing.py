@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from harness.results.stats import StoppingRule
+from harness.worker import timing
 from harness.worker.timing import Sample, measure
 
 #: These assert the CPU clock's figures; with CUDA, measure takes the event path (run by the benchmark scripts).
@@ -51,3 +52,16 @@ def test_per_call_ns_is_the_window_over_the_calls():
 def test_empty_loops_are_refused(inputs, stop, message):
     with pytest.raises(ValueError, match=message):
         measure(lambda x: None, inputs, stop)
+
+
+@pytest.mark.parametrize("intervals, busy", [
+    ([], 0.0),
+    ([(0.0, 10.0)], 10.0),
+    ([(0.0, 10.0), (20.0, 25.0)], 15.0),              # apart: the sum
+    ([(0.0, 10.0), (4.0, 12.0)], 12.0),               # the next kernel resident before the last ends (PDL)
+    ([(4.0, 12.0), (0.0, 10.0), (1.0, 2.0)], 12.0),   # any order; one inside another counts once
+    ([(0.0, 10.0), (10.0, 15.0)], 15.0),              # touching
+    ([(5.0, 5.0), (7.0, 6.0)], 0.0),                  # empty and reversed intervals add nothing
+])
+def test_busy_time_is_the_union_of_the_intervals(intervals, busy):
+    assert timing.busy_us(intervals) == busy

@@ -50,7 +50,7 @@ class CaseResult:
     calls_checked: int = 0        # how many outputs were checked against the reference
     wall_s: float = 0.0           # wall time spent on this case, generation and checks included
     profile: str = ""             # profile mode: the torch profiler's kernel table
-    kernel_ns: float | None = None       # GPU kernels' device time per call (CUPTI pass after the samples)
+    kernel_ns: float | None = None       # GPU busy time per call, kernels' union (CUPTI pass after the samples)
     overhead_ms_per_sample: float | None = None  # timed phase's wall time outside the windows, per sample
     cuda_failure: bool = False    # the worker hit a CUDA error (reported one, or exited with code 110)
 

@@ -279,8 +279,9 @@ class Worker:
         result = timing.Window(0.0, outputs)
         kernel_ns = None
         if cuda:
-            total_us = sum(e.device_time for e in prof.events() if e.device_type == DeviceType.CUDA)
-            kernel_ns = total_us * 1e3 / len(inputs)
+            busy = timing.busy_us([(e.time_range.start, e.time_range.end) for e in prof.events()
+                                   if e.device_type == DeviceType.CUDA])
+            kernel_ns = busy * 1e3 / len(inputs)
         text = ""
         if table:
             sort = "cuda_time_total" if cuda else "cpu_time_total"

@@ -55,6 +55,25 @@ def guard_report() -> list[str]:
     return [name for name, (owner, attr, obj) in _GUARDED.items() if getattr(owner, attr, None) is not obj]
 
 
+def busy_us(intervals: Sequence[tuple[float, float]]) -> float:
+    """Length of the union of ``intervals`` ((start, end) pairs, any unit; here us from torch.profiler's device
+    events): the time at least one of them runs. Kernels that overlap (programmatic dependent launch, where the
+    next kernel is resident and waiting before the last one ends; work on side streams) count once, so a call's
+    GPU time is never more than its wall time on the device. 0.0 for no intervals; an interval with end < start
+    counts as empty."""
+    total, reach = 0.0, None
+    for start, end in sorted(intervals):
+        if end <= start:
+            continue
+        if reach is None or start >= reach:
+            total += end - start
+            reach = end
+        elif end > reach:
+            total += end - reach
+            reach = end
+    return total
+
+
 class L2Flush:
     """Clears the L2 before each sample: zeroes a buffer exactly the size of the device's L2 (allocated once, on
     the current stream), after dropping any persisting-L2 reservation through the driver API: ``limit`` sets the
