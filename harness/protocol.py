@@ -153,7 +153,8 @@ class RunReply:
     signal handlers found and removed after the calls; ``refused``: hooks the guard refused to install (they
     never ran, e.g. ``sys.addaudithook``); ``modes``: torch function/dispatch modes left active;
     ``guard``: timing attributes the submission replaced (we measure with captured ones); ``tampered``:
-    measurement objects that changed identity; ``kernel_ns``: the GPU's busy time per call, overlapping kernels once (``kernels``);
+    measurement objects that changed identity; ``kernel_ns``: the GPU's busy time per call, overlapping kernels
+    counted once (``kernels``);
     ``profile``: the profiler's table (``profile``)."""
 
     elapsed_ns: float
