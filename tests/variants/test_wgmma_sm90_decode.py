@@ -265,14 +265,17 @@ def predecode_emulation(a: np.ndarray, sfa_storage: np.ndarray, m: int, k: int, 
 def test_kernel_cu_has_the_mirrored_pre_pass():
     body = re.search(r"void __launch_bounds__\(PRE_THREADS\) fp4_predecode_a\(.*?\n\}", KERNEL, re.S).group(0)
     for line in ("const int s = idx / mpad, r = idx - s * mpad;",
-                 "uint8_t* dst = reinterpret_cast<uint8_t*>(p.pre[g]) + ((size_t)s * mpad + r) * 128;",
+                 "const int lane = threadIdx.x & 31, first = idx - lane;  // the warp's first row of the scratch",
                  "const uint32_t swz = (r & 7) << 4;",
                  "sfa + ((size_t)(r >> 7) * (K / 64) + s) * 512 + (r & 31) * 16 + ((r >> 5) & 3) * 4));",
                  "const uint32_t s2[2] = {scales_f16x2(sc), scales_f16x2(sc >> 16)};",
                  "decode_word<0>(wi ? x[h].y : x[h].x, s2[h], lo[h]);",
                  "decode_word<1>(wi ? x[h].w : x[h].z, s2[h], hi[h]);",
-                 "stg128(dst + (((4 * wi + q) << 4) ^ swz), make_uint4(lo[0][q], hi[0][q], lo[1][q], hi[1][q]));",
-                 "for (int c = 0; c < 8; ++c) stg128(dst + (c << 4), make_uint4(0, 0, 0, 0));"):
+                 "sts128(row_at + (((4 * wi + q) << 4) ^ swz), lo[0][q], hi[0][q], lo[1][q], hi[1][q]);",
+                 "for (int c = 0; c < 8; ++c) sts128(row_at + ((c << 4) ^ swz), 0, 0, 0, 0);",
+                 "uint8_t* dst = reinterpret_cast<uint8_t*>(p.pre[g]) + (size_t)first * 128 + lane * 16;",
+                 "const uint32_t src = smem_u32(rows) + (threadIdx.x - lane) * 128 + lane * 16;",
+                 "if (first + 4 * i + (lane >> 3) < total) stg128(dst + i * 512, lds128(src + i * 512));"):
         assert line in body, line
 
 
