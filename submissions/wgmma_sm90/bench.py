@@ -45,6 +45,15 @@ def _name(case) -> str:
     return case.name or case.text()
 
 
+def _split(text: str) -> host.Split:
+    """``PARTS[:FULL]`` -> host.Split (argparse type)."""
+    parts, _, full = text.partition(":")
+    try:
+        return host.Split(int(parts), int(full or 0))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected PARTS or PARTS:FULL (integers), got {text!r}") from None
+
+
 def _sub():
     import submission  # noqa: PLC0415  (this folder is first on sys.path)
     return submission
@@ -90,7 +99,7 @@ def time_benchmarks(samples: int) -> list[dict]:
     rows = []
     for case, inputs in _benchmark_inputs():
         plan = sub._PLANS[tuple(case.problem_sizes)]
-        row = {"case": _name(case), "split": plan.split, "paired": plan.paired, "predecode": plan.predecode,
+        row = {"case": _name(case), "split": list(plan.split), "paired": plan.paired, "predecode": plan.predecode,
                "ws": plan.ws, "pdl": plan.pdl}
         for mode in ("alone", "official"):
             alone = mode == "alone"
@@ -165,7 +174,7 @@ def trace() -> list[dict]:
         ptr, size = ctypes.c_uint64(), ctypes.c_size_t()
         drv.check(drv.lib.cuModuleGetGlobal_v2(ctypes.byref(ptr), ctypes.byref(size), drv.module, b"wg_trace"),
                   "cuModuleGetGlobal")
-        row = {"case": _name(case), "split": plan.split, "paired": plan.paired, "predecode": plan.predecode,
+        row = {"case": _name(case), "split": list(plan.split), "paired": plan.paired, "predecode": plan.predecode,
                "ws": plan.ws, "pdl": plan.pdl}
         for mode in ("loop15", "single"):
             torch.cuda.synchronize()
@@ -201,7 +210,9 @@ def main() -> None:
     ap.add_argument("--host", action="store_true", help="host us per call of each fast-path piece (best of batches)")
     ap.add_argument("--trace", action="store_true", help="per-CTA phase times (a -DWG_TRACE build)")
     ap.add_argument("--samples", type=int, default=20)
-    ap.add_argument("--split", type=int, choices=(1, 2), help="force split-K (default: choose_split's rule)")
+    ap.add_argument("--split", type=_split, metavar="PARTS[:FULL]",
+                    help="force split-K: the FULL (default 0) most expensive tiles whole, the rest in PARTS parts; "
+                         "1 for none (default: choose_split's rule)")
     ap.add_argument("--paired", type=int, choices=(0, 1), help="force paired CTAs on or off (default: the rule)")
     ap.add_argument("--predecode", type=int, choices=(0, 1),
                     help="force the A pre-pass on or off (default: choose_predecode's rule)")

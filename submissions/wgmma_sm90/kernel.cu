@@ -54,10 +54,11 @@ constexpr int SMEM_OF = PRE ? PRE_SMEM_BYTES : SMEM_BYTES;  // a pipeline's shar
 }  // namespace
 
 // Kernel parameters (by value). addr: a, b, c, sfa, sfb of group g at [kind * MAX_GROUPS + g]. tiles: two int4 per
-// CTA, (group, m0, n0, bm) and (first K step, K steps, split slot or -1, part 0/1). ws: fp32 partials, 2 x BN x
-// BM_MAX per split slot; cnt: one counter per slot, zero between launches. mpad: the rows of group g's tiles (the
-// sum of its tile widths); predecode: nonzero when A comes from the pre-pass's scratch, group g's at pre[g] (mpad x
-// 128 bytes per K step). The host mirrors this layout (wgmma_sm90_host.Params).
+// CTA, (group, m0, n0, bm) and (first K step, K steps, the split slot's first partial or -1, part | parts << 8). ws:
+// fp32 partials of BN x BM_MAX, a slot of P parts owning P consecutive ones; cnt: one counter per partial (a slot
+// uses its first partial's), zero between launches. mpad: the rows of group g's tiles (the sum of its tile widths);
+// predecode: nonzero when A comes from the pre-pass's scratch, group g's at pre[g] (mpad x 128 bytes per K step).
+// The host mirrors this layout (wgmma_sm90_host.Params, tile_table).
 struct Params {
   uint64_t addr[5 * MAX_GROUPS];
   const int4* tiles;
@@ -253,10 +254,10 @@ struct Tile {
   const uint8_t* sfa;  // blocked 32x4x4 scales of A
   const uint8_t* sfb;
   uint16_t* c;         // M x N fp16
-  float* ws;           // split-K partials of this tile's slot (2 x BN x BM_MAX), or null
+  float* ws;           // split-K partials of this tile's slot (parts x BN x BM_MAX), or null
   int* cnt;            // the slot's arrival counter
   const uint8_t* pre;  // predecoded A of the group (Params::pre), or null
-  int M, N, K, m0, n0, k0, steps, part, mpad;
+  int M, N, K, m0, n0, k0, steps, part, parts, mpad;
 };
 
 // PAIRED (a template parameter below): the CTA has 2 x THREADS threads and runs two pipelines (see run_tile).
@@ -581,29 +582,34 @@ struct Pipe {
   }
 };
 
-// Split-K: each of a slot's two CTAs stores its fp32 partial (element i of thread tid at i * THREADS + tid), then
-// counts itself in; the second to arrive adds the other's partial to `acc`, resets the counter for the next launch,
-// and returns true (it stores C). The first returns false. WS: the caller is a warp-specialised CTA's two consumer
+// Split-K: each of a slot's P CTAs stores its fp32 partial (element i of thread tid at i * THREADS + tid) as partial
+// `part` of the slot, then counts itself in; the last to arrive resets the counter for the next launch, sums the P
+// partials into `acc` in part order (its own read back too), so the result does not depend on who came last, and
+// returns true (it stores C). The others return false. WS: the caller is a warp-specialised CTA's two consumer
 // warpgroups (ws_tid, ws_sync: the producers have left).
 template <int BM, bool WS = false>
 __device__ __forceinline__ bool split_k_last(const Tile& t, float (&acc)[BM / 2]) {
   __shared__ int arrived;
   const int tid = WS ? ws_tid() : static_cast<int>(threadIdx.x);
-  float* mine = t.ws + (size_t)t.part * BN * BM_MAX;
-  const float* other = t.ws + (size_t)(1 - t.part) * BN * BM_MAX;
+  constexpr int PARTIAL = BN * BM_MAX;
+  float* mine = t.ws + (size_t)t.part * PARTIAL;
 #pragma unroll
   for (int i = 0; i < BM / 2; ++i) __stcg(mine + i * THREADS + tid, acc[i]);
   __threadfence();
   WS ? ws_sync() : __syncthreads();
   if (tid == 0) {
     arrived = atomicAdd(t.cnt, 1);
-    if (arrived == 1) *t.cnt = 0;
+    if (arrived == t.parts - 1) *t.cnt = 0;
   }
   WS ? ws_sync() : __syncthreads();
-  if (arrived != 1) return false;
+  if (arrived != t.parts - 1) return false;
   __threadfence();
 #pragma unroll
-  for (int i = 0; i < BM / 2; ++i) acc[i] += __ldcg(other + i * THREADS + tid);
+  for (int i = 0; i < BM / 2; ++i) acc[i] = __ldcg(t.ws + i * THREADS + tid);
+  for (int q = 1; q < t.parts; ++q) {
+#pragma unroll
+    for (int i = 0; i < BM / 2; ++i) acc[i] += __ldcg(t.ws + q * PARTIAL + i * THREADS + tid);
+  }
   return true;
 }
 
@@ -627,8 +633,9 @@ __device__ __forceinline__ Tile tile_of(const Params& p) {
   t.n0 = w.z;
   t.k0 = ks.x;
   t.steps = ks.y;
-  t.part = ks.w;
-  t.ws = ks.z >= 0 ? p.ws + (size_t)ks.z * 2 * BN * BM_MAX : nullptr;
+  t.part = ks.w & 0xff;
+  t.parts = ks.w >> 8;
+  t.ws = ks.z >= 0 ? p.ws + (size_t)ks.z * BN * BM_MAX : nullptr;
   t.cnt = p.cnt + max(ks.z, 0);
   return t;
 }

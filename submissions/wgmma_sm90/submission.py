@@ -142,7 +142,7 @@ class _Plan:
         sms = torch.cuda.get_device_properties(dev).multi_processor_count
         self.split = host.choose_split(sizes, sms)
         self.ws = host.choose_ws(sizes, sms)
-        self.paired = self.split == 1 and not self.ws and host.choose_paired(sizes, sms)
+        self.paired = self.split.parts == 1 and not self.ws and host.choose_paired(sizes, sms)
         self.pdl = not self.ws and host.choose_pdl(sizes, sms)
         self.predecode = host.choose_predecode(sizes, sms)
         threads = 2 * host.THREADS if self.paired else host.THREADS
@@ -154,10 +154,10 @@ class _Plan:
             smem = host.PAIRED_SMEM_BYTES if self.paired else host.SMEM_BYTES
         tiles = host.plan_tiles(sizes, self.split)
         self.n_tiles = len(tiles)
-        self.tiles = torch.tensor(tiles, dtype=torch.int32, device=dev).reshape(-1)
-        slots = max(t[6] for t in tiles) + 1
-        self.workspace = torch.empty(max(slots, 1) * host.SPLIT_SLOT_FLOATS, dtype=torch.float32, device=dev)
-        self.cnt = torch.zeros(max(slots, 1), dtype=torch.int32, device=dev)
+        self.tiles = torch.tensor(host.tile_table(tiles), dtype=torch.int32, device=dev)
+        partials = max(host.split_partials(tiles), 1)
+        self.workspace = torch.empty(partials * host.PARTIAL_FLOATS, dtype=torch.float32, device=dev)
+        self.cnt = torch.zeros(partials, dtype=torch.int32, device=dev)
         self.scratch = (torch.empty(host.scratch_offsets(sizes)[1], dtype=torch.uint8, device=dev)
                         if self.predecode else None)
         self.params = host.make_params(sizes, self.tiles.data_ptr(), self.workspace.data_ptr(), self.cnt.data_ptr(),

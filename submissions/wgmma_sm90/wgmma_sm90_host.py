@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -52,7 +53,7 @@ BN, BK, STAGES, THREADS = 128, 64, _define("WG_STAGES", 4), 256
 DEC_BUFS = 3
 #: Columns of M per CTA that the kernel is compiled for (wgmma N sizes), ascending (bench.py may narrow them).
 BM_CLASSES = (64, 96, 128)
-#: The widest (kernel.cu BM_MAX): rows of a decoded A buffer, and with BN the stride of a split-K slot's partials.
+#: The widest (kernel.cu BM_MAX): rows of a decoded A buffer, and with BN the size of a split-K partial.
 BM_MAX = 128
 #: Dynamic shared memory per CTA in bytes (kernel.cu SMEM_BYTES + 1024 for aligning the base to 1024 bytes):
 #: DEC_BUFS decoded A buffers of BM_MAX x BK fp16, then STAGES raw stages (B rows, A rows, B scale atoms, two of A's
@@ -61,8 +62,8 @@ STAGE_BYTES = BN * BK // 2 + BM_MAX * BK // 2 + ATOM_BYTES + 2 * ATOM_BYTES
 SMEM_BYTES = DEC_BUFS * BM_MAX * BK * 2 + STAGES * STAGE_BYTES + 1024
 #: A paired CTA (choose_paired): two pipelines' shared memory, one alignment pad; 2 x THREADS threads.
 PAIRED_SMEM_BYTES = 2 * (SMEM_BYTES - 1024) + 1024
-#: fp32 values per split-K slot: both halves' partials (kernel.cu split_k_last).
-SPLIT_SLOT_FLOATS = 2 * BN * BM_MAX
+#: fp32 values of one split-K part's partial sums (kernel.cu split_k_last).
+PARTIAL_FLOATS = BN * BM_MAX
 
 #: The predecoded path (kernel.cu PRE_*): A copied PRE_AHEAD steps ahead into PRE_ABUFS fp16 buffers; the raw ring
 #: holds B's rows and scale atom only. Shared memory per CTA with the alignment pad, single and paired.
@@ -178,35 +179,71 @@ def cover_m(m: int) -> tuple[int, ...]:
     return tuple(sorted(best[1], reverse=True))
 
 
-def plan_tiles(sizes, split: int = 1) -> list[tuple[int, ...]]:
-    """CTA tiles (group, m0, n0, bm, first K step, K steps, split slot, part), most expensive first. Each group's M
-    is covered by cover_m's widths, N by BN rows. With ``split == 2`` every tile of at least two K steps becomes two
-    halves sharing a slot (slot -1: not split). Cost: K steps x (bm + 64)."""
-    tiles, slot = [], 0
+class Split(NamedTuple):
+    """How a plan splits K (plan_tiles): the ``full`` most expensive tiles stay whole, every later tile of at least
+    ``parts`` K steps becomes ``parts`` CTAs on consecutive ranges of its K steps. (1, 0): no split-K."""
+
+    parts: int
+    full: int
+
+
+NO_SPLIT = Split(1, 0)
+
+
+def plan_tiles(sizes, split: Split = NO_SPLIT) -> list[tuple[int, ...]]:
+    """CTA tiles (group, m0, n0, bm, first K step, K steps, split slot, part, parts): the ``split.full`` most
+    expensive tiles whole, then the parts of the rest, each section most expensive first. Each group's M is covered
+    by cover_m's widths, N by BN rows; a split tile's parts share a slot (slot -1: not split) and take near-equal K
+    ranges, the longer first. Cost: K steps x (bm + 64)."""
+    whole = []
     for g, (m, n, k, _) in enumerate(sizes):
-        steps = k // BK
         m0 = 0
         for bm in cover_m(m):
             for n0 in range(0, n, BN):
-                if split == 2 and steps >= 2:
-                    half = (steps + 1) // 2
-                    tiles.append((half * (bm + 64), g, m0, n0, bm, 0, half, slot, 0))
-                    tiles.append(((steps - half) * (bm + 64), g, m0, n0, bm, half, steps - half, slot, 1))
-                    slot += 1
-                else:
-                    tiles.append((steps * (bm + 64), g, m0, n0, bm, 0, steps, -1, 0))
+                whole.append((k // BK * (bm + 64), g, m0, n0, bm, k // BK))
             m0 += bm
-    tiles.sort(key=lambda t: -t[0])
-    return [t[1:] for t in tiles]
+    whole.sort(key=lambda t: -t[0])
+    head, rest, slot = [], [], 0
+    for i, (cost, g, m0, n0, bm, steps) in enumerate(whole):
+        if i < split.full or split.parts < 2 or steps < split.parts:
+            (head if i < split.full else rest).append((cost, g, m0, n0, bm, 0, steps, -1, 0, 1))
+            continue
+        k0 = 0
+        for part in range(split.parts):
+            n_steps = steps // split.parts + (part < steps % split.parts)
+            rest.append((n_steps * (bm + 64), g, m0, n0, bm, k0, n_steps, slot, part, split.parts))
+            k0 += n_steps
+        slot += 1
+    rest.sort(key=lambda t: -t[0])
+    return [t[1:] for t in head + rest]
+
+
+def tile_table(tiles) -> list[int]:
+    """plan_tiles' tiles as kernel.cu reads them (Params.tiles): two int4 per CTA, (group, m0, n0, bm) and (first K
+    step, K steps, the slot's first partial or -1, part | parts << 8). A slot of P parts owns P consecutive
+    partials of BN x BM_MAX fp32 in the workspace and the counter at its first partial's index."""
+    first, words, partials = {}, [], 0
+    for g, m0, n0, bm, k0, steps, slot, part, parts in tiles:
+        if slot >= 0 and slot not in first:
+            first[slot], partials = partials, partials + parts
+        words += [g, m0, n0, bm, k0, steps, first.get(slot, -1), part | parts << 8]
+    return words
+
+
+def split_partials(tiles) -> int:
+    """Partials (and counters) the plan's split slots need: the sum of their parts."""
+    return sum(parts for *_, slot, part, parts in tiles if slot >= 0 and part == 0)
 
 
 #: Resident CTAs per SM (128 registers x 256 threads, 89 KB of shared memory each).
 CTAS_PER_SM = 2
-#: Split K only when each half keeps at least this many K steps (H200: halves of 16 steps lost, g8_n7168_k2048
+#: Split K only when each part keeps at least this many K steps (H200: halves of 16 steps lost, g8_n7168_k2048
 #: 97 -> 120 us; halves of 56 won, g8_n4096_k7168 182 -> 170 us).
 MIN_SPLIT_STEPS = 32
+#: The most parts a split tile takes (the kernel's part word holds up to 255).
+MAX_SPLIT_PARTS = 4
 #: bench.py's override of choose_split (None: the rule).
-SPLIT_OVERRIDE: int | None = None
+SPLIT_OVERRIDE: Split | None = None
 
 
 #: bench.py's override of choose_paired (None: the rule).
@@ -223,19 +260,23 @@ def choose_paired(sizes, num_sms: int) -> bool:
     return len(plan_tiles(sizes)) <= num_sms and all(k // BK >= 2 for _, _, k, _ in sizes)
 
 
-def choose_split(sizes, num_sms: int) -> int:
-    """2 (two K halves per tile) when the unsplit tiles fill the CTA slots (CTAS_PER_SM x num_sms) more than once
-    with a last wave at most half full, and every K has at least 2 x MIN_SPLIT_STEPS steps; else 1. Measured on
-    the H200 (kernels alone): the first benchmark (352 tiles, 1.33 waves) gains 7 %. Grids of at most one CTA
-    per SM get paired CTAs instead (choose_paired): split-K there merged its partials through L2 and read
-    38.8 / 21.0 us on the last two benchmarks, paired 36.7 / 18.3."""
+def choose_split(sizes, num_sms: int) -> Split:
+    """When the unsplit tiles fill the CTA slots (CTAS_PER_SM x num_sms) more than once with a last wave at most
+    half full: the full waves' tiles whole, and the R tiles left split into P = slots // R parts (at most
+    MAX_SPLIT_PARTS, each of at least MIN_SPLIT_STEPS K steps), so their parts fill about one more wave; else no
+    split. The first benchmark (352 tiles, 264 slots on the H200) runs 264 whole tiles, then 88 tiles in three
+    parts. Grids of at most one CTA per SM get paired CTAs instead (choose_paired): split-K there merged its
+    partials through L2 and read 38.8 / 21.0 us on the last two benchmarks, paired 36.7 / 18.3."""
     if SPLIT_OVERRIDE is not None:
         return SPLIT_OVERRIDE
     tiles, slots = len(plan_tiles(sizes)), CTAS_PER_SM * num_sms
-    if tiles > slots and 0 < tiles % slots <= slots // 2 and all(k // BK >= 2 * MIN_SPLIT_STEPS
-                                                                   for _, _, k, _ in sizes):
-        return 2
-    return 1
+    left = tiles % slots
+    if tiles <= slots or not 0 < left <= slots // 2:
+        return NO_SPLIT
+    parts = min(MAX_SPLIT_PARTS, slots // left)
+    while parts >= 2 and any(k // BK // parts < MIN_SPLIT_STEPS for _, _, k, _ in sizes):
+        parts -= 1
+    return Split(parts, tiles - left) if parts >= 2 else NO_SPLIT
 
 
 #: bench.py's override of choose_predecode (None: the rule).

@@ -48,8 +48,9 @@ def test_host_constants_mirror_kernel_cu():
     assert _constexpr("MAX_GROUPS") == host.MAX_GROUPS == 16
     assert (_constexpr("BN"), _constexpr("BK"), _constexpr("THREADS")) == (host.BN, host.BK, host.THREADS)
     assert _constexpr("BM_MAX") == host.BM_MAX == host.BM_CLASSES[-1]
-    assert "t.ws = ks.z >= 0 ? p.ws + (size_t)ks.z * 2 * BN * BM_MAX" in KERNEL_CU.read_text()
-    assert host.SPLIT_SLOT_FLOATS == 2 * 128 * 128
+    assert "t.ws = ks.z >= 0 ? p.ws + (size_t)ks.z * BN * BM_MAX : nullptr;" in KERNEL_CU.read_text()
+    assert "t.part = ks.w & 0xff;\n  t.parts = ks.w >> 8;" in KERNEL_CU.read_text()
+    assert host.PARTIAL_FLOATS == 128 * 128
     assert _constexpr("DEC_BUFS") == host.DEC_BUFS
     assert re.search(r"#define WG_STAGES (\d+)", KERNEL_CU.read_text()).group(1) == str(host.STAGES)
     # raw stage: B rows, A rows (32 bytes each), B's scale atom, two of A's atoms
@@ -153,18 +154,28 @@ def test_cover_m_pads_less_than_one_small_tile():
         assert set(widths) <= set(host.BM_CLASSES) and 0 <= sum(widths) - m < 64, (m, widths)
 
 
-@pytest.mark.parametrize("split", [1, 2])
+SPLITS = [host.NO_SPLIT, host.Split(2, 0), host.Split(3, 0), host.Split(3, 5), host.Split(4, 264)]
+
+
+@pytest.mark.parametrize("split", SPLITS, ids=lambda s: f"{s.parts}:{s.full}")
 @pytest.mark.parametrize("case", TEST_CASES + BENCHMARK_CASES, ids=lambda c: c.name or c.text())
 def test_plan_covers_every_output_and_k_step_once_most_expensive_first(case, split):
     tiles = host.plan_tiles(case.problem_sizes, split)
-    costs = [steps * (bm + 64) for (_, _, _, bm, _, steps, _, _) in tiles]
-    assert costs == sorted(costs, reverse=True)
+    whole = host.plan_tiles(case.problem_sizes)
+    head = tiles[:min(split.full, len(whole))]
+    assert head == whole[:len(head)] and all(t[6] == -1 for t in head)  # the most expensive tiles, whole
+    for section in (head, tiles[len(head):]):
+        costs = [steps * (bm + 64) for (_, _, _, bm, _, steps, *_) in section]
+        assert costs == sorted(costs, reverse=True)
     cover: dict = {}
     slots: dict = {}
-    for g, m0, n0, bm, k0, steps, slot, part in tiles:
+    for i, (g, m0, n0, bm, k0, steps, slot, part, parts) in enumerate(tiles):
         cover.setdefault((g, n0), {}).setdefault((m0, bm), []).append((k0, steps))
         if slot >= 0:
-            slots.setdefault(slot, []).append((g, m0, n0, bm, part))
+            assert i >= len(head) and parts == split.parts
+            slots.setdefault(slot, []).append((g, m0, n0, bm, part, steps))
+        else:
+            assert (part, parts) == (0, 1)
     for g, (m, n, k, _) in enumerate(case.problem_sizes):
         for n0 in range(0, n, host.BN):
             by_m = cover[(g, n0)]
@@ -175,16 +186,53 @@ def test_plan_covers_every_output_and_k_step_once_most_expensive_first(case, spl
                 ranges.sort()
                 assert ranges[0][0] == 0 and sum(s for _, s in ranges) == k // host.BK
                 assert all(a[0] + a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
-                assert len(ranges) == (2 if split == 2 and k // host.BK >= 2 else 1)
+                assert len(ranges) in ((1,) if split.parts == 1 or k // host.BK < split.parts else (1, split.parts))
+    whole_after_head = sum(1 for t in whole[len(head):] if t[5] >= split.parts) if split.parts > 1 else 0
+    assert len(slots) == whole_after_head
     for members in slots.values():
-        assert sorted(p for *_, p in members) == [0, 1] and len({tuple(x[:4]) for x in members}) == 1
+        assert sorted(x[4] for x in members) == list(range(split.parts))
+        assert len({x[:4] for x in members}) == 1
+        steps = [x[5] for x in sorted(members, key=lambda x: x[4])]
+        assert steps == sorted(steps, reverse=True) and steps[0] - steps[-1] <= 1
+
+
+def test_tile_table_gives_each_slot_its_parts_consecutive_partials():
+    # one group, M = 64, N = 384 (three tiles of 128 rows), K = 320 (5 steps): the first tile whole, the other two
+    # in three parts of 2, 2 and 1 steps; slot 0 owns partials 0-2, slot 1 partials 3-5.
+    tiles = host.plan_tiles([(64, 384, 320, 1)], host.Split(3, 1))
+    assert tiles == [(0, 0, 0, 64, 0, 5, -1, 0, 1),
+                     (0, 0, 128, 64, 0, 2, 0, 0, 3), (0, 0, 128, 64, 2, 2, 0, 1, 3),
+                     (0, 0, 256, 64, 0, 2, 1, 0, 3), (0, 0, 256, 64, 2, 2, 1, 1, 3),
+                     (0, 0, 128, 64, 4, 1, 0, 2, 3), (0, 0, 256, 64, 4, 1, 1, 2, 3)]
+    assert host.tile_table(tiles) == [0, 0, 0, 64, 0, 5, -1, 1 << 8,
+                                      0, 0, 128, 64, 0, 2, 0, 0 | 3 << 8, 0, 0, 128, 64, 2, 2, 0, 1 | 3 << 8,
+                                      0, 0, 256, 64, 0, 2, 3, 0 | 3 << 8, 0, 0, 256, 64, 2, 2, 3, 1 | 3 << 8,
+                                      0, 0, 128, 64, 4, 1, 0, 2 | 3 << 8, 0, 0, 256, 64, 4, 1, 3, 2 | 3 << 8]
+    assert host.split_partials(tiles) == 6
 
 
 def test_split_only_for_the_first_benchmark_and_never_for_tests():
-    assert [host.choose_split(c.problem_sizes, 132) for c in BENCHMARK_CASES] == [2, 1, 1, 1]
-    assert {host.choose_split(c.problem_sizes, 132) for c in TEST_CASES} == {1}
+    """352 tiles on 264 CTA slots: 264 whole, the last 88 in 264 // 88 = 3 parts (37 or 38 K steps each)."""
+    assert [host.choose_split(c.problem_sizes, 132) for c in BENCHMARK_CASES] == [host.Split(3, 264)] + [
+        host.NO_SPLIT] * 3
+    assert {host.choose_split(c.problem_sizes, 132) for c in TEST_CASES} == {host.NO_SPLIT}
     assert [len(host.plan_tiles(c.problem_sizes, host.choose_split(c.problem_sizes, 132))) for c in
-            BENCHMARK_CASES] == [704, 728, 120, 128]
+            BENCHMARK_CASES] == [264 + 3 * 88, 728, 120, 128]
+
+
+def test_split_parts_keep_min_split_steps_and_at_most_max_parts():
+    assert (host.MIN_SPLIT_STEPS, host.MAX_SPLIT_PARTS) == (32, 4)
+    # 10 tiles of one K step on 4 slots (2 SMs): 2 left, slots // left = 2, but a step cannot be split
+    assert host.choose_split([(64, 128 * 10, 64, 1)], 2) == host.NO_SPLIT
+    # 300 tiles on 264 slots: 36 left, 264 // 36 = 7 parts, capped at 4; K = 8192 (128 steps) keeps 32 per part
+    assert host.choose_split([(64, 128 * 300, 8192, 1)], 132) == host.Split(4, 264)
+    # K = 6144 (96 steps): 4 parts would be 24 steps, 3 are 32
+    assert host.choose_split([(64, 128 * 300, 6144, 1)], 132) == host.Split(3, 264)
+    # K = 4096 (64 steps): halves of 32; K = 4032 (63 steps): no part of 32 fits
+    assert host.choose_split([(64, 128 * 300, 4096, 1)], 132) == host.Split(2, 264)
+    assert host.choose_split([(64, 128 * 300, 4032, 1)], 132) == host.NO_SPLIT
+    # a last wave more than half full (400 tiles: 136 left) is not split
+    assert host.choose_split([(64, 128 * 400, 8192, 1)], 132) == host.NO_SPLIT
 
 
 def test_paired_ctas_for_grids_of_one_cta_per_sm_with_two_k_steps():
@@ -601,13 +649,20 @@ def test_gpu_matches_reference(case, data, predecode):
     assert _only_plan().predecode is predecode
 
 
+#: Forced splits for the GPU tests: halves of every tile, three parts of every tile, and the rule's kind (the most
+#: expensive tiles whole, the rest in three parts).
+GPU_SPLITS = [host.Split(2, 0), host.Split(3, 0), host.Split(3, 7)]
+
+
 @pytest.mark.gpu
+@pytest.mark.parametrize("split", GPU_SPLITS, ids=lambda s: f"{s.parts}:{s.full}")
 @pytest.mark.parametrize("case", TEST_CASES[:4] + BENCHMARK_CASES, ids=lambda c: c.name or c.text())
-def test_gpu_split_k_matches_reference(case, predecode, monkeypatch):
-    monkeypatch.setattr(host, "SPLIT_OVERRIDE", 2)
-    inputs = generate_input(case.m, case.n, case.k, case.g, seed=case.seed + 1, device="cuda")
-    assert _check(inputs) is None
-    assert (_only_plan().split, _only_plan().predecode) == (2, predecode)
+def test_gpu_split_k_matches_reference(case, split, predecode, monkeypatch):
+    monkeypatch.setattr(host, "SPLIT_OVERRIDE", split)
+    for data in ("official", "full-range"):
+        inputs = generate_input(case.m, case.n, case.k, case.g, seed=case.seed + 1, data=data, device="cuda")
+        assert _check(inputs) is None
+    assert (_only_plan().split, _only_plan().predecode) == (split, predecode)
 
 
 @pytest.mark.gpu
@@ -630,7 +685,7 @@ def test_gpu_paired_choice_forced_matches_reference(case, paired, predecode, mon
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("split", [1, 2])
+@pytest.mark.parametrize("split", [host.NO_SPLIT] + GPU_SPLITS, ids=lambda s: f"{s.parts}:{s.full}")
 def test_gpu_back_to_back_calls_on_new_inputs_use_their_own_addresses(split, predecode, monkeypatch):
     # With split-K, calls share the plan's workspace and counters (each counter is reset by its last CTA); with the
     # pre-pass, its scratch (each call's pre-pass runs after the previous call's main kernel, on the same stream).
@@ -926,9 +981,10 @@ def test_gpu_ws_matches_reference(case, data, predecode, ws_on):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("split", GPU_SPLITS, ids=lambda s: f"{s.parts}:{s.full}")
 @pytest.mark.parametrize("case", TEST_CASES[:4] + BENCHMARK_CASES, ids=lambda c: c.name or c.text())
-def test_gpu_ws_split_k_matches_reference(case, predecode, ws_on, monkeypatch):
-    test_gpu_split_k_matches_reference(case, predecode, monkeypatch)
+def test_gpu_ws_split_k_matches_reference(case, split, predecode, ws_on, monkeypatch):
+    test_gpu_split_k_matches_reference(case, split, predecode, monkeypatch)
 
 
 @pytest.mark.gpu
@@ -937,7 +993,7 @@ def test_gpu_ws_python_per_call_path_matches_reference(predecode, ws_on, monkeyp
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("split", [1, 2])
+@pytest.mark.parametrize("split", [host.NO_SPLIT] + GPU_SPLITS, ids=lambda s: f"{s.parts}:{s.full}")
 def test_gpu_ws_back_to_back_calls_on_new_inputs_use_their_own_addresses(split, predecode, ws_on, monkeypatch):
     test_gpu_back_to_back_calls_on_new_inputs_use_their_own_addresses(split, predecode, monkeypatch)
 
@@ -978,9 +1034,10 @@ def test_gpu_pdl_matches_reference(case, data, predecode, pdl_on):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("split", GPU_SPLITS, ids=lambda s: f"{s.parts}:{s.full}")
 @pytest.mark.parametrize("case", TEST_CASES[:4] + BENCHMARK_CASES, ids=lambda c: c.name or c.text())
-def test_gpu_pdl_split_k_matches_reference(case, predecode, pdl_on, monkeypatch):
-    test_gpu_split_k_matches_reference(case, predecode, monkeypatch)
+def test_gpu_pdl_split_k_matches_reference(case, split, predecode, pdl_on, monkeypatch):
+    test_gpu_split_k_matches_reference(case, split, predecode, monkeypatch)
 
 
 @pytest.mark.gpu
@@ -994,7 +1051,7 @@ def test_gpu_pdl_edge_sizes_match_reference(predecode, pdl_on):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("split", [1, 2])
+@pytest.mark.parametrize("split", [host.NO_SPLIT] + GPU_SPLITS, ids=lambda s: f"{s.parts}:{s.full}")
 @pytest.mark.parametrize("case", BENCHMARK_CASES, ids=lambda c: c.name)
 def test_gpu_pdl_calls_queued_back_to_back_match_reference(case, split, predecode, pdl_on, monkeypatch):
     # Nothing between the calls (no copy, no sync): each call's kernels may be scheduled while the previous call's
