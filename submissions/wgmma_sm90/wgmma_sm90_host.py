@@ -282,10 +282,11 @@ def choose_split(sizes, num_sms: int) -> Split:
 #: bench.py's override of choose_predecode (None: the rule).
 PREDECODE_OVERRIDE: bool | None = None
 #: Predecode A when the grid's K steps per CTA slot reach this (see choose_predecode). The benchmarks run 149, 88,
-#: 29 and 12 steps per slot; ``bench.py --time --predecode 0`` / ``1`` in one H200 call (2026-12-01, kernels
-#: alone, us): 141.3 / 138.0, 79.2 / 72.7, 34.4 / 34.9, 17.3 / 20.1, so the pre-pass pays from somewhere between
-#: 29 and 88 steps per slot; 50 splits them.
-MIN_PREDECODE_STEPS_PER_SLOT: float = 50
+#: 29 and 12 steps per slot. With the pre-pass's stores coalesced, ``bench.py --time`` with the rule at 50 and with
+#: ``--predecode 1``, two rounds each in one H200 call (2026-12-01, kernels alone, us): 111.3 / 111.6, 68.5 / 68.8,
+#: 33.2 / 32.5, 16.3 / 18.9, so the pre-pass pays from somewhere between 12 and 29 steps per slot; 20 splits them.
+#: (Before the stores were coalesced it lost at 29: 34.4 against 34.9.)
+MIN_PREDECODE_STEPS_PER_SLOT: float = 20
 
 
 def choose_ws(sizes, num_sms: int) -> bool:
@@ -303,7 +304,9 @@ def choose_pdl(sizes, num_sms: int) -> bool:
 
     The rule: on for plans of one kernel (no pre-pass). H200, 2026-12-01, ``bench.py --time --pdl 0|1``, two rounds
     each, us per call alone: g2_n3072_k4096 34.4 -> 33.5 and g2_n4096_k1536 17.3 -> 16.6 (no pre-pass), but
-    g8_n4096_k7168 137.7 -> 145.3 and g8_n7168_k2048 72.6 -> 74.4 (pre-pass, then the main kernel)."""
+    g8_n4096_k7168 137.7 -> 145.3 and g8_n7168_k2048 72.6 -> 74.4 (pre-pass, then the main kernel). With the
+    coalesced pre-pass, both forced on against the pre-pass alone (one call, two rounds): 111.6 -> 113.6,
+    68.8 -> 69.0, 32.5 -> 34.6, 18.9 -> 21.6."""
     if PDL_OVERRIDE is not None:
         return PDL_OVERRIDE
     return not choose_predecode(sizes, num_sms)
