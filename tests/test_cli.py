@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from conftest import assert_kept_incomplete, interrupt_after_first_case
 
 from harness.cli.commands import main
+from harness.parent.registry import RegistryError
 from harness.results.store import ResultStore
 
 
@@ -28,7 +29,12 @@ def _run(*args):
     (["--shapes", "m: [64]; n: [128]; k: [256]; g: 1; seed: 99999999999999999999999"], 113,
      "case seed 99999999999999999999999 does not fit torch.manual_seed (expected < 2**64)"),
     (["--seed", "-5"], 2, "Invalid value for '--seed': expected a non-negative integer, got -5"),
-    (["--timeout", "0"], 2, "0.0 is not in the range x>0"),
+    (["--timeout", "0"], 2, "Invalid value for '--timeout': expected a number of seconds above 0 and at most 1e+06, "
+                            "got 0"),
+    (["--timeout", "nan"], 2, "expected a number of seconds above 0 and at most 1e+06, got nan"),
+    (["--timeout", "inf"], 2, "expected a number of seconds above 0 and at most 1e+06, got inf"),
+    (["--timeout", "1e300"], 2, "expected a number of seconds above 0 and at most 1e+06, got 1e300"),
+    (["--timeout", "soon"], 2, "expected a number of seconds, got 'soon'"),
     (["--shapes", "configs/shapes/nothere.yml"], 113, "shape file configs/shapes/nothere.yml does not exist"),
     (["--cluster", "10.0.0.1:8786"], 113,
      "Error: --cluster 10.0.0.1:8786: expected a scheduler address (tcp://HOST:8786) or local:N"),
@@ -67,14 +73,22 @@ def test_settings_keys_keep_their_kinds(tmp_path):
     path.write_text("timing:\n  budget_s: {benchmark: 2}\n")  # the other modes keep their budgets
     assert load_settings(path).budget_s == (("benchmark", 2.0), ("leaderboard", 30.0), ("compare", 10.0))
     for text, message in (("timing:\n  max_runs: 2.5\n", "max_runs must be an int, got 2.5"),
-                          ("timing:\n  max_runs: 0\n", "max_runs must be positive, got 0"),
+                          ("timing:\n  max_runs: 0\n", "max_runs must be a positive finite number, got 0"),
                           ("timing:\n  budget_s: {profile: 1}\n",
                            "budget_s: 'profile' takes no timed samples; budgets are for benchmark, leaderboard, "
                            "compare"),
                           ("timing:\n  budget_s: {benchmark: -1}\n",
-                           "budget_s: benchmark must be a positive number of seconds, got -1"),
+                           "budget_s: benchmark must be a positive number of seconds up to 1e\\+06, got -1"),
                           ("- timing\n",
-                           "expected a mapping with sections 'timeouts', 'timing' and 'sandbox', got list")):
+                           "expected a mapping with sections 'timeouts', 'timing' and 'sandbox', got list"),
+                          ("timing: 5\n", "section timing must map setting -> value, got 5"),
+                          ("timeouts:\n  call_s: .nan\n", "call_s must be a positive finite number, got nan"),
+                          ("timeouts:\n  call_s: .inf\n", "call_s must be a positive finite number, got inf"),
+                          ("timeouts:\n  call_s: 1.0e+300\n", "call_s must be at most 1e\\+06 seconds, got 1e\\+300"),
+                          ("timing:\n  budget_s: {benchmark: .inf}\n",
+                           "budget_s: benchmark must be a positive number of seconds up to 1e\\+06, got inf"),
+                          ("timing:\n  min_runs: 50\n  max_runs: 5\n", "min_runs \\(50\\) must not exceed max_runs \\(5\\)"),
+                          ("timing:\n  warmup_samples: 12\n", "warmup_samples \\(12\\) must not exceed warmup_max \\(10\\)")):
         path.write_text(text)
         with pytest.raises(SettingsError, match=message):
             load_settings(path)
@@ -256,6 +270,78 @@ def test_json_target_is_checked_before_measuring(tmp_path, folder_is_a_file, mes
     result = _store_run("--db", str(db), "--json", str(target))
     assert (result.exit_code, result.output) == (1, message.format(p=target))
     assert not db.exists()  # refused before the store was opened, so before anything was measured
+
+
+@pytest.mark.parametrize("option", ["--json", "--worker-log"])
+def test_output_that_cannot_be_created_is_refused_before_measuring(tmp_path, option):
+    # /proc/x.json: the folder passes os.access for root, but no file can be made there
+    db = tmp_path / "r.sqlite"
+    result = _store_run("--db", str(db), option, "/proc/x.json")
+    assert (result.exit_code, result.output) == (
+        1, f"Error: {option} /proc/x.json: cannot write to /proc/x.json (No such file or directory)\n")
+    assert not db.exists()
+
+
+def test_output_check_leaves_no_file_behind_and_keeps_an_existing_one(tmp_path):
+    from harness.cli.outputs import check_writable
+
+    new, old = tmp_path / "new.json", tmp_path / "old.json"
+    old.write_text("kept")
+    check_writable("--json", new)
+    check_writable("--json", old)
+    assert not new.exists() and old.read_text() == "kept"
+
+
+def test_two_submissions_of_one_name_are_refused(tmp_path):
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        shutil.copy(ROOT / "tests" / "cases" / "shared" / "honest_torch.py", tmp_path / folder / "k.py")
+    a, b = tmp_path / "a" / "k.py", tmp_path / "b" / "k.py"
+    result = CliRunner().invoke(main, ["run", "--submission", f"{a},{b}", "--shapes", TINY, "--no-store"])
+    assert (result.exit_code, _flat(result.output)) == (
+        113, f"Error: two submissions are both named 'k' ({a} and {b}): results, --json files and the store tell "
+             f"variants apart by name, so rename one")
+    result = CliRunner().invoke(main, ["compare", str(a), str(b), "--shapes", TINY, "--no-store"])
+    assert result.exit_code == 113 and "both named 'k'" in result.output
+    result = CliRunner().invoke(main, ["run", "--submission", "torch_reference,torch_reference", "--shapes", TINY,
+                                       "--no-store"])
+    ref = ROOT / "submissions" / "torch_reference" / "submission.py"
+    assert (result.exit_code, _flat(result.output)) == (
+        113, f"Error: submission 'torch_reference' is given twice ({ref}); a run times each variant once")
+
+
+def test_one_file_twice_is_allowed_for_compare():
+    from harness.cli.commands import _distinct_names
+    from harness.parent.registry import resolve
+
+    ref = resolve("torch_reference")
+    _distinct_names([ref, resolve("torch_reference")], same_file_ok=True)  # an A/A compare: no error
+    with pytest.raises(RegistryError, match="given twice"):
+        _distinct_names([ref, resolve("torch_reference")])
+
+
+def test_ctrl_c_kills_the_worker_at_once_instead_of_waiting_for_it(monkeypatch):
+    """After Ctrl-C the worker may be stuck in the submission (hang.py): the session is released with no grace
+    period (the worker killed at once); a run that ends normally gives the worker 10 s to exit."""
+    from harness.parent import runner
+    from harness.parent.cases import RunOptions, Session
+    from harness.parent.registry import resolve
+    from task.spec import load_shapes
+
+    waits = []
+    monkeypatch.setattr(Session, "release", lambda self, wait_s=10.0: waits.append(wait_s))
+    monkeypatch.setattr(Session, "reserve", lambda self, layouts: None)
+
+    def interrupted(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "_run_cases", interrupted)
+    shapes = load_shapes(TINY)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(resolve("torch_reference"), shapes, RunOptions("test"))
+    monkeypatch.setattr(runner, "_run_cases", lambda *_: None)
+    runner.run(resolve("torch_reference"), shapes, RunOptions("test"))
+    assert waits == [0.0, 10.0]
 
 
 def test_json_that_fails_at_the_end_says_where_the_run_is_kept(tmp_path, monkeypatch):

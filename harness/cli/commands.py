@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import sys
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from harness.cli.exits import EXIT_OUTPUT, Stdout, broken_pipe, fail, interrupte
 from harness.parent import sandbox as sandbox_mod
 from harness.parent import seeds
 from harness.parent.registry import RegistryError, find_variants, resolve
-from harness.parent.settings import MODES, SettingsError, load_settings
+from harness.parent.settings import MAX_SECONDS, MODES, SettingsError, load_settings
 from harness.protocol import ExitCode
 from harness.report import popcorn
 from harness.report.compare import compare_rich_table, compare_table
@@ -79,6 +80,21 @@ class _Seed(click.ParamType):
         return number
 
 
+class _Seconds(click.ParamType):
+    """A time limit in seconds: a finite number above 0 and at most settings.MAX_SECONDS."""
+
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"expected a number of seconds, got {value!r}", param, ctx)
+        if not math.isfinite(seconds) or not 0 < seconds <= MAX_SECONDS:
+            self.fail(f"expected a number of seconds above 0 and at most {MAX_SECONDS:g}, got {value}", param, ctx)
+        return seconds
+
+
 @click.group(cls=_Group)
 def main() -> None:
     """fp4bench: correctness and leaderboard-style timings for nvfp4_group_gemm kernel variants."""
@@ -96,8 +112,8 @@ def _run_options(fn):
                           "(default: $POPCORN_SEED, else none)."),
         click.option("--settings", "settings_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                      default=None, help="Run settings YAML (default configs/run.yml)."),
-        click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
-                     help="Override every time limit (seconds, > 0)."),
+        click.option("--timeout", type=_Seconds(), default=None,
+                     help=f"Override every time limit (seconds, > 0, at most {MAX_SECONDS:g})."),
         click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
                      help="Results store (default $FP4BENCH_DB, else results/fp4bench.sqlite)."),
         click.option("--no-store", is_flag=True, help="Do not record this run in the results store."),
@@ -127,6 +143,7 @@ def _prepare(specs, shapes, settings_path, timeout, seed, mode, data, workers=1)
 
     try:
         variants = [resolve(s) for s in specs]
+        _distinct_names(variants, same_file_ok=mode == "compare")
         cuda = device_facts().cuda
         if shapes == "auto":
             shapes = "benchmarks" if cuda else "smoke"
@@ -147,6 +164,22 @@ def _prepare(specs, shapes, settings_path, timeout, seed, mode, data, workers=1)
     except (RegistryError, SpecError, SettingsError, ValueError, MemoryError) as exc:
         fail(str(exc), ExitCode.BAD_SPEC)
     return variants, shape_set, settings if timeout is None else settings.with_timeout(timeout), secret
+
+
+def _distinct_names(variants, same_file_ok: bool = False) -> None:
+    """Raise RegistryError when two submissions share a name: the table's columns, the --json files and the store
+    tell variants apart by name, so the second would overwrite or mix with the first. ``same_file_ok``: one file
+    given twice is allowed (``compare X X``, an A/A run that shows the noise)."""
+    seen: dict = {}
+    for v in variants:
+        first = seen.setdefault(v.name, v)
+        if first is v:
+            continue
+        if first.path == v.path and not same_file_ok:
+            raise RegistryError(f"submission {v.name!r} is given twice ({v.path}); a run times each variant once")
+        if first.path != v.path:
+            raise RegistryError(f"two submissions are both named {v.name!r} ({first.path} and {v.path}): results, "
+                                f"--json files and the store tell variants apart by name, so rename one")
 
 
 class _Kept:

@@ -39,8 +39,9 @@ def json_target(json_path: Path | None, variants, variant) -> Path | None:
 
 def check_writable(option: str, path: Path | None, targets=()) -> None:
     """An output file checked before anything is measured, as the store is: its folder must exist, be a folder and
-    be writable, and so must each of ``targets`` (default: ``path``) that already exists; exits 1 with one line
-    naming ``option`` otherwise."""
+    be writable, and each of ``targets`` (default: ``path``) must open for appending (one that did not exist is
+    removed again: permission bits alone say nothing to root, nor about /proc); exits 1 with one line naming
+    ``option`` otherwise."""
     if path is None:
         return
     folder = path.parent
@@ -51,8 +52,14 @@ def check_writable(option: str, path: Path | None, targets=()) -> None:
     if not os.access(folder, os.W_OK | os.X_OK):
         fail(f"{option} {path}: cannot write in folder {folder} (permission denied)", EXIT_OUTPUT)
     for target in targets or [path]:
-        if target.exists() and not os.access(target, os.W_OK):
-            fail(f"{option} {path}: cannot write to {target} (permission denied)", EXIT_OUTPUT)
+        existed = target.exists()
+        try:
+            with open(target, "ab"):
+                pass
+        except OSError as exc:
+            fail(f"{option} {path}: cannot write to {target} ({exc.strerror or exc})", EXIT_OUTPUT)
+        if not existed:
+            target.unlink(missing_ok=True)
 
 
 def check_json(json_path: Path | None, variants) -> None:

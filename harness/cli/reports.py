@@ -89,6 +89,7 @@ def emit(text: str, out: Path | None) -> None:
     if out is None:
         click.echo(text, nl=not text.endswith("\n"))
         return
+    created = not out.parent.exists()
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")
@@ -96,6 +97,8 @@ def emit(text: str, out: Path | None) -> None:
         raise click.ClickException(f"cannot write --out {out}: {exc.strerror or exc}"
                                    + (f" ({exc.filename})" if exc.filename and str(exc.filename) != str(out)
                                       else "")) from None
+    if created:
+        click.echo(f"created folder {out.parent} for --out", err=True)
     click.echo(f"wrote {out} ({len(text.encode('utf-8'))} bytes)", err=True)
 
 

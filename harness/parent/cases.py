@@ -150,17 +150,18 @@ class Session:
             raise failed
         return reply
 
-    def close(self) -> None:
+    def close(self, wait_s: float = 10.0) -> None:
+        """End the worker (WorkerProcess.close: asked to exit, killed after ``wait_s``)."""
         if self.proc is not None:
             self.stray_bytes += self.proc.stray_bytes
-            self.proc.close()
+            self.proc.close(wait_s)
             self.proc = None
             self._mapped = -1
         self.shared.free_retired()
 
-    def release(self) -> None:
-        """Close the worker and free the shared buffers."""
-        self.close()
+    def release(self, wait_s: float = 10.0) -> None:
+        """Close the worker and free the shared buffers; ``wait_s`` as for close (0 after Ctrl-C)."""
+        self.close(wait_s)
         self.shared.close()
 
 

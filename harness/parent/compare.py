@@ -156,6 +156,7 @@ def compare(a: Variant, b: Variant, shapes: ShapeSet, opts: RunOptions = RunOpti
     facts = device_facts()
     unmet = {s.letter: r for s in sides if (r := s.variant.requires.unmet_reason(facts))}
     active = tuple(s for s in sides if s.letter not in unmet)
+    wait_s = 10.0
     try:
         for s in sides:
             if s.letter in unmet:
@@ -163,9 +164,12 @@ def compare(a: Variant, b: Variant, shapes: ShapeSet, opts: RunOptions = RunOpti
                     s.finish(CaseResult(case, Status.SKIPPED, unmet[s.letter]))
         if active:
             _run_cases(shapes.cases, case_seeds, active, opts.settings.stopping_rule(MODE))
+    except KeyboardInterrupt:
+        wait_s = 0.0  # as runner.run: a worker stuck in a submission is killed at once
+        raise
     finally:
         for s in sides:
-            s.session.release()
+            s.session.release(wait_s)
     rec_a, rec_b = (close_record(r, s.results, s.observer, s.session, s.runner) for s, r in zip(sides, records))
     alone = active[0].name if len(active) == 1 else ""
     per_shape = tuple(_shape(i, ra, rb, *sides, alone) for i, (ra, rb) in enumerate(zip(rec_a.cases, rec_b.cases)))

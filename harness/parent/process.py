@@ -163,12 +163,13 @@ class WorkerProcess:
                 self.proc.kill()
         self.proc.wait()
 
-    def close(self) -> None:
-        """Ask the worker to exit, then make sure it has."""
-        if self.proc.poll() is None:
+    def close(self, wait_s: float = 10.0) -> None:
+        """Ask the worker to exit, wait up to ``wait_s`` for it, then make sure it has (0: kill it at once, as
+        after Ctrl-C, when the worker may be stuck in the submission)."""
+        if self.proc.poll() is None and wait_s > 0:
             self._send_line(encode(Exit()))
             try:
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=wait_s)
             except subprocess.TimeoutExpired:
                 pass
         self.kill()

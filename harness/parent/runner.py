@@ -82,11 +82,15 @@ def run(variant: Variant, shapes: ShapeSet, opts: RunOptions, observer: Observer
 
     session = Session(variant, opts.settings, device, opts.sandbox, opts.worker_log)
     runner = CaseRunner(session, opts, observer, device)
+    wait_s = 10.0
     try:
         session.reserve(sample_layouts(shapes.cases, opts))
         _run_cases(shapes.cases, opts, runner, observer, finish)
+    except KeyboardInterrupt:
+        wait_s = 0.0  # Ctrl-C: the worker may be stuck in the submission; do not make the user wait for it
+        raise
     finally:
-        session.release()
+        session.release(wait_s)
     return close_record(record, results, observer, session, runner, started)
 
 

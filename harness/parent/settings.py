@@ -1,6 +1,7 @@
 """Run settings: configs/run.yml (documented there) merged over built-in defaults, as one frozen record."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -17,6 +18,9 @@ DEFAULT_FILE = ROOT / "configs" / "run.yml"
 
 
 SECTIONS = ("timeouts", "timing", "sandbox")
+#: The longest time a setting in seconds (a name ending in _s) or --timeout may give: 10^6 s, 11.6 days. The
+#: waits pass it to select() and add it to clock readings, which overflow on the platform's time_t far above it.
+MAX_SECONDS = 1e6
 #: Settings that take one of a few words instead of a number.
 CHOICES = {"isolate_pid_ipc": ("auto", "always", "never")}
 _SECTION_LIST = ", ".join(repr(s) for s in SECTIONS[:-1]) + f" and {SECTIONS[-1]!r}"
@@ -81,8 +85,10 @@ def load_settings(path: Path | None = None) -> Settings:
                             f"got {type(doc).__name__}")
     flat: dict = {}
     for section, values in doc.items():
-        if section not in SECTIONS or not isinstance(values, dict):
+        if section not in SECTIONS:
             raise SettingsError(f"{path}: expected sections {_SECTION_LIST}, got {section!r}")
+        if not isinstance(values, dict):
+            raise SettingsError(f"{path}: section {section} must map setting -> value, got {values!r}")
         flat.update(values)
     defaults = Settings()
     out = {}
@@ -100,10 +106,17 @@ def load_settings(path: Path | None = None) -> Settings:
         want = type(getattr(defaults, key))
         if not isinstance(value, (int, float)) or isinstance(value, bool) or (want is int and not isinstance(value, int)):
             raise SettingsError(f"{path}: {key} must be {'an' if want is int else 'a'} {want.__name__}, got {value!r}")
-        if value <= 0:
-            raise SettingsError(f"{path}: {key} must be positive, got {value!r}")
+        if not math.isfinite(value) or value <= 0:
+            raise SettingsError(f"{path}: {key} must be a positive finite number, got {value!r}")
+        if key.endswith("_s") and value > MAX_SECONDS:
+            raise SettingsError(f"{path}: {key} must be at most {MAX_SECONDS:g} seconds, got {value!r}")
         out[key] = want(value)
-    return replace(defaults, **out)
+    settings = replace(defaults, **out)
+    for low, high in (("min_runs", "max_runs"), ("warmup_samples", "warmup_max")):
+        if getattr(settings, low) > getattr(settings, high):
+            raise SettingsError(f"{path}: {low} ({getattr(settings, low)}) must not exceed {high} "
+                                f"({getattr(settings, high)})")
+    return settings
 
 
 def _budgets(path: Path, value, defaults: tuple) -> tuple:
@@ -116,7 +129,9 @@ def _budgets(path: Path, value, defaults: tuple) -> tuple:
         if mode not in TIMED_MODES:
             raise SettingsError(f"{path}: budget_s: {mode!r} takes no timed samples; budgets are for "
                                 f"{', '.join(TIMED_MODES)}")
-        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or seconds <= 0:
-            raise SettingsError(f"{path}: budget_s: {mode} must be a positive number of seconds, got {seconds!r}")
+        if (not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not math.isfinite(seconds)
+                or not 0 < seconds <= MAX_SECONDS):
+            raise SettingsError(f"{path}: budget_s: {mode} must be a positive number of seconds up to "
+                                f"{MAX_SECONDS:g}, got {seconds!r}")
         budgets[mode] = float(seconds)
     return tuple(budgets.items())
