@@ -51,17 +51,17 @@ class Case:
         for key in ("m", "n", "k"):
             values = getattr(self, key)
             if len(values) != self.g:
-                raise SpecError(f"{key} has {len(values)} entries but g is {self.g}: {self.text()}")
+                raise SpecError(f"{key} has {len(values)} entries but g is {self.g}")
             for v in values:
                 if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                    raise SpecError(f"{key} entries must be positive integers, got {v!r}: {self.text()}")
+                    raise SpecError(f"{key} entries must be positive integers, got {v!r}")
         for v in self.k:
             if v % K_MULTIPLE:
-                raise SpecError(f"k must be a multiple of {K_MULTIPLE}, got {v}: {self.text()}")
+                raise SpecError(f"k must be a multiple of {K_MULTIPLE}, got {v}")
         for key in ("m", "n"):
             for v in getattr(self, key):
                 if v % MN_MULTIPLE:
-                    raise SpecError(f"{key} must be a multiple of {MN_MULTIPLE}, got {v}: {self.text()}")
+                    raise SpecError(f"{key} must be a multiple of {MN_MULTIPLE}, got {v}")
 
     @property
     def problem_sizes(self) -> list[tuple[int, int, int, int]]:
