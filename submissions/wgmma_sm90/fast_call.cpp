@@ -4,7 +4,8 @@
 // of the same path (submission.py) spends most of a call creating shape and stride objects; this reads them in
 // place. Built once with torch.utils.cpp_extension (wgmma_sm90_host.load_fast_call); no CUDA headers: the driver's
 // cuLaunchKernel comes in as an address, and so does cuLaunchKernelEx when the plan uses programmatic dependent
-// launch (PDL: the kernel may start while the previous one on the stream ends; kernel.cu's pdl_begin waits).
+// launch for the main kernel (PDL: it may start while the kernel before it on the stream ends; kernel.cu's
+// pdl_begin waits). The pre-pass is always a plain launch: it waits for the previous call's main kernel in full.
 #include <torch/extension.h>
 
 #include <cstdint>
@@ -51,7 +52,7 @@ bool same(const Layout& l, const at::Tensor& t) {
 // One plan's launch: the parameter block (the Python Params struct, kept alive by the caller) and the launch
 // geometry of the main kernel and of the pre-pass (pre_func 0: none; it shares the parameter block), plus the
 // layouts of the last validated call (a, b, c, sfa, sfb of each group in turn). launch_ex: cuLaunchKernelEx's
-// address to launch both kernels with programmatic stream serialisation (PDL), or 0 for plain cuLaunchKernel.
+// address to launch the main kernel with programmatic stream serialisation (PDL), or 0 for plain cuLaunchKernel.
 class FastCall {
  public:
   FastCall(uint64_t params, int64_t max_groups, uint64_t func, int64_t grid, int64_t threads, int64_t smem,
@@ -101,10 +102,10 @@ class FastCall {
       }
     }
     if (pre_func_ != nullptr) {
-      const int err = launch(pre_func_, pre_grid_, pre_threads_, 0, stream);
+      const int err = launch(pre_func_, pre_grid_, pre_threads_, 0, stream, false);
       if (err) return 1000 + err;
     }
-    const int err = launch(func_, grid_, threads_, smem_, stream);
+    const int err = launch(func_, grid_, threads_, smem_, stream, launch_ex_ != nullptr);
     return err ? 1000 + err : 0;
   }
 
@@ -115,9 +116,9 @@ class FastCall {
   unsigned grid_, threads_, smem_;
   void* pre_func_;
   unsigned pre_grid_, pre_threads_;
-  int launch(void* func, unsigned grid, unsigned threads, unsigned smem, uint64_t stream) {
+  int launch(void* func, unsigned grid, unsigned threads, unsigned smem, uint64_t stream, bool pdl) {
     void* s = reinterpret_cast<void*>(stream);
-    if (launch_ex_ == nullptr) return launch_(func, grid, 1, 1, threads, 1, 1, smem, s, kparams_, nullptr);
+    if (!pdl) return launch_(func, grid, 1, 1, threads, 1, 1, smem, s, kparams_, nullptr);
     const LaunchConfig config{grid, 1, 1, threads, 1, 1, smem, s, &pdl_, 1};
     return launch_ex_(&config, func, kparams_, nullptr);
   }

@@ -177,13 +177,11 @@ class _Plan:
             self._pdl = _LaunchAttribute(_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, 0, (1,) + (0,) * 15)
             self._head = (_LaunchConfig((self.n_tiles, 1, 1), (threads, 1, 1), smem, None,
                                         ctypes.pointer(self._pdl), 1), main)
-            self._pre_head = ((_LaunchConfig((pre_blocks, 1, 1), (host.PRE_THREADS, 1, 1), 0, None,
-                                             ctypes.pointer(self._pdl), 1), funcs[host.PREPASS_NAME])
-                              if self.predecode else None)
         else:
             self._head = (main, u(self.n_tiles), u(1), u(1), u(threads), u(1), u(1), u(smem))
-            self._pre_head = ((funcs[host.PREPASS_NAME], u(pre_blocks), u(1), u(1), u(host.PRE_THREADS), u(1), u(1),
-                               u(0)) if self.predecode else None)
+        # The pre-pass is a plain launch even with PDL: it rewrites the scratch the previous call's main kernel reads.
+        self._pre_head = ((funcs[host.PREPASS_NAME], u(pre_blocks), u(1), u(1), u(host.PRE_THREADS), u(1), u(1),
+                           u(0)) if self.predecode else None)
         self.device = dev
         self._dev = dev.index
         self._stream = torch._C._cuda_getCurrentRawStream
@@ -210,16 +208,18 @@ class _Plan:
         arr[3 * mg:3 * mg + g] = ptrs[3::5]
         arr[4 * mg:4 * mg + g] = ptrs[4::5]
         stream = ctypes.c_void_p(self._stream(self._dev))
-        heads = (self._head,) if self._pre_head is None else (self._pre_head, self._head)
-        for head, what in zip(heads, ("cuLaunchKernel (pre-pass)", "cuLaunchKernel")[-len(heads):]):
-            if self.pdl:
-                config, func = head
-                config.stream = stream
-                err = _DRIVER.launch_ex(ctypes.byref(config), func, self._kparams, None)
-            else:
-                err = _DRIVER.launch(*head, stream, self._kparams, None)
+        if self._pre_head is not None:
+            err = _DRIVER.launch(*self._pre_head, stream, self._kparams, None)
             if err:
-                _DRIVER.check(err, what)
+                _DRIVER.check(err, "cuLaunchKernel (pre-pass)")
+        if self.pdl:
+            config, func = self._head
+            config.stream = stream
+            err = _DRIVER.launch_ex(ctypes.byref(config), func, self._kparams, None)
+        else:
+            err = _DRIVER.launch(*self._head, stream, self._kparams, None)
+        if err:
+            _DRIVER.check(err, "cuLaunchKernel")
 
 
 _PLANS: dict = {}

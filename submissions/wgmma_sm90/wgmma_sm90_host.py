@@ -298,18 +298,18 @@ def choose_ws(sizes, num_sms: int) -> bool:
 
 
 def choose_pdl(sizes, num_sms: int) -> bool:
-    """True: launch the pre-pass and the main kernel with programmatic stream serialisation (PDL, sm_90): each may
-    be scheduled while the kernel before it on the stream finishes, and waits (kernel.cu pdl_begin) before it reads
-    or writes anything. Not for the warp-specialised loop, whose entry points do not wait.
+    """True: launch the main kernel with programmatic stream serialisation (PDL, sm_90): it may be scheduled while
+    the kernel before it on the stream (the pre-pass, or the previous call's main kernel) finishes, and waits
+    (kernel.cu pdl_begin) before it reads or writes anything. The pre-pass is always a plain launch. Not for the
+    warp-specialised loop, whose entry points do not wait.
 
-    The rule: on for plans of one kernel (no pre-pass). H200, 2026-12-01, ``bench.py --time --pdl 0|1``, two rounds
-    each, us per call alone: g2_n3072_k4096 34.4 -> 33.5 and g2_n4096_k1536 17.3 -> 16.6 (no pre-pass), but
-    g8_n4096_k7168 137.7 -> 145.3 and g8_n7168_k2048 72.6 -> 74.4 (pre-pass, then the main kernel). With the
-    coalesced pre-pass, both forced on against the pre-pass alone (one call, two rounds): 111.6 -> 113.6,
-    68.8 -> 69.0, 32.5 -> 34.6, 18.9 -> 21.6."""
+    H200, 2026-12-01, ``bench.py --time``, two rounds each in one call, us per call alone, the rule against
+    ``--pdl 0``: 112.5 / 112.7, 68.4 / 68.9, 31.2 / 32.4, 16.3 / 17.3 on the four benchmarks (the first three
+    predecode). With the pre-pass also launched under PDL it had lost on the shapes that predecode (111.6 -> 113.6,
+    68.8 -> 69.0, 32.5 -> 34.6), hence the plain pre-pass."""
     if PDL_OVERRIDE is not None:
         return PDL_OVERRIDE
-    return not choose_predecode(sizes, num_sms)
+    return True
 
 
 def predecode_rows(m: int) -> int:

@@ -120,14 +120,12 @@ def test_predecode_follows_steps_per_slot(monkeypatch):
     assert host.choose_predecode(BENCHMARK_CASES[0].problem_sizes, 132) is False
 
 
-def test_pdl_only_for_plans_of_one_kernel(monkeypatch):
-    """Programmatic dependent launch where there is no pre-pass (the H200 measured it faster for the two G = 2
-    benchmarks without the pre-pass, and slower for every benchmark with it)."""
-    assert [host.choose_pdl(c.problem_sizes, 132) for c in BENCHMARK_CASES] == [False, False, False, True]
-    monkeypatch.setattr(host, "PREDECODE_OVERRIDE", True)
+def test_pdl_for_the_main_kernel_of_every_plan(monkeypatch):
+    """Programmatic dependent launch for the main kernel whether or not a pre-pass comes first (the pre-pass itself
+    is never launched with it: test_fast_call_with_pdl_launches_only_the_main_kernel_through_cuLaunchKernelEx)."""
+    assert [host.choose_pdl(c.problem_sizes, 132) for c in BENCHMARK_CASES] == [True] * 4
+    monkeypatch.setattr(host, "PDL_OVERRIDE", False)
     assert host.choose_pdl(BENCHMARK_CASES[3].problem_sizes, 132) is False
-    monkeypatch.setattr(host, "PDL_OVERRIDE", True)
-    assert host.choose_pdl(BENCHMARK_CASES[0].problem_sizes, 132) is True
 
 
 def test_prepass_blocks_cover_one_thread_per_row_and_k_step():
@@ -496,16 +494,19 @@ def test_fast_call_launches_the_pre_pass_first_on_the_same_stream_and_block(fast
     assert failing.call(abc, sf_r, 5) == 1700 and len(rec2.calls) == 1  # the main kernel is not launched
 
 
-def test_fast_call_with_pdl_launches_both_kernels_through_cuLaunchKernelEx_with_the_attribute(fast_module):
+def test_fast_call_with_pdl_launches_only_the_main_kernel_through_cuLaunchKernelEx(fast_module):
+    # the pre-pass rewrites the scratch the previous call's main kernel reads: a plain launch, after it in full
     abc, _, sf_r, sizes = _data()
     params, rec, ex = host.make_params(sizes, 0, scratch=0x100000), _Recorder(), _ExRecorder()
     fast = _fast(fast_module, params, rec, pre_func=0xE00, pre_grid=6, ex=ex)
     fast.remember(abc, sf_r)
-    assert fast.call(abc, sf_r, 5) == 0 and rec.calls == []
-    pdl = [(6, 1)]  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, allowed
+    assert fast.call(abc, sf_r, 5) == 0
     addr = ctypes.addressof(params)
-    assert ex.calls == [(0xE00, [6, 1, 1], [256, 1, 1], 0, 5, pdl, addr, None),
-                        (0xF00, [77, 1, 1], [256, 1, 1], 89088, 5, pdl, addr, None)]
+    (pf, *pdims, pstream, pk, pextra), = rec.calls
+    assert (pf, pdims, pstream, ctypes.cast(pk, ctypes.POINTER(ctypes.c_void_p))[0], pextra) == (
+        0xE00, [6, 1, 1, 256, 1, 1, 0], 5, addr, None)
+    pdl = [(6, 1)]  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, allowed
+    assert ex.calls == [(0xF00, [77, 1, 1], [256, 1, 1], 89088, 5, pdl, addr, None)]
 
 
 @pytest.mark.parametrize("kind", ["a dtype", "c strides", "b shape", "sfa layout"])
