@@ -325,11 +325,12 @@ def test_ctrl_c_kills_the_worker_at_once_instead_of_waiting_for_it(monkeypatch):
     period (the worker killed at once); a run that ends normally gives the worker 10 s to exit."""
     from harness.parent import runner
     from harness.parent.cases import RunOptions, Session
+    from harness.parent.process import EXIT_WAIT_S
     from harness.parent.registry import resolve
     from task.spec import load_shapes
 
     waits = []
-    monkeypatch.setattr(Session, "release", lambda self, wait_s=10.0: waits.append(wait_s))
+    monkeypatch.setattr(Session, "release", lambda self, wait_s=EXIT_WAIT_S: waits.append(wait_s))
     monkeypatch.setattr(Session, "reserve", lambda self, layouts: None)
 
     def interrupted(*_):
@@ -341,7 +342,7 @@ def test_ctrl_c_kills_the_worker_at_once_instead_of_waiting_for_it(monkeypatch):
         runner.run(resolve("torch_reference"), shapes, RunOptions("test"))
     monkeypatch.setattr(runner, "_run_cases", lambda *_: None)
     runner.run(resolve("torch_reference"), shapes, RunOptions("test"))
-    assert waits == [0.0, 10.0]
+    assert waits == [0.0, EXIT_WAIT_S] and EXIT_WAIT_S == 10.0
 
 
 def test_json_that_fails_at_the_end_says_where_the_run_is_kept(tmp_path, monkeypatch):

@@ -70,7 +70,7 @@ def test_a_worker_that_exits_110_is_a_cuda_failure():
         def receive(self, timeout_s):
             raise WorkerDied("the worker process exited after a CUDA error (exit code 110)", self.code)
 
-        def close(self, wait_s=10.0):
+        def close(self, wait_s=None):
             pass
 
     session = Session(read_variant(SHARED_CASES / "honest_torch.py"), Settings())

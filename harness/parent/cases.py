@@ -19,7 +19,7 @@ from harness.parent import judge
 from harness.parent import seeds as seedlib
 from harness.parent.environment import device_facts
 from harness.parent.judge import CaseFailed, Verdict
-from harness.parent.process import WorkerDied, WorkerProcess, WorkerTimeout
+from harness.parent.process import EXIT_WAIT_S, WorkerDied, WorkerProcess, WorkerTimeout
 from harness.parent.registry import Variant
 from harness.parent.samples import Sample, SharedSet
 from harness.parent.sandbox import Sandbox, plan_for
@@ -150,7 +150,7 @@ class Session:
             raise failed
         return reply
 
-    def close(self, wait_s: float = 10.0) -> None:
+    def close(self, wait_s: float = EXIT_WAIT_S) -> None:
         """End the worker (WorkerProcess.close: asked to exit, killed after ``wait_s``)."""
         if self.proc is not None:
             self.stray_bytes += self.proc.stray_bytes
@@ -159,7 +159,7 @@ class Session:
             self._mapped = -1
         self.shared.free_retired()
 
-    def release(self, wait_s: float = 10.0) -> None:
+    def release(self, wait_s: float = EXIT_WAIT_S) -> None:
         """Close the worker and free the shared buffers; ``wait_s`` as for close (0 after Ctrl-C)."""
         self.close(wait_s)
         self.shared.close()

@@ -43,6 +43,7 @@ from harness.parent import judge
 from harness.parent import seeds as seedlib
 from harness.parent.cases import CaseAttempt, CaseRunner, Observer, RunOptions, Session
 from harness.parent.environment import device_facts
+from harness.parent.process import EXIT_WAIT_S
 from harness.parent.registry import Variant
 from harness.parent.runner import close_record, new_record
 from harness.protocol import ExitCode
@@ -156,7 +157,7 @@ def compare(a: Variant, b: Variant, shapes: ShapeSet, opts: RunOptions = RunOpti
     facts = device_facts()
     unmet = {s.letter: r for s in sides if (r := s.variant.requires.unmet_reason(facts))}
     active = tuple(s for s in sides if s.letter not in unmet)
-    wait_s = 10.0
+    wait_s = EXIT_WAIT_S
     try:
         for s in sides:
             if s.letter in unmet:

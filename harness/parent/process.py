@@ -60,6 +60,10 @@ def native_window() -> str:
     return "" if ok else why
 
 
+#: How long a worker asked to exit may take before it is killed (WorkerProcess.close); 0 after Ctrl-C.
+EXIT_WAIT_S = 10.0
+
+
 class WorkerProcess:
     """``python -m harness.worker`` in its own session, talking JSON on stdin and authenticated frames back."""
 
@@ -163,7 +167,7 @@ class WorkerProcess:
                 self.proc.kill()
         self.proc.wait()
 
-    def close(self, wait_s: float = 10.0) -> None:
+    def close(self, wait_s: float = EXIT_WAIT_S) -> None:
         """Ask the worker to exit, wait up to ``wait_s`` for it, then make sure it has (0: kill it at once, as
         after Ctrl-C, when the worker may be stuck in the submission)."""
         if self.proc.poll() is None and wait_s > 0:

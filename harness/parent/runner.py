@@ -20,7 +20,7 @@ from harness.parent import seeds as seedlib
 from harness.parent.cases import CaseAttempt, CaseRunner, Observer, RunOptions, Session
 from harness.parent.environment import device_facts, environment
 from harness.parent.judge import CaseFailed
-from harness.parent.process import native_window
+from harness.parent.process import EXIT_WAIT_S, native_window
 from harness.parent.registry import ROOT, Variant
 from harness.parent.sandbox import plan_for
 from harness.parent.settings import MODES
@@ -82,7 +82,7 @@ def run(variant: Variant, shapes: ShapeSet, opts: RunOptions, observer: Observer
 
     session = Session(variant, opts.settings, device, opts.sandbox, opts.worker_log)
     runner = CaseRunner(session, opts, observer, device)
-    wait_s = 10.0
+    wait_s = EXIT_WAIT_S
     try:
         session.reserve(sample_layouts(shapes.cases, opts))
         _run_cases(shapes.cases, opts, runner, observer, finish)
