@@ -36,6 +36,7 @@ def _run(*args):
     (["--timeout", "1e300"], 2, "expected a number of seconds above 0 and at most 1e+06, got 1e300"),
     (["--timeout", "soon"], 2, "expected a number of seconds, got 'soon'"),
     (["--shapes", "configs/shapes/nothere.yml"], 113, "shape file configs/shapes/nothere.yml does not exist"),
+    (["--settings", "configs/nothere.yml"], 113, "settings file configs/nothere.yml does not exist"),
     (["--cluster", "10.0.0.1:8786"], 113,
      "Error: --cluster 10.0.0.1:8786: expected a scheduler address (tcp://HOST:8786) or local:N"),
     (["--cluster", "local:0"], 113, "Error: --cluster local:0: expected local:N with N >= 1 workers"),

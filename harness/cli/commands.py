@@ -110,7 +110,7 @@ def _run_options(fn):
         click.option("--seed", type=_Seed(), default=None,
                      help="Secret seed (a non-negative integer) combined into every case seed "
                           "(default: $POPCORN_SEED, else none)."),
-        click.option("--settings", "settings_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        click.option("--settings", "settings_path", type=click.Path(dir_okay=False, path_type=Path),
                      default=None, help="Run settings YAML (default configs/run.yml)."),
         click.option("--timeout", type=_Seconds(), default=None,
                      help=f"Override every time limit (seconds, > 0, at most {MAX_SECONDS:g})."),
