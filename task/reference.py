@@ -8,8 +8,9 @@ Two paths that give the same bits wherever both apply:
   through fp32 with round-to-odd, which makes it a single correct rounding (fp32 keeps 13 more bits than fp16).
 - ``ref_kernel``: per group, when ``exact_in_fp32`` holds, an exact decode into bf16 and a GEMM with fp32
   accumulation, rounded once to fp16 (CUDA: one Triton GEMM for every group that decodes in registers,
-  task.reference_triton; the torch table decode and a GEMM with fp32 output where triton does not import, and on
-  the CPU, in fp32); otherwise the fp64 path. The bound needs only the scale bytes (a 256-entry key table).
+  task.reference_triton; the torch table decode and a GEMM with fp32 output where triton does not import; on the
+  CPU an int8 decode and an integer GEMM where the elements fit int8, else fp32); otherwise the fp64 path. The
+  bound needs only the scale bytes (a 256-entry key table).
 
 Why the fast path is exact (the bound ``exact_in_fp32`` checks). Work in integer units:
 
@@ -36,6 +37,12 @@ Why the fast path is exact (the bound ``exact_in_fp32`` checks). Work in integer
 - Rounding: fp32 -> fp16 (``.to(torch.float16)``) is one correctly rounded conversion of the exact sum. Exact in
   fp32 implies exact in fp64, and ``round_to_fp16`` rounds that same real number once, so both paths give the same
   fp16 bits, inf on overflow and subnormals included. An exactly zero sum is +0 on both (accumulators start at +0).
+
+The CPU's integer path. Where the bound holds, ``x = e * 2^(mu - 10)`` with ``e = h * (q >> mu)`` an integer (every
+nonzero ``q`` of the operand is a multiple of ``2^mu``). When ``H * (Q >> mu) <= 127`` for both operands every ``e``
+is an int8, an int32-accumulating GEMM (``torch._int_mm``) returns ``S = sum e_A e_B`` exactly, and the bound above
+is ``|S| <= 2^24``: ``S`` converts to fp32 exactly, the scaling by ``2^(mu_A + mu_B - 20)`` is exact, and the fp16
+conversion is the one rounding. Official data has ``e`` in -6..6 (``Q >> mu = 2``, ``H <= 12`` assumed: 24).
 
 Official data (values 0, +-0.5, +-1, +-1.5, scales 1 or 2: ``mu = 9``, ``Q = 1024``) passes up to
 ``K = 2^22 / 144 = 29127`` with ``H = 12`` assumed, and up to ``K = 466033`` with the ``H = 3`` present; full-range
@@ -234,16 +241,20 @@ def _pair_table(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     return _PAIRS[key]
 
 
-def _decode(operands: Sequence[tuple[torch.Tensor, torch.Tensor]], dtype: torch.dtype) -> list[torch.Tensor]:
+def _decode(operands: Sequence[tuple[torch.Tensor, torch.Tensor]], dtype: torch.dtype,
+            table: torch.Tensor | None = None) -> list[torch.Tensor]:
     """Per operand (packed [R, K/2, 1] e2m1 pairs, int32 codes [R, K/16] of its scale bytes), all on one device ->
-    ``dtype`` [R, K] per operand, views of one gather: one int32 index per byte (``byte + 256 * code``)."""
+    ``dtype`` [R, K] per operand, views of one gather: one int32 index per byte (``byte + 256 * code``) into
+    ``table`` (default ``_pair_table(dtype, device)``; ``_int8_table`` for int8)."""
     sizes = [p.shape[0] * p.shape[1] for p, _ in operands]
     index = torch.empty(sum(sizes), dtype=torch.int32, device=operands[0][1].device)
     for (p, codes), slot in zip(operands, index.split(sizes)):
         rows, blocks = codes.shape
         torch.add(p.view(torch.uint8).reshape(rows, blocks, SF_VEC // 2), codes.unsqueeze(-1), alpha=256,
                   out=slot.view(rows, blocks, SF_VEC // 2))
-    values = torch.index_select(_pair_table(dtype, index.device), 0, index).view(dtype)
+    if table is None:
+        table = _pair_table(dtype, index.device)
+    values = torch.index_select(table, 0, index).view(dtype)
     return [v.view(p.shape[0], -1) for v, (p, _) in zip(values.split([2 * s for s in sizes]), operands)]
 
 
@@ -303,6 +314,87 @@ def _gemms(values: Sequence[torch.Tensor]) -> list[torch.Tensor]:
             torch.mm(a_values, b_values.T, out_dtype=torch.float32, out=dst)
     out16 = out32.to(torch.float16)
     return [o.view(*shape, 1) for o, shape in zip(out16.split(sizes), shapes)]
+
+
+#: Largest |e| of the integer path: an int8.
+INT8_MAX = 127
+_INT8_PAIRS: dict[int, torch.Tensor] = {}
+_INT_MM: list[bool] = []
+
+
+def _int8_shift(stats: tuple[int, int], halves: int = E2M1_MAX_HALVES) -> int | None:
+    """``mu`` of one operand for the integer path (every element ``h * q * 2^-10`` is ``e * 2^(mu - 10)`` with ``e =
+    h * (q >> mu)``, ``|e| <= halves * (Q >> mu) <= INT8_MAX``), from its (-mu, Q) (``_read_stats``); None when some
+    element may not fit an int8, or a scale is NaN. All-zero scales: 0."""
+    neg_mu, q = stats
+    if neg_mu == _NAN_KEY:
+        return None
+    if q == 0:
+        return 0
+    return -neg_mu if halves * (q >> -neg_mu) <= INT8_MAX else None
+
+
+def _int8_table(mu: int) -> torch.Tensor:
+    """int16 [65536] (CPU), entry ``byte + 256 * code`` = the two int8 ``e = h * (q >> mu)`` of e2m1 pair ``byte``
+    under e4m3fn scale ``code`` (low nibble first; ``q`` carries the scale's sign) as one int16. Entries of codes whose ``q`` is not a multiple of
+    ``2^mu``, or whose ``e`` leave int8, are meaningless and never read: ``_int8_shift`` admits no such operand."""
+    if mu not in _INT8_PAIRS:
+        byte = torch.arange(256)
+        halves = (torch.tensor(E2M1_VALUES, dtype=torch.float64) * 2).to(torch.int64)
+        pair = torch.stack((halves[byte & 0xF], halves[byte >> 4]), dim=-1)                   # [256 bytes, 2]
+        finite = [e4m3fn_value(c) == e4m3fn_value(c) for c in range(256)]
+        q = torch.tensor([(_q(c) >> mu) * (-1 if c & 0x80 else 1) if ok else 0 for c, ok in zip(range(256), finite)])
+        e = (q.view(256, 1, 1) * pair).clamp(-128, INT8_MAX).to(torch.int8)                  # [code, byte, 2]
+        _INT8_PAIRS[mu] = e.reshape(65536, 2).view(torch.int16).reshape(65536)
+    return _INT8_PAIRS[mu]
+
+
+def _int_mm_runs() -> bool:
+    """Whether ``torch._int_mm`` (int8 x int8 -> int32) runs on the CPU in this torch."""
+    if not _INT_MM:
+        try:
+            one = torch.ones(1, 8, dtype=torch.int8)
+            _INT_MM.append(int(torch._int_mm(one, one.T)) == 8)
+        except (AttributeError, RuntimeError, NotImplementedError):
+            _INT_MM.append(False)
+    return _INT_MM[0]
+
+
+def _fast_int8(groups: Sequence[_Group], shifts: Sequence[tuple[int, int]]) -> list[torch.Tensor]:
+    """CPU only. Per group (as ``_fast``) and its operands' ``mu`` (``_int8_shift``, neither None) -> fp16
+    [M, N, 1]: the int8 table decode (one gather per distinct ``mu``), ``torch._int_mm``, ``S * 2^(mu_A + mu_B -
+    20)`` in fp32, one rounding to fp16 (module docstring: exact). Outputs are views of one buffer."""
+    operands = [op for a, b, ca, cb in groups for op in ((a, ca), (b, cb))]
+    mus = [mu for pair in shifts for mu in pair]
+    values: list = [None] * len(operands)
+    for mu in sorted(set(mus)):
+        chosen = [i for i, m in enumerate(mus) if m == mu]
+        decoded = _decode([operands[i] for i in chosen], torch.int8, _int8_table(mu))
+        for i, v in zip(chosen, decoded):
+            values[i] = v
+    shapes = [(values[2 * g].shape[0], values[2 * g + 1].shape[0]) for g in range(len(groups))]
+    sizes = [m * n for m, n in shapes]
+    out32 = torch.empty(sum(sizes), dtype=torch.float32)
+    for g, (dst, shape, (mu_a, mu_b)) in enumerate(zip(out32.split(sizes), shapes, shifts)):
+        dst = dst.view(shape)
+        dst.copy_(torch._int_mm(values[2 * g], values[2 * g + 1].T))
+        dst.mul_(2.0 ** (mu_a + mu_b - 2 * (SCALE_UNIT_EXP + 1)))
+    out16 = out32.to(torch.float16)
+    return [o.view(*shape, 1) for o, shape in zip(out16.split(sizes), shapes)]
+
+
+def _fast_cpu(groups: Sequence[_Group], bounds: Sequence[tuple[int, int]]) -> list[torch.Tensor]:
+    """CPU: ``_fast`` for groups that pass the bound, through ``_fast_int8`` for those whose two operands fit int8
+    (``bounds``: (-mu, Q) of A and B per group, in order). Same outputs, same bits."""
+    shifts = [(_int8_shift(bounds[2 * g]), _int8_shift(bounds[2 * g + 1])) for g in range(len(groups))]
+    integer = [g for g, (sa, sb) in enumerate(shifts) if sa is not None and sb is not None] if _int_mm_runs() else []
+    wide = [g for g in range(len(groups)) if g not in integer]
+    out: list = [None] * len(groups)
+    for chosen, run in ((integer, lambda gs: _fast_int8(gs, [shifts[g] for g in integer])), (wide, _fast)):
+        if chosen:
+            for g, o in zip(chosen, run([groups[g] for g in chosen])):
+                out[g] = o
+    return out
 
 
 def _unblocked(reordered: torch.Tensor, rows: int, blocks: int) -> torch.Tensor:
@@ -484,7 +576,8 @@ def _finish(pending: _Pending, bounds: list[tuple[int, int]]) -> output_t:
     exact = [_group_exact(a.shape[1] * 2, bounds[2 * g], bounds[2 * g + 1], a, b) for g, (a, b, _c) in enumerate(abc)]
     if fast is None:  # CPU: decode only the groups that pass
         passing = [g for g, ok in enumerate(exact) if ok]
-        fast = dict(zip(passing, _fast([pending.groups[g] for g in passing]) if passing else []))
+        fast = dict(zip(passing, _fast_cpu([pending.groups[g] for g in passing],
+                                           [bounds[2 * g + i] for g in passing for i in (0, 1)]) if passing else []))
     out = []
     for g, (a, b, _c) in enumerate(abc):
         if exact[g]:

@@ -65,3 +65,41 @@ def test_empty_loops_are_refused(inputs, stop, message):
 ])
 def test_busy_time_is_the_union_of_the_intervals(intervals, busy):
     assert timing.busy_us(intervals) == busy
+
+
+def test_run_window_takes_the_thread_snapshot_before_the_flush_so_nothing_but_the_calls_follows_it():
+    """The official loop queues its start event right behind its L2 fill, so the first call's host path overlaps
+    the fill; run_window keeps its own work (the threads' snapshot) ahead of the flush for the same reason."""
+    order = []
+
+    class Window:
+        def run_calls(self, kernel, inputs, stream):
+            order.append("start mark")
+            outputs = [kernel(x) for x in inputs]
+            order.append("end mark")
+            return outputs
+
+        def elapsed_ns(self):
+            return 5.0
+
+    def snapshot():
+        order.append("snapshot")
+
+    result = timing.run_window(Window(), lambda x: order.append(f"call {x}") or x, [1, 2],
+                               lambda outputs, scratch: order.append(f"copy scratch={scratch}") or (),
+                               cuda=False, flush=lambda: order.append("flush"), snapshot=snapshot,
+                               closed=lambda: order.append("closed"))
+    assert order == ["snapshot", "flush", "start mark", "call 1", "call 2", "end mark", "snapshot",
+                     "copy scratch=False", "closed"]
+    assert result.outputs == [1, 2] and result.elapsed_ns == 5.0
+
+
+@pytest.mark.gpu
+def test_l2_flush_writes_what_the_official_clear_writes():
+    """reference-kernels' clear_l2_cache fills 256 MiB; the flush writes that much, and at least the whole L2."""
+    flush = timing.L2Flush(torch.device("cuda", 0), limit=False, lines=False)
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    assert flush.bytes == max(l2, 256 * 2**20) == flush._buf.numel()
+    flush()
+    torch.cuda.synchronize()
+    assert int(flush._buf[-1]) == 0

@@ -166,7 +166,7 @@ class Worker:
         copied = [[False] * len(req.m) for _ in range(req.calls)]
         copy_out = self._copier(layout, views, scratch, copied)
         profiled = req.kind in ("profile", "kernels")
-        before = threads.snapshot() if profiled else None  # run_window takes its own, right before the calls
+        before = threads.snapshot() if profiled else None  # run_window takes its own, right before its flush
         try:
             if profiled:
                 result, table, kernel_ns = self._profile(inputs, copy_out, table=req.kind == "profile")

@@ -74,14 +74,26 @@ def busy_us(intervals: Sequence[tuple[float, float]]) -> float:
     return total
 
 
+#: What the official evaluator writes to clear the L2 before each sample: reference-kernels'
+#: problems/nvidia/nvfp4_group_gemm/utils.py ``clear_l2_cache`` fills a (32, 1024, 1024) int64 tensor, 256 MiB.
+OFFICIAL_CLEAR_BYTES = 32 * 1024 * 1024 * 8
+
+
 class L2Flush:
-    """Clears the L2 before each sample: zeroes a buffer exactly the size of the device's L2 (allocated once, on
-    the current stream), after dropping any persisting-L2 reservation through the driver API: ``limit`` sets the
-    persisting-L2 limit to 0, ``lines`` resets the persisting lines (each skipped where libcuda cannot be loaded).
-    fp4bench's worker does both; the official evaluator neither (``L2Flush(device, limit=False, lines=False)``)."""
+    """Clears the L2 before each sample: zeroes a buffer of max(the device's L2, ``OFFICIAL_CLEAR_BYTES``) bytes
+    (allocated once, on the current stream), after dropping any persisting-L2 reservation through the driver API:
+    ``limit`` sets the persisting-L2 limit to 0, ``lines`` resets the persisting lines (each skipped where libcuda
+    cannot be loaded). fp4bench's worker does both; the official evaluator neither (``L2Flush(device, limit=False,
+    lines=False)``).
+
+    The size is the official clear's, not just the L2's, because the clear's GPU time is part of how the official
+    loop times: its start event is queued behind the fill (about 80 us of writes on an H200), so the first call's
+    host path (Python, the launch) runs while the GPU is still busy and costs the window nothing. An L2-sized
+    buffer (60 MiB, about 20 us) hid less of it, and a first call that runs cold after fp4bench's pause between
+    samples then showed in every sample."""
 
     def __init__(self, device: torch.device, limit: bool = True, lines: bool = True):
-        self.bytes = torch.cuda.get_device_properties(device).L2_cache_size
+        self.bytes = max(torch.cuda.get_device_properties(device).L2_cache_size, OFFICIAL_CLEAR_BYTES)
         self._buf = _empty(self.bytes, dtype=torch.uint8, device=device)
         self._set_limit = self._reset = None
         if limit or lines:
@@ -161,17 +173,18 @@ def run_window(window, kernel, inputs: list, copy_out, cuda: bool, flush: L2Flus
     to the output buffer (right after the end mark, on the same stream: the state at the end of the window) and,
     after every stream has finished, to a scratch buffer; it returns the calls whose two copies differ.
     ``flush``: clear the L2 first (timed samples); ``watch``: look for work left on other streams; ``snapshot``
-    (the threads' CPU clocks) is taken right before the start mark and right after the end mark, so everything
-    but the calls themselves lies outside the interval between them. ``closed()`` (optional) runs once the
+    (the threads' CPU clocks) is taken before the device sync and the flush, and right after the end mark, so
+    only the flush's launch and the calls lie between them (taking it after the flush let the GPU finish the
+    flush and idle before the start mark, exposing the first call's host path as the official loop does not). ``closed()`` (optional) runs once the
     window's work is done and judged for late streams, before the scratch copy: the device is free again.
 
     Raises whatever a call raised (the marks are closed first)."""
+    before = snapshot()
     if cuda:
         _device_sync()
     if flush is not None:
         flush()
     stream = _current_stream().cuda_stream if cuda else None
-    before = snapshot()
     outputs = window.run_calls(kernel, inputs, stream)
     marks = watch.mark_pending() if watch is not None else []  # first: a side stream's tail must still be queued
     after = snapshot()
