@@ -12,8 +12,14 @@ from hypothesis import strategies as st
 
 from task.formats import unblock
 from task.inputs import generate_input
+from task import reference as reference_module
 from task.reference import (
     _fast,
+    _fast_cpu,
+    _int8_shift,
+    _int8_table,
+    _read_stats,
+    _scale_stats,
     _unblocked,
     dequantize_lut,
     exact_in_fp32,
@@ -330,3 +336,68 @@ def test_round_to_fp16_is_a_single_rounding():
     assert got[2] == -(1 + 2**-10)
     assert got[3] == float("inf")        # beyond fp16's range
     assert got[4] == 0.0                 # below fp16's smallest subnormal / 2
+
+
+def _bounds(*scale_codes):
+    """(-mu, Q) per operand of uint8 scale-code tensors, as ref_kernel reads them."""
+    codes = [torch.as_tensor(c, dtype=torch.uint8).reshape(-1).to(torch.int32) for c in scale_codes]
+    return _read_stats(_scale_stats(torch.cat(codes), [c.numel() for c in codes]))
+
+
+@pytest.mark.parametrize("codes, expected", [
+    ([ONE, TWO], 9),          # official: q = 512, 1024 -> mu 9, Q >> mu = 2, |e| <= 24
+    ([0x7E], 15),             # 448 = 7 * 2^6: q = 7 * 2^15, |e| <= 84
+    ([ONE, 0x39], 6),         # 1.0 and 1.125 = 9 * 2^-3: mu 6, Q >> mu = 9, |e| <= 108
+    ([ONE, 0x3F], None),      # 1.875 = 15 * 2^-3: Q >> mu = 15, 12 * 15 > 127
+    ([0x00, 0x80], 0),        # only zero scales: every element is 0
+    ([ONE, NAN], None),       # a NaN scale never takes a fast path
+])
+def test_int8_shift_known_values(codes, expected):
+    assert _int8_shift(_bounds(codes)[0]) == expected
+
+
+def test_int8_table_decodes_every_byte_under_every_admitted_code():
+    """For each finite nonzero scale code c, with mu = nu2(q(c)) as _int8_shift would give an operand of that code
+    alone: when admitted, all 256 bytes decode to e with e * 2^(mu - 10) equal to ml_dtypes' value x scale."""
+    packed = torch.arange(256, dtype=torch.uint8).view(1, 256, 1).view(torch.float4_e2m1fn_x2)
+    admitted = 0
+    for code in range(256):
+        mu = _int8_shift(_bounds([code])[0])
+        if mu is None or code in (0x00, 0x80):
+            continue
+        admitted += 1
+        e = torch.index_select(_int8_table(mu), 0, torch.arange(256) + 256 * code).view(torch.int8).double()
+        sf = torch.full((1, 32, 1), code, dtype=torch.uint8).view(torch.float8_e4m3fn)
+        np.testing.assert_array_equal((e * 2.0 ** (mu - 10)).numpy(), _independent(packed, sf)[0])
+    # q's odd part must be at most 10 (12 * odd <= 127): normal mantissas 0, 1, 2, 4, 6 (odd parts 1, 9, 5, 3, 7)
+    # at each of 15 exponents, and all 7 subnormals; both signs
+    assert admitted == 2 * (15 * 5 + 7)
+
+
+@pytest.mark.parametrize("data, integer", [("official", True), ("full-range", False)])
+def test_cpu_reference_takes_the_integer_path_where_it_fits(data, integer, monkeypatch):
+    calls = []
+    real = reference_module._fast_int8
+    monkeypatch.setattr(reference_module, "_fast_int8", lambda *a: calls.append(1) or real(*a))
+    inputs = generate_input((64, 36), (128, 256), (512, 1024), 2, 5, data=data, device="cpu")
+    _assert_same_bits(ref_kernel(inputs), ref_kernel_fp64(inputs))
+    assert bool(calls) == integer
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 8).map(lambda x: x * MN_MULTIPLE), st.integers(1, 8).map(lambda x: x * MN_MULTIPLE),
+       st.integers(1, 16).map(lambda x: x * K_MULTIPLE), st.sampled_from([0xBB, 0xFF, 0x77]),
+       st.integers(0, 248), st.integers(0, 3), st.integers(0, 2**31 - 1))
+def test_cpu_fast_path_equals_fp64_wherever_the_bound_holds(m, n, k, mask, low_code, code_span, seed):
+    """Random bytes and scale codes from a window of e4m3fn bytes (negative scales from 0x80 on): where
+    exact_in_fp32 holds, _fast_cpu (the integer path for operands that fit int8, fp32 for the rest) gives the fp64
+    bits."""
+    gen = torch.Generator().manual_seed(seed)
+    data = [torch.randint(256, (r, k // 2), dtype=torch.uint8, generator=gen) & mask for r in (m, n)]
+    codes = [torch.randint(low_code, low_code + 2 ** code_span, (r, k // 16), dtype=torch.uint8, generator=gen)
+             for r in (m, n)]
+    inputs = _group(*data, *codes)
+    (a, b, _), (sfa, sfb) = inputs[0][0], inputs[1][0]
+    if exact_in_fp32(k, sfa, sfb):
+        got = _fast_cpu([(a, b, *(c.to(torch.int32) for c in codes))], _bounds(*codes))
+        _assert_same_bits(got, ref_kernel_fp64(inputs))
