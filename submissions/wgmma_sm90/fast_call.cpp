@@ -2,11 +2,14 @@
 // the group addresses into the kernel's parameter block and launch (the pre-pass, then the main kernel, when the
 // plan predecodes A), in one call from Python. The Python version
 // of the same path (submission.py) spends most of a call creating shape and stride objects; this reads them in
-// place. Built once with torch.utils.cpp_extension (wgmma_sm90_host.load_fast_call); no CUDA headers: the driver's
+// place. Built once with torch.utils.cpp_extension (wgmma_sm90_host.load_fast_call) from the two headers it needs
+// rather than torch/extension.h, whose C++ frontend (torch/all.h) made the build 4x slower (64 -> 14 s on a 2-core
+// CPU, 2026-12-02), most of a leaderboard's wall time on a fresh machine; no CUDA headers: the driver's
 // cuLaunchKernel comes in as an address, and so does cuLaunchKernelEx when the plan uses programmatic dependent
 // launch for the main kernel (PDL: it may start while the kernel before it on the stream ends; kernel.cu's
 // pdl_begin waits). The pre-pass is always a plain launch: it waits for the previous call's main kernel in full.
-#include <torch/extension.h>
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <cstdint>
 #include <vector>

@@ -406,11 +406,12 @@ def build_cubin(out_dir: Path | None = None, verbose: bool = False) -> Path:
 def load_fast_call():
     """Build (once per source digest, in torch's extension cache) and import fast_call.cpp, the C++ per-call path.
     Needs a C++ compiler and torch's headers, no GPU. Raises what torch.utils.cpp_extension raises when it cannot."""
-    from torch.utils.cpp_extension import load_inline  # noqa: PLC0415  (slow import, only when building)
+    from torch.utils.cpp_extension import load  # noqa: PLC0415  (slow import, only when building)
 
     digest = hashlib.sha256(FAST_CALL_SOURCE.read_bytes()).hexdigest()[:12]
-    return load_inline(name=f"wgmma_sm90_fast_call_{digest}", cpp_sources=[FAST_CALL_SOURCE.read_text()],
-                       extra_cflags=["-O2"], verbose=False)
+    # load, not load_inline: load_inline prepends torch/extension.h, the header fast_call.cpp avoids
+    return load(name=f"wgmma_sm90_fast_call_{digest}", sources=[str(FAST_CALL_SOURCE)], extra_cflags=["-O2"],
+                verbose=False)
 
 
 # ----------------------------------------------------------------------------------------------------------
