@@ -241,6 +241,8 @@ def load_shapes(spec: str) -> ShapeSet:
         return ShapeSet(path.stem, tuple(cases))
     if ":" in spec and ";" in spec:
         return ShapeSet("inline", (parse_case_line(spec),))
+    if path.is_dir():
+        raise SpecError(f"shape file {spec}: expected a .yml or text file, got a folder")
     if path.suffix in (".yml", ".yaml", ".txt") or "/" in spec:
         raise SpecError(f"shape file {spec} does not exist")
     known = sorted(p.stem for p in CONFIG_DIR.glob("*.yml"))

@@ -274,6 +274,21 @@ def test_json_target_is_checked_before_measuring(tmp_path, folder_is_a_file, mes
 
 
 @pytest.mark.parametrize("option", ["--json", "--worker-log"])
+def test_output_that_is_a_folder_is_one_line_exit_1_before_measuring(tmp_path, option):
+    db = tmp_path / "r.sqlite"
+    result = _store_run("--db", str(db), option, str(tmp_path))
+    assert (result.exit_code, result.output) == (1, f"Error: {option} {tmp_path}: expected a file, got a folder\n")
+    assert not db.exists()
+
+
+def test_shapes_naming_a_folder_says_it_is_a_folder(tmp_path):
+    result = CliRunner().invoke(main, ["run", "--submission", "torch_reference", "--shapes", str(tmp_path),
+                                       "--no-store"])
+    assert (result.exit_code, result.output) == (
+        113, f"Error: shape file {tmp_path}: expected a .yml or text file, got a folder\n")
+
+
+@pytest.mark.parametrize("option", ["--json", "--worker-log"])
 def test_output_that_cannot_be_created_is_refused_before_measuring(tmp_path, option):
     # /proc/x.json: the folder passes os.access for root, but no file can be made there
     db = tmp_path / "r.sqlite"

@@ -125,7 +125,7 @@ def _run_options(fn):
                           "sides of a compare on one of them."),
         click.option("--cluster", default=None,
                      help="Run on a Dask cluster as --gpus does: tcp://HOST:8786, or local:N for N local workers."),
-        click.option("--worker-log", type=click.Path(dir_okay=False, path_type=Path), default=None,
+        click.option("--worker-log", type=click.Path(path_type=Path), default=None,
                      help="Append each worker's stdout and stderr (the submission's prints) to this file when the "
                           "worker ends."),
     )):
@@ -300,7 +300,7 @@ def _pool(variants, shape_set, opts, store, devices, cluster, progress, compare:
 @click.option("--submission", "submissions", required=True,
               help="A folder under submissions/, a folder, or a .py file; several separated by commas.")
 @click.option("--mode", type=click.Choice(MODES), default="test", show_default=True)
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
               help="Write every figure and the environment to this file (one submission) or FILE-<name>.json.")
 @_run_options
 def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, timeout, db, no_store, sandbox, gpus,

@@ -44,6 +44,8 @@ def check_writable(option: str, path: Path | None, targets=()) -> None:
     ``option`` otherwise."""
     if path is None:
         return
+    if path.is_dir():
+        fail(f"{option} {path}: expected a file, got a folder", EXIT_OUTPUT)
     folder = path.parent
     if not folder.exists():
         fail(f"{option} {path}: expected an existing folder, got {folder}, which does not exist", EXIT_OUTPUT)
