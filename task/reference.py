@@ -336,8 +336,9 @@ def _int8_shift(stats: tuple[int, int], halves: int = E2M1_MAX_HALVES) -> int | 
 
 def _int8_table(mu: int) -> torch.Tensor:
     """int16 [65536] (CPU), entry ``byte + 256 * code`` = the two int8 ``e = h * (q >> mu)`` of e2m1 pair ``byte``
-    under e4m3fn scale ``code`` (low nibble first; ``q`` carries the scale's sign) as one int16. Entries of codes whose ``q`` is not a multiple of
-    ``2^mu``, or whose ``e`` leave int8, are meaningless and never read: ``_int8_shift`` admits no such operand."""
+    under e4m3fn scale ``code`` (low nibble first; ``q`` carries the scale's sign) as one int16. Entries of codes
+    whose ``q`` is not a multiple of ``2^mu``, or whose ``e`` leave int8, are meaningless and never read:
+    ``_int8_shift`` admits no such operand."""
     if mu not in _INT8_PAIRS:
         byte = torch.arange(256)
         halves = (torch.tensor(E2M1_VALUES, dtype=torch.float64) * 2).to(torch.int64)

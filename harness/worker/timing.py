@@ -175,8 +175,9 @@ def run_window(window, kernel, inputs: list, copy_out, cuda: bool, flush: L2Flus
     ``flush``: clear the L2 first (timed samples); ``watch``: look for work left on other streams; ``snapshot``
     (the threads' CPU clocks) is taken before the device sync and the flush, and right after the end mark, so
     only the flush's launch and the calls lie between them (taking it after the flush let the GPU finish the
-    flush and idle before the start mark, exposing the first call's host path as the official loop does not). ``closed()`` (optional) runs once the
-    window's work is done and judged for late streams, before the scratch copy: the device is free again.
+    flush and idle before the start mark, exposing the first call's host path, which the official loop hides).
+    ``closed()`` (optional) runs once the window's work is done and judged for late streams, before the scratch
+    copy: the device is free again.
 
     Raises whatever a call raised (the marks are closed first)."""
     before = snapshot()
