@@ -9,6 +9,8 @@
 #   cost      benchmarks/sandbox_cost.py: the three variants under --sandbox auto and off, alternated, 3 rounds
 #   stages    benchmarks/prepare_stages.py: the parent's prepare of a sample, stage by stage, on shapes 1 and 4
 #   timeline  benchmarks/sample_timeline.py: a timed sample's pause phase by phase (prepare ahead, request, judge)
+#   percall   per-call times of fp4bench's worker with FP4BENCH_PER_CALL_LOG (per_call_probe.py --worker-log)
+#   probe     per_call_probe.py in one process: the official loop against fp4bench's window step by step
 #   lb        one leaderboard of wgmma_sm90 on benchmarks (--json summary: means, overhead, kernel time)
 #   profile   benchmarks/overhead_profile.py: cProfile of parent and worker over 30 samples of g8_n4096_k7168
 #   torchcost sandbox_cost.py for torch_reference on g2_n4096_k1536 alone (host-bound), 2 rounds
@@ -63,6 +65,15 @@ for step in $steps; do
     cost)
       timeout 560 python3 benchmarks/sandbox_cost.py --submission wgmma_sm90,triton_grouped,torch_reference \
         --shapes benchmarks --settings configs/device-budget.yml --rounds 3 --out "$OUT/sandbox_cost.md" ;;
+    percall)  # per-call event times of fp4bench's worker (FP4BENCH_PER_CALL_LOG)
+      FP4BENCH_PER_CALL_LOG=1 timeout 200 python3 -m harness run --submission wgmma_sm90 --shapes benchmarks \
+        --mode leaderboard --no-store --worker-log /tmp/wl.txt --json /tmp/pc.json > /dev/null 2>&1
+      summary /tmp/pc.json | tee -a "$OUT/percall.txt"
+      python3 benchmarks/per_call_probe.py --submission wgmma_sm90 --worker-log /tmp/wl.txt | tee -a "$OUT/percall.txt"
+      grep percall /tmp/wl.txt | head -3 >> "$OUT/percall.txt" ;;
+    probe)  # experiment: which step of fp4bench's window slows the first calls (benchmarks/per_call_probe.py)
+      timeout 400 python3 benchmarks/per_call_probe.py --submission wgmma_sm90 --samples 40 2>&1 | tail -34 \
+        | tee -a "$OUT/probe.txt" ;;
     lb)
       /usr/bin/time -f "leaderboard wall %e s" python3 -m harness run --submission wgmma_sm90 --shapes benchmarks \
         --mode leaderboard --no-store --json /tmp/lb.json 2>&1 | tail -3

@@ -113,6 +113,9 @@ class Worker:
         self.buffers: dict[str, MappedBuffer] = {}
         self.scratch: torch.Tensor | None = None
         self.private: torch.Tensor | None = None
+        # Diagnostics (FP4BENCH_PER_CALL_LOG, read before any submission code runs): an event after every timed
+        # call, the calls' times printed to the worker log (benchmarks/per_call_probe.py reads them).
+        self.per_call_log = cuda and bool(os.environ.get("FP4BENCH_PER_CALL_LOG"))
         threads.prestart_torch_pool()
         self.trusted = frozenset(threads.snapshot().threads)
         self.profiler_threads: frozenset[int] = frozenset()
@@ -173,8 +176,13 @@ class Worker:
             else:
                 timed = req.kind == "time"
                 closed = (lambda: self.send(P.to_dict(P.Closed()))) if timed and req.ahead else None
-                result = timing.run_window(self.window, self.kernel, inputs, copy_out, self.flush is not None,
+                kernel, marks = self.kernel, []
+                if timed and self.per_call_log:
+                    kernel = timing.marking(self.kernel, marks)
+                result = timing.run_window(self.window, kernel, inputs, copy_out, self.flush is not None,
                                            self.flush if timed else None, self.watch, threads.snapshot, closed)
+                if marks:
+                    print(timing.per_call_line(self.window, marks, req.n[0], req.k[0]), file=sys.stderr, flush=True)
                 table, kernel_ns = "", None
         except BaseException as exc:  # noqa: BLE001 - the submission's exception is the case's result
             self._report(exc)
