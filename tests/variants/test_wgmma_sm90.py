@@ -548,6 +548,31 @@ def _cuobjdump() -> str:
     return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump")
 
 
+def _fake_nvcc(monkeypatch, script: str) -> None:
+    """nvcc_command replaced by ``sh -c script out``: the script sees the cubin's temporary path as $0."""
+    monkeypatch.setattr(host, "nvcc_command", lambda out, verbose=False: ["sh", "-c", script, str(out)])
+
+
+def test_cubin_build_runs_in_the_background_until_its_result_is_asked_for(tmp_path, monkeypatch):
+    gate = tmp_path / "gate"
+    _fake_nvcc(monkeypatch, f'while [ ! -e {gate} ]; do sleep 0.01; done; printf cubin > "$0"')
+    finish = host.start_cubin_build(tmp_path)
+    cubin = tmp_path / f"{host.KERNEL_NAME}_{host.source_digest()}.cubin"
+    assert not cubin.exists()  # nvcc is still waiting for the gate: start returned without it
+    gate.touch()
+    assert finish() == cubin and cubin.read_text() == "cubin" and finish() == cubin
+    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".tmp"] == []
+
+
+def test_cached_cubin_starts_no_compiler_and_a_failed_compile_says_why(tmp_path, monkeypatch):
+    _fake_nvcc(monkeypatch, 'echo "kernel.cu(1): error: boom" >&2; exit 2')
+    with pytest.raises(RuntimeError, match=r"nvcc failed .*kernel.cu\(1\): error: boom"):
+        host.start_cubin_build(tmp_path)()
+    cached = tmp_path / f"{host.KERNEL_NAME}_{host.source_digest()}.cubin"
+    cached.write_text("built before")
+    assert host.build_cubin(tmp_path) == cached and cached.read_text() == "built before"
+
+
 def test_kernel_compiles_for_sm90a_without_spills_and_uses_wgmma(tmp_path):
     cubin = tmp_path / "k.cubin"
     proc = subprocess.run(host.nvcc_command(cubin, verbose=True), capture_output=True, text=True)
