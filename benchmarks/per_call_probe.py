@@ -32,7 +32,7 @@ import torch
 from submission_loader import load_submission
 
 from harness.worker import native, threads
-from harness.worker.timing import L2Flush, StreamWatch, marking, per_call_us, run_window
+from harness.worker.timing import L2Flush, StreamWatch, marking, per_call_us, read_per_call_lines, run_window
 from task.inputs import generate_input
 from task.spec import load_shapes
 
@@ -45,18 +45,6 @@ def _cuda_bytes(obj) -> int:
     if isinstance(obj, torch.Tensor):
         return obj.numel() * obj.element_size() if obj.is_cuda else 0
     return sum(_cuda_bytes(x) for x in obj) if isinstance(obj, (list, tuple)) else 0
-
-
-def read_worker_log(path) -> dict[tuple[int, int], list[list[float]]]:
-    """The ``percall N K t1 ..`` lines of a worker log (harness.worker.timing.per_call_line) by (N, K): each
-    window's per-call times (us) in log order. Other lines are skipped."""
-    seen = collections.defaultdict(list)
-    with open(path) as f:
-        for line in f:
-            if line.startswith("percall "):
-                _, n, k, *t = line.split()
-                seen[(int(n), int(k))].append([float(x) for x in t])
-    return dict(seen)
 
 
 def _row(name: str, calls: list[list[float]]) -> str:
@@ -76,7 +64,8 @@ def main() -> None:
     args = parser.parse_args()
     cases = load_shapes(args.shapes).cases
     if args.worker_log:
-        seen = read_worker_log(args.worker_log)
+        with open(args.worker_log) as f:
+            seen = read_per_call_lines(f)
         for case in cases:
             got = seen.get((case.n[0], case.k[0]))
             if got:

@@ -171,10 +171,7 @@ def test_kernel_time_and_overhead_are_recorded_on_gpu():
 def test_per_call_log_gives_each_timed_window_call_by_call(tmp_path, monkeypatch):
     """FP4BENCH_PER_CALL_LOG: one ``percall`` line per timed window in the worker log (benchmarks/per_call_probe.py),
     15 calls each, whose sum is the window (the end mark follows the last call's event)."""
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    from per_call_probe import read_worker_log
+    from harness.worker.timing import read_per_call_lines
 
     monkeypatch.setenv("FP4BENCH_PER_CALL_LOG", "1")
     log = tmp_path / "worker.log"
@@ -182,7 +179,7 @@ def test_per_call_log_gives_each_timed_window_call_by_call(tmp_path, monkeypatch
     r = rec.cases[0]
     assert r.status is Status.PASS, r.message
     case = TWO_GROUPS.cases[0]
-    windows = read_worker_log(log)[(case.n[0], case.k[0])]
+    windows = read_per_call_lines(log.read_text().splitlines())[(case.n[0], case.k[0])]
     assert len(windows) > len(r.samples_ns) and all(len(w) == 15 and min(w) > 0 for w in windows)
     for w, per_call_ns in zip(windows[-len(r.samples_ns):], r.samples_ns):
         assert sum(w) / 15 == pytest.approx(per_call_ns / 1e3, rel=0.05)

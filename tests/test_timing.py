@@ -2,8 +2,6 @@
 per-call times so far, per-call times only when asked, and one-line errors for an empty loop."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -113,11 +111,7 @@ def test_per_call_times_are_the_gaps_between_the_marks_from_the_start():
     assert timing.per_call_us(ends_ms.__getitem__, []) == []
 
 
-def test_per_call_line_is_what_the_probe_reads_back(tmp_path):
-    import sys
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    from per_call_probe import read_worker_log
-
+def test_per_call_line_is_what_the_probe_reads_back():
     class Window:
         def ms_after_start(self, event):
             return {1: 0.05, 2: 0.125}[event]
@@ -128,9 +122,8 @@ def test_per_call_line_is_what_the_probe_reads_back(tmp_path):
 
     line = timing.per_call_line(Window(), [Mark(1), Mark(2)], 4096, 7168)
     assert line == "percall 4096 7168 50.00 75.00"
-    log = tmp_path / "worker.log"
-    log.write_text(f"something else\n{line}\npercall 4096 7168 1.50 2.00\npercall 128 256 3.00\n")
-    assert read_worker_log(log) == {(4096, 7168): [[50.0, 75.0], [1.5, 2.0]], (128, 256): [[3.0]]}
+    log = ["something else\n", line + "\n", "percall 4096 7168 1.50 2.00\n", "percall 128 256 3.00\n"]
+    assert timing.read_per_call_lines(log) == {(4096, 7168): [[50.0, 75.0], [1.5, 2.0]], (128, 256): [[3.0]]}
 
 
 @pytest.mark.gpu

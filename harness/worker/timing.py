@@ -226,7 +226,22 @@ def per_call_line(window, marks: Sequence, n: int, k: int) -> str:
     """The worker log's line for one window's ``marking`` events: ``percall N K t1 t2 ...`` (N and K of the case's
     first group, each call's time in us as ``per_call_us``). benchmarks/per_call_probe.py reads it."""
     times = per_call_us(lambda ev: window.ms_after_start(ev.cuda_event), marks)
-    return f"percall {n} {k} " + " ".join(f"{t:.2f}" for t in times)
+    return f"{PER_CALL_PREFIX}{n} {k} " + " ".join(f"{t:.2f}" for t in times)
+
+
+#: How ``per_call_line`` begins.
+PER_CALL_PREFIX = "percall "
+
+
+def read_per_call_lines(lines) -> dict[tuple[int, int], list[list[float]]]:
+    """``per_call_line``'s lines among ``lines`` (a worker log, any other lines skipped), by (N, K): each window's
+    per-call times (us) in log order."""
+    seen: dict[tuple[int, int], list[list[float]]] = {}
+    for line in lines:
+        if line.startswith(PER_CALL_PREFIX):
+            n, k, *times = line.split()[1:]
+            seen.setdefault((int(n), int(k)), []).append([float(t) for t in times])
+    return seen
 
 
 class StopRule(Protocol):

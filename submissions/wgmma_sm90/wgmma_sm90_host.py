@@ -394,8 +394,7 @@ def build_cubin(out_dir: Path | None = None, verbose: bool = False) -> Path:
 def start_cubin_build(out_dir: Path | None = None, verbose: bool = False) -> Callable[[], Path]:
     """``build_cubin`` without waiting for it: nvcc starts now, in its own process, unless the cubin is cached; the
     function returned waits for it and returns the cubin's path, raising RuntimeError with nvcc's output when the
-    compile failed. The first call builds the C++ per-call path meanwhile (an H200 host: 11.2 s of nvcc and
-    10.2 s of C++, one after the other until 2026-12-02)."""
+    compile failed. The variant's first call builds the C++ per-call path meanwhile (the README's "Builds")."""
     out_dir = Path(out_dir) if out_dir else cache_dir()
     out = out_dir / f"{KERNEL_NAME}_{source_digest()}.cubin"
     if out.is_file() and not verbose:
