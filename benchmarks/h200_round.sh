@@ -11,11 +11,12 @@
 #   timeline  benchmarks/sample_timeline.py: a timed sample's pause phase by phase (prepare ahead, request, judge)
 #   percall   per-call times of fp4bench's worker with FP4BENCH_PER_CALL_LOG (per_call_probe.py --worker-log)
 #   probe     per_call_probe.py in one process: the official loop against fp4bench's window step by step
+#   reftile   benchmarks/reference_tiles.py: the reference GEMM's tile, today's against two candidates
 #   lb        one leaderboard of wgmma_sm90 on benchmarks (--json summary: means, overhead, kernel time)
 #   profile   benchmarks/overhead_profile.py: cProfile of parent and worker over 30 samples of g8_n4096_k7168
 #   torchcost sandbox_cost.py for torch_reference on g2_n4096_k1536 alone (host-bound), 2 rounds
 # Wheels under .whl (carried: a dependency the device image lacks, e.g. msgspec) are installed first.
-# Usage: bash benchmarks/h200_round.sh [tests|timing|fidelity|spin|sandbox|cost|stages|timeline|lb|profile|torchcost]...   (default: tests timing fidelity)
+# Usage: bash benchmarks/h200_round.sh [tests|timing|fidelity|spin|sandbox|cost|stages|timeline|percall|probe|reftile|lb|profile|torchcost]...   (default: tests timing fidelity)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/h200}
@@ -74,6 +75,9 @@ for step in $steps; do
     probe)  # experiment: which step of fp4bench's window slows the first calls (benchmarks/per_call_probe.py)
       timeout 400 python3 benchmarks/per_call_probe.py --submission wgmma_sm90 --samples 40 2>&1 | tail -34 \
         | tee -a "$OUT/probe.txt" ;;
+    reftile)  # the Triton reference GEMM's tile: today's against 8 warps and 128 rows of A, interleaved
+      timeout 120 python3 benchmarks/reference_tiles.py --tiles 64x128x4x3,64x128x8x3,128x128x8x4 --reps 9 \
+        --out "$OUT/tiles.json" 2>&1 | tail -12 | tee "$OUT/tiles.txt" ;;
     lb)
       /usr/bin/time -f "leaderboard wall %e s" python3 -m harness run --submission wgmma_sm90 --shapes benchmarks \
         --mode leaderboard --no-store --json /tmp/lb.json 2>&1 | tail -3
