@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from task.arena import Layout, Views, draw_official, reference_inputs
 from task.inputs import generate_input
 from task.reference import (
     _fast,
@@ -20,6 +21,7 @@ from task.reference import (
     ref_kernel,
     ref_kernel_fp64,
     ref_kernel_many,
+    ReferencePlan,
 )
 from task.spec import load_shapes
 
@@ -131,3 +133,25 @@ def test_fused_gemm_decodes_every_byte_under_every_scale_code():
     nan_rows = torch.tensor([code in (0x7F, 0xFF) for code in range(256)], device=dev)
     assert bool(c[nan_rows].isnan().all()) and not bool(c[~nan_rows].isnan().any())
     assert torch.equal(c[~nan_rows].float(), expected[~nan_rows])
+
+
+@pytest.mark.parametrize("shapes", ["tests", "benchmarks"])
+def test_plan_over_a_samples_buffers_matches_fp64_after_each_draw(shapes):
+    """ReferencePlan over one sample's buffers (task.arena: 4 calls, plain scales on the device, as the parent's
+    prepare builds them), built once and run after each of three draws into the same buffers: prepared (its
+    launches built once) and bit for bit the fp64 reference of what the buffers hold at each run."""
+    dev = _cuda()
+    for case in load_shapes(shapes).cases:
+        layout = Layout.of(case, 4)
+        views = Views(layout, torch.empty(layout.device_bytes, dtype=torch.uint8, device=dev),
+                      torch.empty(layout.host_slot_bytes, dtype=torch.uint8),
+                      torch.empty(layout.output_bytes, dtype=torch.uint8, device=dev))
+        plain, plan = None, None
+        for draw in range(3):
+            plain = draw_official(views, torch.Generator(device=dev).manual_seed(60 + draw), plain)
+            if plan is None:
+                inputs = reference_inputs(views, plain)
+                plan = ReferencePlan(inputs)
+                assert plan.prepared, case.name
+            for j, (outs, x) in enumerate(zip(plan.run(), inputs)):
+                _assert_same_bits(outs, ref_kernel_fp64(x), f"{case.name} draw {draw} call {j}")

@@ -27,6 +27,7 @@ from task.reference import (
     _queue_triton_many,
     _read_stats,
     _scale_stats,
+    ReferencePlan,
     dequantize_lut,
     ref_kernel_fp64,
 )
@@ -39,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 interpreted_only = pytest.mark.skipif(not INTERPRETED, reason="runs in test_kernel_under_the_interpreter's child")
 #: Tests this module runs in the child (every test marked interpreted_only, parametrizations counted).
-CHILD_TESTS = 14
+CHILD_TESTS = 16
 
 
 @pytest.mark.skipif(INTERPRETED, reason="the parent of the interpreted run")
@@ -259,3 +260,39 @@ def test_fused_gemm_decodes_every_byte_under_every_scale_code(interpreted):
     assert torch.equal(c[~nan_rows].float(), expected[~nan_rows])
     assert stats.tolist() == _scale_stats(torch.cat([sa.reshape(-1), sb.reshape(-1)]).to(torch.int32),
                                           [sa.numel(), sb.numel()]).tolist()
+
+
+def _refill(x, y) -> None:
+    """Copy input ``y``'s data and scales into input ``x``'s tensors (same shapes), as a sample's buffers are
+    refilled (c, which the reference never reads, is left)."""
+    for (a, b, _c), (a2, b2, _c2) in zip(x[0], y[0]):
+        for dst, src in ((a, a2), (b, b2)):
+            dst.view(torch.uint8).copy_(src.view(torch.uint8))
+    for pair, pair2 in zip(x[1] + x[2], y[1] + y[2]):
+        for dst, src in zip(pair, pair2):
+            dst.view(torch.uint8).copy_(src.view(torch.uint8))
+
+
+@interpreted_only
+@pytest.mark.parametrize("layout", ["plain", "plain column-major"])
+def test_plan_run_after_refills_matches_fp64(interpreted, layout):
+    """ReferencePlan built once over four inputs (one full-range, whose groups fail the bound and take the fp64 path),
+    then the inputs refilled in place with other draws twice: every run equals ref_kernel_fp64 of what the tensors
+    hold then, bit for bit. Plain scales in place are prepared once; column-major ones (which ref_kernel stages
+    into a copy) are not, and run ref_kernel_many each time."""
+    m, n, k = (40, 8), (128, 64), (256, 128)
+    draw = [lambda s, i=i: generate_input(m, n, k, 2, s, data="full-range" if i == 1 else "official")
+            for i in range(4)]
+    inputs = [d(90 + i) for i, d in enumerate(draw)]
+    if layout == "plain column-major":
+        inputs = [(x[0], [tuple(sf[:, :, 0].t().contiguous().t().unsqueeze(-1) for sf in pair) for pair in x[1]],
+                   x[2], x[3]) for x in inputs]
+    plan = ReferencePlan(inputs, decoder=interpreted)
+    assert plan.prepared == (layout == "plain")
+    for round_ in range(3):
+        if round_:
+            for i, (x, d) in enumerate(zip(inputs, draw)):
+                _refill(x, d(200 + 10 * round_ + i))
+        for i, (got, x) in enumerate(zip(plan.run(), inputs)):
+            for g, (o, e) in enumerate(zip(got, ref_kernel_fp64(x))):
+                assert o.shape == e.shape and torch.equal(o.view(torch.int16), e.view(torch.int16)), (round_, i, g)
