@@ -162,12 +162,12 @@ class Views:
         fp4, fp8 = torch.float4_e2m1fn_x2, torch.float8_e4m3fn
         per_group = []
         for i in range(len(self.layout.groups)):
-            per_group.append(tuple(t.unbind(0) for t in (
+            per_group.append([t.unbind(0) for t in (
                 self.a[i].permute(0, 2, 3, 1).view(fp4), self.b[i].permute(0, 2, 3, 1).view(fp4),
                 self.c[i].permute(0, 2, 3, 1),
                 self.sfa[i].view(fp8).permute(0, 2, 3, 1), self.sfb[i].view(fp8).permute(0, 2, 3, 1),
-                self.sfa_r[i].view(fp8).permute(0, *(p + 1 for p in BLOCKED_PERMUTE)),
-                self.sfb_r[i].view(fp8).permute(0, *(p + 1 for p in BLOCKED_PERMUTE)))))
+                self.sfa_r[i].view(fp8).permute(0, *[p + 1 for p in BLOCKED_PERMUTE]),
+                self.sfb_r[i].view(fp8).permute(0, *[p + 1 for p in BLOCKED_PERMUTE]))])
         sizes = [(g.m, g.n, g.k, 1) for g in self.layout.groups]
         out = []
         for j in range(self.layout.calls):
