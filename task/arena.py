@@ -198,15 +198,27 @@ def write_input(views: Views, call: int, data: input_t) -> None:
         views.sfb_r[i][call].copy_(rb.view(u8).permute(*inverse))
 
 
-def draw_official(views: Views, gen: torch.Generator,
-                  into: Sequence[Sequence[torch.Tensor]] | None = None) -> list[list[torch.Tensor]]:
+def _random_bits(out: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """Fill the contiguous uint8 ``out`` (numel a multiple of 64) with independent fair bits, 0 or 1, one per byte,
+    from int64 words of ``gen`` (64 bits each); returns ``out``."""
+    words = torch.empty(out.numel() // 64, dtype=torch.int64, device=out.device)
+    octets = words.random_(-2**63, 2**63 - 1, generator=gen).view(torch.uint8).view(-1, 1)
+    shifts = torch.arange(8, dtype=torch.uint8, device=out.device)
+    return torch.bitwise_and(octets >> shifts, 1, out=out.view(-1, 8))
+
+
+def draw_official(views: Views, gen: torch.Generator, into: Sequence[Sequence[torch.Tensor]] | None = None,
+                  fill_c: bool = True) -> list[list[torch.Tensor]]:
     """Fill every call of ``views`` with fresh data of the official distribution, drawn from ``gen`` alone (on
     the device buffer's device), a few kernels per group for all calls at once.
 
     The distribution is the official generator's (task.inputs) but for one byte value: bytes uniform over 0..255
     (official: 0..254, one fewer preimage of 0xBB) masked with OFFICIAL_NIBBLE_MASK, so the same 64 values with
     frequencies 1/64 (official: 4/255 or 3/255); c standard normal fp16; every scale (padding included) 1.0 or 2.0
-    with probability 1/2. Bytes are drawn 8 at a time as int64 words (8x fewer random numbers). The draw order is
+    with probability 1/2. Bytes are drawn 8 at a time as int64 words, scales 64 at a time, one bit each (8x and
+    64x fewer random numbers). ``fill_c`` False leaves c as it is: c is the output buffer, whose initial values
+    enter no result, so a caller refilling the same buffers draws it once (on a 2-core CPU the normals were
+    1.2-2.5 ms of a smoke sample's 2.6-3.7 ms draw). The draw order is
     not (the official order draws the plain scales on the CPU generator, which costs about
     20 ms per million scales; task.inputs.generate_input keeps that order bit for bit). Returns, per group, the
     plain scales sfa and sfb as contiguous [calls, rows, K/16] uint8 tensors on the device: the reference reads
@@ -222,14 +234,15 @@ def draw_official(views: Views, gen: torch.Generator,
                 t.random_(0, 256, generator=gen).bitwise_and_(OFFICIAL_NIBBLE_MASK)
             else:
                 words.random_(-2**63, 2**63 - 1, generator=gen).bitwise_and_(_MASK64)
-        c = views.c[i]  # drawn in fp32 and rounded: normal_ straight into fp16 views is 6x slower on a CPU
-        c.copy_(torch.empty(c.shape, dtype=torch.float32, device=dev).normal_(generator=gen))
+        if fill_c:  # drawn in fp32 and rounded: normal_ straight into fp16 views is 6x slower on a CPU
+            c = views.c[i]
+            c.copy_(torch.empty(c.shape, dtype=torch.float32, device=dev).normal_(generator=gen))
         pair = []
         for rows, reordered, host in ((g.m, views.sfa_r[i], views.sfa[i]), (g.n, views.sfb_r[i], views.sfb[i])):
             rest_mn, rest_k = g.rest_mn(rows), g.rest_k
             padded = torch.empty((views.layout.calls, rest_mn * ATOM_ROWS, rest_k * ATOM_COLS), dtype=torch.uint8,
                                  device=dev)
-            padded.random_(0, 2, generator=gen).mul_(E4M3FN_TWO - E4M3FN_ONE).add_(E4M3FN_ONE)
+            _random_bits(padded, gen).mul_(E4M3FN_TWO - E4M3FN_ONE).add_(E4M3FN_ONE)
             # padded[r, j] = storage[r // 128, j // 4, r % 32, (r % 128) // 32, j % 4] (task.formats.blocked_offset)
             reordered.view(-1, rest_mn, rest_k, 32, 4, 4).copy_(
                 padded.view(-1, rest_mn, 4, 32, rest_k, 4).permute(0, 1, 4, 3, 2, 5))
