@@ -247,11 +247,10 @@ def _decode(operands: Sequence[tuple[torch.Tensor, torch.Tensor]], dtype: torch.
     ``dtype`` [R, K] per operand, views of one gather: one int32 index per byte (``byte + 256 * code``) into
     ``table`` (default ``_pair_table(dtype, device)``; ``_int8_table`` for int8)."""
     sizes = [p.shape[0] * p.shape[1] for p, _ in operands]
-    index = torch.empty(sum(sizes), dtype=torch.int32, device=operands[0][1].device)
-    for (p, codes), slot in zip(operands, index.split(sizes)):
-        rows, blocks = codes.shape
-        torch.add(p.view(torch.uint8).reshape(rows, blocks, SF_VEC // 2), codes.unsqueeze(-1), alpha=256,
-                  out=slot.view(rows, blocks, SF_VEC // 2))
+    # one add over every operand (row-major, each code covers the 8 bytes after it): many small ops cost more
+    index = torch.cat([p.view(torch.uint8).reshape(-1) for p, _ in operands]).to(torch.int32)
+    codes = torch.cat([c.reshape(-1) for _, c in operands]).view(-1, 1)
+    index.view(-1, SF_VEC // 2).add_(codes * 256)
     if table is None:
         table = _pair_table(dtype, index.device)
     values = torch.index_select(table, 0, index).view(dtype)
