@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from task.check import OutputMeta, ReferenceError, check_outputs, compare, describe, validate_container
+from task.check import OutputMeta, ReferenceError, all_finite_fp16, check_outputs, compare, describe, validate_container
 
 SIZES = [(4, 8, 64, 1), (2, 8, 64, 1)]
 
@@ -71,3 +71,20 @@ def test_tensor_subclass_is_rejected():
     assert meta == OutputMeta(meta.type_name, False, "torch.float16", (4, 8, 1), "cpu")
     msg = validate_container("builtins.list", [meta, describe(torch.zeros(2, 8, 1, dtype=torch.float16))], SIZES, "cpu")
     assert msg.startswith("output 0: expected torch.Tensor, got ") and "tensor subclass" in msg
+
+
+def test_all_finite_fp16_agrees_with_isfinite_on_every_bit_pattern():
+    """Every one of the 65536 fp16 patterns alone, then each non-finite one (+-inf, every NaN) planted among
+    finite values: all_finite_fp16 says what torch.isfinite says."""
+    patterns = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.float16)
+    finite = torch.isfinite(patterns)
+    assert int((~finite).sum()) == 2 * 1024  # +-inf and the 2 x 1023 NaNs
+    assert [all_finite_fp16(p.reshape(1)) for p in patterns] == finite.tolist()
+    background = torch.linspace(-65504, 65504, 999).to(torch.float16)
+    for bad in patterns[~finite][::17].tolist() + [float("inf"), float("-inf")]:
+        planted = background.clone()
+        planted[500] = bad
+        assert not all_finite_fp16(planted.view(3, 333, 1))
+    assert all_finite_fp16(background) and all_finite_fp16(patterns[finite]) and all_finite_fp16(background[:0])
+    with pytest.raises(ValueError, match=r"^expected a torch.float16 tensor, got torch.float32$"):
+        all_finite_fp16(background.float())

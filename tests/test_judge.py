@@ -88,3 +88,31 @@ def test_thread_time_below_a_tenth_of_a_ms_reads_in_us():
         "work outside the timed window: thread 'python' (tid 6) used 7 us; threads that have since exited used "
         "2.3 ms of CPU between samples or around the window; a submission's threads must be idle outside its "
         "custom_kernel calls")
+
+
+def test_outputs_equal_to_a_non_finite_reference_are_a_harness_error():
+    """A reply whose outputs match the expected ones bit for bit is still not a pass when the expected outputs hold
+    an inf or a NaN: the reference is broken, which judge.outputs raises as ReferenceError (ERROR, never FAIL)."""
+    import torch
+
+    from harness.parent.samples import Sample, SharedSet
+    from task.arena import Layout
+    from task.check import ReferenceError
+    from task.returned import OutputMeta
+
+    cpu = torch.device("cpu")
+    shared = SharedSet(cpu)
+    shared.grow(Layout.of(CASE, 2))
+    sample = Sample(CASE, 2, "official", cpu, shared)
+    sample.prepare([3, 4], official_order=False)
+    meta = OutputMeta("torch.Tensor", True, "torch.float16", (64, 128, 1), "cpu")
+    reply = P.RunReply(1.0, 2, (P.Container("builtins.list", True),) * 2, ((meta,),) * 2, ((True,),) * 2)
+    for bad in (float("inf"), float("nan")):
+        sample.expected()[100] = bad
+        sample.got().copy_(sample.expected())
+        with pytest.raises(ReferenceError, match=r"^the reference output holds NaN or inf$"):
+            judge.outputs(sample, reply)
+    sample.prepare([5, 6], official_order=False)
+    sample.got().copy_(sample.expected())
+    assert judge.outputs(sample, reply) is None
+    shared.close()
