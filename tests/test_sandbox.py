@@ -401,3 +401,35 @@ def test_gpu_escape_is_blocked_where_the_protection_holds(tmp_path, monkeypatch,
     escaped.unlink(missing_ok=True)
     assert _report(logs / "report.txt") == {a: "blocked" if p in held else "ok" for a, p in STOPPED_BY.items()}
     assert landed == ("writes" not in held)
+
+
+@pytest.mark.parametrize("offer", _mechanisms())
+def test_a_submission_directly_in_tmp_or_home_is_refused_up_front(offer, tmp_path, monkeypatch):
+    """A confined worker reads its submission's whole folder; a file directly in the temporary folder (the
+    worker's /tmp is its scratch) or in $HOME (hidden from it) would fail to import, so the plan refuses it with
+    one line, and `run` exits 113. In a folder of its own below either it is planned; with nothing to confine
+    reads (a bare machine) it is not refused."""
+    monkeypatch.setattr(sandbox, "probe", lambda: offer)
+    tmp = tmp_path / "tmp"
+    home = tmp_path / "home"
+    for d in (tmp / "mine", home / "mine"):
+        d.mkdir(parents=True)
+        shutil.copy(SHARED_CASES / "honest_torch.py", d / "k.py")
+        shutil.copy(SHARED_CASES / "honest_torch.py", d.parent / "k.py")
+    monkeypatch.setattr(sandbox.tempfile, "gettempdir", lambda: str(tmp))
+    monkeypatch.setenv("HOME", str(home))
+    for place, why in ((tmp, "its own /tmp is an empty scratch folder"), (home, "it never sees your home folder")):
+        loose = place / "k.py"
+        with pytest.raises(SandboxError) as refused:
+            plan_for(read_variant(loose), Sandbox(), Settings(), cuda=False)
+        assert str(refused.value) == (
+            f"expected a submission in a folder of its own, got {loose} directly in {place}: a confined worker "
+            f"reads its submission's whole folder and {why}; move it into a folder such as {place / 'mykernel'} "
+            f"(or pass --sandbox off)")
+        assert plan_for(read_variant(place / "mine" / "k.py"), Sandbox(), Settings(), cuda=False).mode == "auto"
+    result = CliRunner().invoke(main, ["run", "--submission", str(tmp / "k.py"), "--no-store", "--shapes", "smoke"])
+    assert result.exit_code == 113
+    assert result.output.startswith(f"Error: expected a submission in a folder of its own, got {tmp / 'k.py'}")
+    assert plan_for(read_variant(tmp / "k.py"), Sandbox("off"), Settings(), cuda=False).mode == "off"
+    monkeypatch.setattr(sandbox, "probe", lambda: BARE)
+    assert plan_for(read_variant(tmp / "k.py"), Sandbox(), Settings(), cuda=False).mechanism == "none"

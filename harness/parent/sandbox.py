@@ -366,11 +366,26 @@ def _protections(offer: Offer, isolate: bool) -> tuple[list[str], list[tuple[str
     return held, [(name, why) for name, (ok, why) in verdicts.items() if not ok]
 
 
+def _check_folder(variant: Variant) -> None:
+    """Raises SandboxError when ``variant``'s folder, which a confined worker reads whole, is the temporary folder
+    (the worker's own /tmp is its scratch, so it would not find the file), $HOME (hidden from the worker) or an
+    ancestor of either."""
+    folder = Path(variant.path).resolve().parent
+    for place, why in ((Path(tempfile.gettempdir()).resolve(), "its own /tmp is an empty scratch folder"),
+                       (Path.home().resolve(), "it never sees your home folder")):
+        if _within(place, folder):
+            raise SandboxError(
+                f"expected a submission in a folder of its own, got {variant.path} directly in {folder}: a confined "
+                f"worker reads its submission's whole folder and {why}; move it into a folder such as "
+                f"{place / 'mykernel'} (or pass --sandbox off)")
+
+
 def plan_for(variant: Variant, request: Sandbox, settings: Settings, cuda: bool) -> Plan:
     """The confinement ``variant``'s workers get under ``request`` on this machine (``cuda``: the run uses a
     GPU; then the PID/IPC namespaces are shared unless settings.isolate_pid_ipc is ``always``, and no address-
     space limit is set). Makes the variant's cache folders. Raises SandboxError for ``strict`` when any
-    protection is missing (naming each), or when the cache folders cannot be made."""
+    protection is missing (naming each), when the cache folders cannot be made, or, where the file system is
+    confined, for a submission directly in the temporary folder or $HOME (``_check_folder``)."""
     if request.mode == "off":
         return Plan("off", "off", (), ())
     offer = probe()
@@ -379,6 +394,8 @@ def plan_for(variant: Variant, request: Sandbox, settings: Settings, cuda: bool)
     if request.mode == "strict" and missing:
         raise SandboxError("--sandbox strict: this machine cannot give the worker " + "; ".join(
             f"{name} ({why})" for name, why in missing) + " (see `fp4bench doctor`)")
+    if offer.mechanism != "none":
+        _check_folder(variant)
     cache = variant_cache(variant)
     read = _read_roots(variant)
     own = variant.name if variant.name != _NATIVE else ""
