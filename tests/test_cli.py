@@ -78,6 +78,8 @@ def test_settings_keys_keep_their_kinds(tmp_path):
                           ("timing:\n  budget_s: {profile: 1}\n",
                            "budget_s: 'profile' takes no timed samples; budgets are for benchmark, leaderboard, "
                            "compare"),
+                          ("timing:\n  budget_s: {benchmrk: 3}\n",
+                           "budget_s: 'benchmrk' is not a mode; budgets are for benchmark, leaderboard, compare"),
                           ("timing:\n  budget_s: {benchmark: -1}\n",
                            "budget_s: benchmark must be a positive number of seconds up to 1e\\+06, got -1"),
                           ("- timing\n",

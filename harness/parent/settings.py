@@ -121,14 +121,15 @@ def load_settings(path: Path | None = None) -> Settings:
 
 def _budgets(path: Path, value, defaults: tuple) -> tuple:
     """``budget_s`` from a settings file merged over ``defaults`` (a file may name only the modes it changes).
-    Raises SettingsError for a mode without timed samples or a budget that is not a positive number."""
+    Raises SettingsError for an unknown mode, a mode without timed samples, or a budget that is not a positive
+    number."""
     if not isinstance(value, dict):
         raise SettingsError(f"{path}: budget_s must map mode -> seconds, got {value!r}")
     budgets = dict(defaults)
     for mode, seconds in value.items():
         if mode not in TIMED_MODES:
-            raise SettingsError(f"{path}: budget_s: {mode!r} takes no timed samples; budgets are for "
-                                f"{', '.join(TIMED_MODES)}")
+            what = "takes no timed samples" if mode in MODES else "is not a mode"
+            raise SettingsError(f"{path}: budget_s: {mode!r} {what}; budgets are for {', '.join(TIMED_MODES)}")
         if (not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not math.isfinite(seconds)
                 or not 0 < seconds <= MAX_SECONDS):
             raise SettingsError(f"{path}: budget_s: {mode} must be a positive number of seconds up to "
