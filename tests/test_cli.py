@@ -485,3 +485,20 @@ def test_json_of_several_submissions_says_where_each_file_went(tmp_path):
     assert not out.exists() and all(json.loads(p.read_text())["submission"]["name"] for p in written)
     lines = [line.strip() for line in result.output.splitlines() if line.strip().startswith("--json written to")]
     assert lines == [f"--json written to {p}" for p in written]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "--mode", "benchmarks"], "Invalid value for '--mode': 'benchmarks' is not one of 'test', 'benchmark', "
+                                      "'leaderboard', 'profile'. (see fp4bench run --help)"),
+    (["run", "--bogus"], "No such option '--bogus'"),
+    (["report", "--format", "pdf"], "Invalid value for '--format': 'pdf' is not one of 'md', 'html', 'csv', "
+                                    "'json'. (see fp4bench report --help)"),
+    (["runn"], "No such command 'runn'. Did you mean 'run'? (see fp4bench --help)"),
+])
+def test_usage_errors_are_one_line_with_exit_2(args, message):
+    """An option value click rejects, an unknown option or command: exit 2 and one `Error:` line naming the
+    command's --help, no usage block (click alone prints three lines)."""
+    result = CliRunner().invoke(main, args, prog_name="fp4bench")
+    assert result.exit_code == 2
+    lines = result.output.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and message in lines[0], result.output

@@ -46,7 +46,26 @@ from task.spec import DATA_MODES, SpecError, load_shapes
 
 class _Group(click.Group):
     """The fp4bench group: Ctrl-C exits 130 with one line (click alone prints "Aborted!" and exits 1), SIGTERM
-    the same way with 143; a closed standard output exits 141 without a word (click alone exits 1)."""
+    the same way with 143; a closed standard output exits 141 without a word (click alone exits 1); a usage
+    error (an option value click rejects, an unknown option or command) exits 2 with one line naming the command's
+    --help (click alone prints the usage and a hint on two more lines)."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except click.UsageError as exc:
+            where = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+            click.echo(f"Error: {exc.format_message()}{where}", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
 
     def invoke(self, ctx: click.Context):
         stop_on_sigterm()
