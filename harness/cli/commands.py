@@ -65,7 +65,7 @@ class _Group(click.Group):
         except click.Abort:
             click.echo("Aborted!", err=True)
             sys.exit(1)
-        sys.exit(code if type(code) is int else 0)  # click returns Exit codes, and the command's own value
+        sys.exit(code if type(code) is int else 0)  # an Exit's code, or the command's return value (no status)
 
     def invoke(self, ctx: click.Context):
         stop_on_sigterm()
