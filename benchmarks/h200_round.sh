@@ -15,8 +15,10 @@
 #   lb        one leaderboard of wgmma_sm90 on benchmarks (--json summary: means, overhead, kernel time)
 #   profile   benchmarks/overhead_profile.py: cProfile of parent and worker over 30 samples of g8_n4096_k7168
 #   torchcost sandbox_cost.py for torch_reference on g2_n4096_k1536 alone (host-bound), 2 rounds
+#   phases    benchmarks/run_phases.py: a whole leaderboard of wgmma_sm90, phase by phase, twice (cold, then warm)
+#   early     wgmma_sm90's bench.py --time without and with -DWG_EARLY (prefetch before griddepcontrol.wait), 2 rounds
 # Wheels under .whl (carried: a dependency the device image lacks, e.g. msgspec) are installed first.
-# Usage: bash benchmarks/h200_round.sh [tests|timing|fidelity|spin|sandbox|cost|stages|timeline|percall|probe|reftile|lb|profile|torchcost]...   (default: tests timing fidelity)
+# Usage: bash benchmarks/h200_round.sh [tests|timing|fidelity|spin|sandbox|cost|stages|timeline|percall|probe|reftile|lb|profile|torchcost|phases|early]...   (default: tests timing fidelity)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/h200}
@@ -85,6 +87,20 @@ for step in $steps; do
     profile)
       timeout 200 python3 benchmarks/overhead_profile.py --submission wgmma_sm90 --case 0 --runs 30 --top 40 \
         > "$OUT/profile.txt" 2>&1; head -3 "$OUT/profile.txt" ;;
+    phases)
+      for i in 1 2; do
+        timeout 200 python3 benchmarks/run_phases.py --out "$OUT/phases$i.json" -- --submission wgmma_sm90 \
+          --shapes benchmarks --mode leaderboard --no-store --json "/tmp/ph$i.json" 2>&1 | tail -17 \
+          | tee -a "$OUT/phases.txt"
+        summary "/tmp/ph$i.json" | tee -a "$OUT/phases.txt"
+      done ;;
+    early)
+      for i in 1 2; do
+        for f in "" "-DWG_EARLY"; do
+          WGMMA_SM90_NVCC_EXTRA="$f" timeout 150 python3 submissions/wgmma_sm90/bench.py --time 2>&1 \
+            | grep -E '^\{"case|geomean' | sed "s/^/early[$f] /" | tee -a "$OUT/early.txt"
+        done
+      done ;;
     torchcost)
       timeout 400 python3 benchmarks/sandbox_cost.py --submission torch_reference --rounds 2 \
         --shapes "m: [128, 384]; n: [4096, 4096]; k: [1536, 1536]; g: 2; seed: 1111" \

@@ -80,3 +80,17 @@ def test_reference_int8_decode_and_gemm_under_the_interpreter():
     proc = subprocess.run([sys.executable, "-c", _INT8_CHECK], cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT)))
     assert proc.returncode == 0 and proc.stdout.strip() == "int8 ok", proc.stderr[-3000:]
+
+
+def test_run_phases_accounts_for_the_whole_wall(tmp_path):
+    out = tmp_path / "phases.json"
+    subprocess.run([sys.executable, "benchmarks/run_phases.py", "--out", str(out), "--", "--submission",
+                    "torch_reference", "--shapes", SHAPE, "--mode", "leaderboard", "--no-store", "--settings",
+                    str(_settings(tmp_path))], cwd=ROOT, check=True, capture_output=True, timeout=300)
+    doc = json.loads(out.read_text())
+    ph = doc["phases"]
+    assert doc["exit"] == 0 and doc["argv"][:2] == ["--submission", "torch_reference"]
+    assert ph["samples"]["n"] == 3 and ph["check"]["n"] == 1 and ph["kernels"]["n"] == 1 and ph["run"]["n"] == 1
+    parts = sum(v["s"] for k, v in ph.items() if k not in ("wall", "run"))
+    assert abs(parts - ph["wall"]["s"]) < 1e-6 and ph["import"]["s"] > 0 and ph["worker"]["s"] > 0
+    assert ph["run"]["s"] >= ph["samples"]["s"] + ph["worker"]["s"]
