@@ -1324,6 +1324,56 @@ __device__ __forceinline__ void pdl_begin() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 
+// Experiment (issue 19; a -DWG_EARLY build, bench.py with WGMMA_SM90_NVCC_EXTRA): between the two PDL
+// instructions, i.e. while the kernel before may still run, read this CTA's tile and ask L2 for the first STAGES
+// K steps of its B rows and scale atoms (and of A's rows and atoms when A is raw). A prefetch changes no value
+// (L2 is where every SM's writes meet), so it is sound whatever the kernel before writes; the loads after the wait
+// then find the lines in L2 (and the tile in L1) instead of HBM.
+template <bool PRE>
+__device__ __forceinline__ void early_prefetch(const Params& p) {
+  const int4 w = p.tiles[2 * blockIdx.x], ks = p.tiles[2 * blockIdx.x + 1];
+  const int g = w.x, M = p.m[g], N = p.n[g], K = p.k[g];
+  const bool paired = blockDim.x > THREADS;
+  const int half = paired ? static_cast<int>(threadIdx.x) / THREADS : 0, tid = threadIdx.x % THREADS;
+  const int k0 = ks.x + half * ((ks.y + 1) / 2);
+  const size_t row_bytes = K / 2;
+  const auto l2 = [](const uint8_t* a) { asm volatile("prefetch.global.L2 [%0];" ::"l"(a)); };
+  const uint8_t* b = reinterpret_cast<const uint8_t*>(p.addr[1 * MAX_GROUPS + g]);
+  const uint8_t* sfb = reinterpret_cast<const uint8_t*>(p.addr[4 * MAX_GROUPS + g]);
+  if (tid < BN) {
+    const uint8_t* row = b + (size_t)min(w.z + tid, N - 1) * row_bytes + k0 * ROW_BYTES;
+    l2(row);
+    l2(row + STAGES * ROW_BYTES - 1);  // the steps may straddle two lines
+    if (tid < STAGES * 4) l2(sfb + ((size_t)(w.z >> 7) * (K / 64) + k0) * 512 + tid * 128);
+    return;
+  }
+  if constexpr (!PRE) {
+    const int j = tid - BN;
+    const uint8_t* a = reinterpret_cast<const uint8_t*>(p.addr[0 * MAX_GROUPS + g]);
+    const uint8_t* sfa = reinterpret_cast<const uint8_t*>(p.addr[3 * MAX_GROUPS + g]);
+    if (j < w.w && w.y + j < M) {
+      const uint8_t* row = a + (size_t)(w.y + j) * row_bytes + k0 * ROW_BYTES;
+      l2(row);
+      l2(row + STAGES * ROW_BYTES - 1);
+    }
+    if (j < 2 * STAGES * 4) {
+      const int atom = min((w.y >> 7) + j / (STAGES * 4), (M - 1) >> 7);
+      l2(sfa + ((size_t)atom * (K / 64) + k0) * 512 + (j % (STAGES * 4)) * 128);
+    }
+  }
+}
+
+template <bool PRE>
+__device__ __forceinline__ void main_begin(const Params& p) {
+#ifdef WG_EARLY
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  early_prefetch<PRE>(p);
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#else
+  pdl_begin();
+#endif
+}
+
 }  // namespace
 
 // Two CTAs of THREADS per SM, or one paired CTA: 128 registers a thread either way. Two entry points, A decoded in
@@ -1331,13 +1381,13 @@ __device__ __forceinline__ void pdl_begin() {
 // (C7512, too few registers) and lengthened the raw loop.
 extern "C" __global__ void __launch_bounds__(2 * THREADS, 1) fp4_group_gemm_sm90(const __grid_constant__ Params p) {
   extern __shared__ uint8_t smem_raw[];
-  pdl_begin();
+  main_begin<false>(p);
   run_any<false>(p, reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023)));
 }
 
 extern "C" __global__ void __launch_bounds__(2 * THREADS, 1) fp4_group_gemm_sm90_pre(const __grid_constant__ Params p) {
   extern __shared__ uint8_t smem_raw[];
-  pdl_begin();
+  main_begin<true>(p);
   run_any<true>(p, reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023)));
 }
 
