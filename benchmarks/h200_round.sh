@@ -16,9 +16,11 @@
 #   profile   benchmarks/overhead_profile.py: cProfile of parent and worker over 30 samples of g8_n4096_k7168
 #   torchcost sandbox_cost.py for torch_reference on g2_n4096_k1536 alone (host-bound), 2 rounds
 #   phases    benchmarks/run_phases.py: a whole leaderboard of wgmma_sm90, phase by phase, twice (cold, then warm)
-#   early     wgmma_sm90's bench.py --time without and with -DWG_EARLY (prefetch before griddepcontrol.wait), 2 rounds
+#   cupti     benchmarks/cupti_cost.py: a kernel-time pass's profiler costs, three ways of driving torch.profiler
+#   wgtests   the GPU tests of wgmma_sm90 but the warp-specialised loop's (-k "not ws")
+#   early     wgmma_sm90's bench.py --time with -DWG_NO_EARLY and without (the prefetch before griddepcontrol.wait), 2 rounds
 # Wheels under .whl (carried: a dependency the device image lacks, e.g. msgspec) are installed first.
-# Usage: bash benchmarks/h200_round.sh [tests|timing|fidelity|spin|sandbox|cost|stages|timeline|percall|probe|reftile|lb|profile|torchcost|phases|early]...   (default: tests timing fidelity)
+# Usage: bash benchmarks/h200_round.sh [tests|timing|fidelity|spin|sandbox|cost|stages|timeline|percall|probe|reftile|lb|profile|torchcost|phases|early|cupti|wgtests]...   (default: tests timing fidelity)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/h200}
@@ -96,11 +98,17 @@ for step in $steps; do
       done ;;
     early)
       for i in 1 2; do
-        for f in "" "-DWG_EARLY"; do
+        for f in "-DWG_NO_EARLY" ""; do
           WGMMA_SM90_NVCC_EXTRA="$f" timeout 150 python3 submissions/wgmma_sm90/bench.py --time 2>&1 \
             | grep -E '^\{"case|geomean' | sed "s/^/early[$f] /" | tee -a "$OUT/early.txt"
         done
       done ;;
+    cupti)
+      timeout 200 python3 benchmarks/cupti_cost.py --reps 5 --out "$OUT/cupti_cost.json" 2>&1 | grep -v USDT \
+        | tee "$OUT/cupti.txt" ;;
+    wgtests)
+      timeout 400 python3 -m pytest -q -m gpu -k "not ws" -p no:cacheprovider tests/variants/test_wgmma_sm90.py 2>&1 \
+        | tail -5 | tee "$OUT/wgtests.txt" ;;
     torchcost)
       timeout 400 python3 benchmarks/sandbox_cost.py --submission torch_reference --rounds 2 \
         --shapes "m: [128, 384]; n: [4096, 4096]; k: [1536, 1536]; g: 2; seed: 1111" \

@@ -1324,18 +1324,18 @@ __device__ __forceinline__ void pdl_begin() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 
-// Experiment (issue 19; a -DWG_EARLY build, bench.py with WGMMA_SM90_NVCC_EXTRA): between the two PDL
-// instructions, i.e. while the kernel before may still run, read this CTA's tile and ask L2 for the first STAGES
-// K steps of its B rows and scale atoms (and of A's rows and atoms when A is raw). A prefetch changes no value
-// (L2 is where every SM's writes meet), so it is sound whatever the kernel before writes; the loads after the wait
-// then find the lines in L2 (and the tile in L1) instead of HBM.
+// Early prefetch (issue 19): between the two PDL instructions, i.e. while the kernel before may still run, read
+// this CTA's tile and ask L2 for the first STAGES K steps of its B rows and scale atoms (and of A's rows and atoms
+// when A is raw). A prefetch changes no value (L2 is where every SM's writes meet), so it is sound whatever the
+// kernel before writes; the loads after the wait then find the lines in L2 (and the tile in L1) instead of HBM.
+// Only in CTAs of THREADS (grids of several waves): measured on the H200 (2026-12-02, bench.py --time, kernels
+// alone, two rounds in one call, us) 111.3 -> 108.6 and 68.4 -> 66.4 on the two G = 8 benchmarks, but 31.2 -> 31.6
+// and 16.4 -> 16.6 on the paired single-wave ones. -DWG_NO_EARLY leaves it out (for A/B runs).
 template <bool PRE>
 __device__ __forceinline__ void early_prefetch(const Params& p) {
   const int4 w = p.tiles[2 * blockIdx.x], ks = p.tiles[2 * blockIdx.x + 1];
   const int g = w.x, M = p.m[g], N = p.n[g], K = p.k[g];
-  const bool paired = blockDim.x > THREADS;
-  const int half = paired ? static_cast<int>(threadIdx.x) / THREADS : 0, tid = threadIdx.x % THREADS;
-  const int k0 = ks.x + half * ((ks.y + 1) / 2);
+  const int tid = threadIdx.x, k0 = ks.x;  // a CTA of THREADS: one pipeline from the tile's first K step
   const size_t row_bytes = K / 2;
   const auto l2 = [](const uint8_t* a) { asm volatile("prefetch.global.L2 [%0];" ::"l"(a)); };
   const uint8_t* b = reinterpret_cast<const uint8_t*>(p.addr[1 * MAX_GROUPS + g]);
@@ -1365,13 +1365,11 @@ __device__ __forceinline__ void early_prefetch(const Params& p) {
 
 template <bool PRE>
 __device__ __forceinline__ void main_begin(const Params& p) {
-#ifdef WG_EARLY
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  early_prefetch<PRE>(p);
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#else
-  pdl_begin();
+#ifndef WG_NO_EARLY
+  if (blockDim.x == THREADS) early_prefetch<PRE>(p);
 #endif
+  asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 
 }  // namespace
