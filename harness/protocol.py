@@ -57,7 +57,13 @@ RUN_KINDS = ("check", "time", "kernels", "profile")
 
 @dataclass(frozen=True)
 class Load:
+    """Import the submission at ``path``. ``profiler``: start the CUDA profiler (CUPTI) up first, while no
+    submission code has run, so that its threads are the worker's own and its start-up (5-8 s on an H200 host,
+    benchmarks/cupti_cost.py) is not paid in the first kernel-time pass; the parent asks for it in the modes that
+    take one."""
+
     path: str
+    profiler: bool = False
 
 
 @dataclass(frozen=True)

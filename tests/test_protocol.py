@@ -23,6 +23,8 @@ def test_round_trip_keeps_types():
     run = P.Run((64, 40), (128, 256), (256, 512), 15, "time", watch=False, host_offset=8192, ahead=True)
     assert P.decode(P.encode(run), (P.Run,)) == run and P.encode(P.Closed()) == '{"msg":"Closed"}'
     assert P.decode('{"msg": "Closed"}', (P.Closed,)) == P.Closed()
+    assert P.decode(P.encode(P.Load("/s.py", profiler=True)), (P.Load,)) == P.Load("/s.py", True)
+    assert P.decode('{"msg": "Load", "path": "/s.py"}', (P.Load,)).profiler is False  # an older parent's Load
 
 
 @pytest.mark.parametrize("line, message", [
@@ -30,6 +32,7 @@ def test_round_trip_keeps_types():
      "Run.calls: expected int, got str"),
     ('{"msg": "Run", "m": [1], "n": [8], "k": [64], "kind": "time"}', "Run: object missing required field calls"),
     ('{"msg": "Load", "path": "x", "evil": 1}', "Load: unknown field(s) ['evil']"),
+    ('{"msg": "Load", "path": "x", "profiler": "yes"}', "Load.profiler: expected bool, got str"),
     ('{"msg": "Nope"}', "expected one of Load, Map, Run, Exit, Loaded, Failed, Mapped, Closed, RunReply, got 'Nope'"),
     ('[1, 2]', "expected a message object with a 'msg' name, got '[1, 2]'"),
     ('not json', "expected a JSON message, got 'not json'"),
