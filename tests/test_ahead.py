@@ -121,3 +121,23 @@ def test_what_the_closed_callback_raises_comes_after_the_reply(session):
 def test_without_ahead_no_closed_is_sent(session):
     """A timed request without ``ahead`` gets its reply alone: on_closed never runs."""
     assert session.run(_run_req(), lambda: pytest.fail("Closed without ahead")).calls == 15
+
+
+def test_start_sends_load_and_load_waits_for_its_reply(monkeypatch):
+    """Session.start spawns the worker and sends Load without reading a reply; load() reads it (once), and a
+    second start or load while the worker is up sends nothing. The profiler flag travels only on CUDA."""
+    s = Session(read_variant(HONEST), SETTINGS, profiler=True)
+    assert s.profiler is False  # this machine's default device is the CPU: no kernel-time passes
+    try:
+        sent, received = [], []
+        s.start()
+        real_send, real_receive = s.proc.send, s._receive
+        monkeypatch.setattr(s.proc, "send", lambda msg, fds=(): (sent.append(msg), real_send(msg, fds)))
+        monkeypatch.setattr(s, "_receive", lambda t, expect: (received.append(expect), real_receive(t, expect))[1])
+        assert s._loading is not None and received == []
+        s.load()
+        s.start()
+        s.load()
+        assert sent == [] and received == [(P.Loaded, P.Failed)] and s._loading is None
+    finally:
+        s.release()

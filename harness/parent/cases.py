@@ -60,9 +60,11 @@ class Session:
     restarted after any fault (the buffers stay: a new worker maps them again)."""
 
     def __init__(self, variant: Variant, settings: Settings, device: torch.device | None = None,
-                 sandbox: Sandbox = Sandbox(), worker_log: Path | None = None):
+                 sandbox: Sandbox = Sandbox(), worker_log: Path | None = None, profiler: bool = False):
         self.variant, self.settings, self.worker_log = variant, settings, worker_log
         self.device = device or default_device()
+        self.profiler = profiler and self.device.type == "cuda"  # kernel-time passes will run (P.Load.profiler)
+        self._loading: float | None = None  # when Load was sent, until its reply is in
         self.sandbox = plan_for(variant, sandbox, settings, self.device.type == "cuda")
         self.proc: WorkerProcess | None = None
         self.first_call = True
@@ -70,15 +72,26 @@ class Session:
         self.shared = SharedSet(self.device)
         self._mapped = -1
 
-    def load(self) -> None:
-        """Start a worker and import the submission. Raises CaseFailed(ERROR) if the import fails."""
+    def start(self) -> None:
+        """Start a worker and ask it to import the submission, without waiting (``load`` waits); no-op while one
+        is up."""
         if self.proc is not None:
             return
         self.proc = WorkerProcess(sandbox=self.sandbox, log=self.worker_log, label=self.variant.name)
         self.first_call = True
         self._mapped = -1
-        self.proc.send(P.Load(str(self.variant.path)))
-        reply = self._receive(self.settings.import_s, (P.Loaded, P.Failed))
+        self.proc.send(P.Load(str(self.variant.path), profiler=self.profiler))
+        self._loading = time.monotonic()
+
+    def load(self) -> None:
+        """Start a worker (``start``) and wait until the submission is imported, the import time limit counted from
+        the request. Raises CaseFailed(ERROR) if the import fails (TIMEOUT, CRASH as ``_receive``)."""
+        self.start()
+        if self._loading is None:
+            return
+        left = self.settings.import_s - (time.monotonic() - self._loading)
+        self._loading = None
+        reply = self._receive(max(left, 0.001), (P.Loaded, P.Failed))
         if isinstance(reply, P.Failed):
             self.close()
             raise judge.load_failed(reply, str(self.variant.path))
@@ -157,6 +170,7 @@ class Session:
             self.proc.close(wait_s)
             self.proc = None
             self._mapped = -1
+            self._loading = None
         self.shared.free_retired()
 
     def release(self, wait_s: float = EXIT_WAIT_S) -> None:
