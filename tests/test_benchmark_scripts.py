@@ -94,3 +94,13 @@ def test_run_phases_accounts_for_the_whole_wall(tmp_path):
     parts = sum(v["s"] for k, v in ph.items() if k not in ("wall", "run"))
     assert abs(parts - ph["wall"]["s"]) < 1e-6 and ph["import"]["s"] > 0 and ph["worker"]["s"] > 0
     assert ph["run"]["s"] >= ph["samples"]["s"] + ph["worker"]["s"]
+
+
+def test_cupti_cost_times_each_way_of_driving_the_profiler(tmp_path):
+    out = tmp_path / "cupti.json"
+    subprocess.run([sys.executable, "benchmarks/cupti_cost.py", "--reps", "1", "--small", "3", "--first", "raw",
+                    "--out", str(out)], cwd=ROOT, check=True, capture_output=True, timeout=300)
+    doc = json.loads(out.read_text())
+    assert doc["cuda"] is False and doc["first_way"] == "raw" and set(doc["ways"]) == {"cpu+cuda", "cuda", "raw"}
+    assert all(w["enter_ms"] > 0 and w["calls_ms"] > 0 and w["busy_us_per_call"] is None
+               for w in doc["ways"].values())
