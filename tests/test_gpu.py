@@ -191,8 +191,7 @@ def test_kernel_pass_reads_the_same_gpu_activity_from_kineto_as_from_parsed_even
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    from harness.worker.__main__ import _device_spans
-    from harness.worker.timing import busy_us
+    from harness.worker.timing import busy_us, device_spans
 
     x = torch.randn(1024, 1024, device="cuda")
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -201,8 +200,8 @@ def test_kernel_pass_reads_the_same_gpu_activity_from_kineto_as_from_parsed_even
         x.clone().zero_()
         torch.cuda.synchronize()
     assert getattr(prof.profiler, "kineto_results", None) is not None
-    raw = _device_spans(prof, DeviceType.CUDA, parsed=False)
-    parsed = _device_spans(prof, DeviceType.CUDA, parsed=True)
+    raw = device_spans(prof, DeviceType.CUDA, parsed=False)
+    parsed = device_spans(prof, DeviceType.CUDA, parsed=True)
     assert len(raw) == len(parsed) >= 7
     assert sorted(e - s for s, e in raw) == pytest.approx(sorted(e - s for s, e in parsed), abs=1e-3)
     assert busy_us(raw) == pytest.approx(busy_us(parsed), abs=1e-3)

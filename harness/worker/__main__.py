@@ -307,7 +307,7 @@ class Worker:
         result = timing.Window(0.0, outputs)
         kernel_ns = None
         if cuda:
-            busy = timing.busy_us(_device_spans(prof, DeviceType.CUDA, parsed=table))
+            busy = timing.busy_us(timing.device_spans(prof, DeviceType.CUDA, parsed=table))
             kernel_ns = busy * 1e3 / len(inputs)
         text = ""
         if table:
@@ -338,16 +338,6 @@ def _measurement_objects(worker: Worker) -> dict:
                threads.merged):
         objects[f"{fn.__qualname__}.__code__"] = fn.__code__
     return objects
-
-
-def _device_spans(prof, cuda, parsed: bool) -> list[tuple[float, float]]:
-    """(start, end) in us of every GPU activity (kernels, copies, sets) a finished torch.profiler pass recorded:
-    from its parsed events (``parsed``), else from Kineto's own list, which is the same activity without building a
-    Python event per record (falls back to the parsed events where this torch has no ``kineto_results``)."""
-    raw = None if parsed else getattr(prof.profiler, "kineto_results", None)
-    if raw is None:
-        return [(e.time_range.start, e.time_range.end) for e in prof.events() if e.device_type == cuda]
-    return [(e.start_ns() / 1e3, e.end_ns() / 1e3) for e in raw.events() if e.device_type() == cuda]
 
 
 def _spin_until_readable(fd: int, limit_s: float) -> None:

@@ -1367,7 +1367,9 @@ template <bool PRE>
 __device__ __forceinline__ void main_begin(const Params& p) {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #ifndef WG_NO_EARLY
-  if (blockDim.x == THREADS) early_prefetch<PRE>(p);
+  if constexpr (PRE) {
+    if (blockDim.x == THREADS) early_prefetch<PRE>(p);
+  }
 #endif
   asm volatile("griddepcontrol.wait;" ::: "memory");
 }
