@@ -1328,9 +1328,11 @@ __device__ __forceinline__ void pdl_begin() {
 // this CTA's tile and ask L2 for the first STAGES K steps of its B rows and scale atoms (and of A's rows and atoms
 // when A is raw). A prefetch changes no value (L2 is where every SM's writes meet), so it is sound whatever the
 // kernel before writes; the loads after the wait then find the lines in L2 (and the tile in L1) instead of HBM.
-// Only in CTAs of THREADS (grids of several waves): measured on the H200 (2026-12-02, bench.py --time, kernels
-// alone, two rounds in one call, us) 111.3 -> 108.6 and 68.4 -> 66.4 on the two G = 8 benchmarks, but 31.2 -> 31.6
-// and 16.4 -> 16.6 on the paired single-wave ones. -DWG_NO_EARLY leaves it out (for A/B runs).
+// Only in the predecoded entry's CTAs of THREADS (grids of several waves): measured on the H200 (2026-12-02,
+// bench.py --time, kernels alone, two rounds in one call, us) 112.5 -> 110.8 and 68.6 -> 67.1 on the two G = 8
+// benchmarks; every CTA prefetching had cost the paired single-wave ones 31.2 -> 31.6 and 16.4 -> 16.6, and even
+// compiled in but skipped it cost the raw entry 16.4 -> 16.6 on g2_n4096_k1536, so the raw entry has none (its
+// SASS is -DWG_NO_EARLY's). -DWG_NO_EARLY leaves it out everywhere (for A/B runs).
 template <bool PRE>
 __device__ __forceinline__ void early_prefetch(const Params& p) {
   const int4 w = p.tiles[2 * blockIdx.x], ks = p.tiles[2 * blockIdx.x + 1];
