@@ -140,31 +140,3 @@ def test_marking_records_one_event_after_each_call_in_stream_order():
     assert len(times) == 3 and all(t > 0 for t in times)
     assert times[0] > 10 * times[1] and times[2] > 10 * times[1]  # a million cycles against a thousand
 
-
-def test_device_spans_read_kineto_events_or_the_parsed_ones():
-    """device_spans: Kineto's raw events (ns, absolute) when the pass has them and no parse is asked for, else the
-    parsed events (us); only the given device type's."""
-    from types import SimpleNamespace as NS
-
-    from harness.worker.timing import device_spans
-
-    class Raw:
-        def __init__(self, kind, start, end):
-            self.kind, self.start, self.end = kind, start, end
-
-        def device_type(self):
-            return self.kind
-
-        def start_ns(self):
-            return self.start
-
-        def end_ns(self):
-            return self.end
-
-    raw = NS(events=lambda: [Raw("cuda", 1000, 3500), Raw("cpu", 0, 9000), Raw("cuda", 4000, 4500)])
-    parsed = [NS(device_type="cuda", time_range=NS(start=1.0, end=3.5)), NS(device_type="cpu", time_range=NS(
-        start=0.0, end=9.0))]
-    prof = NS(profiler=NS(kineto_results=raw), events=lambda: parsed)
-    assert device_spans(prof, "cuda", parsed=False) == [(1.0, 3.5), (4.0, 4.5)]
-    assert device_spans(prof, "cuda", parsed=True) == [(1.0, 3.5)]
-    assert device_spans(NS(profiler=NS(), events=lambda: parsed), "cuda", parsed=False) == [(1.0, 3.5)]

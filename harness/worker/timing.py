@@ -55,16 +55,6 @@ def guard_report() -> list[str]:
     return [name for name, (owner, attr, obj) in _GUARDED.items() if getattr(owner, attr, None) is not obj]
 
 
-def device_spans(prof, cuda, parsed: bool) -> list[tuple[float, float]]:
-    """(start, end) in us of every GPU activity (kernels, copies, sets) a finished torch.profiler pass recorded:
-    from its parsed events (``parsed``), else from Kineto's own list, which is the same activity without building a
-    Python event per record (falls back to the parsed events where this torch has no ``kineto_results``)."""
-    raw = None if parsed else getattr(prof.profiler, "kineto_results", None)
-    if raw is None:
-        return [(e.time_range.start, e.time_range.end) for e in prof.events() if e.device_type == cuda]
-    return [(e.start_ns() / 1e3, e.end_ns() / 1e3) for e in raw.events() if e.device_type() == cuda]
-
-
 def busy_us(intervals: Sequence[tuple[float, float]]) -> float:
     """Length of the union of ``intervals`` ((start, end) pairs, any unit; here us from torch.profiler's device
     events): the time at least one of them runs. Kernels that overlap (programmatic dependent launch, where the
