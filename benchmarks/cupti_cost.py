@@ -1,8 +1,8 @@
 """What a kernel-time pass costs the worker, by how torch.profiler is driven (issue 15: the leaderboard's four
 passes took 4.7 s of a 21.8 s run on the H200). Per way, the mean ms of entering the profiler, the calls, leaving
-it and reading its events, and the busy time (us per call) each way reports (and apart, the process's first pass, which starts the
-profiler up), over --reps passes of --calls calls
-of a stand-in workload (one GEMM and --small elementwise ops per call):
+it and reading its events, and the busy time (us per call) each way reports, over --reps passes of --calls calls
+of a stand-in workload (one GEMM and --small elementwise ops per call); and apart, the process's first pass,
+which starts the profiler up:
 
     cpu+cuda  activities CPU and CUDA, prof.events() (what the worker's passes do)
     cuda      activity CUDA only, prof.events()
