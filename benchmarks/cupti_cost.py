@@ -100,10 +100,11 @@ def main() -> None:
     for _ in range(args.reps):
         for way in WAYS:
             rows.setdefault(way, []).append(one_pass(way, work, args.calls, cuda))
-    out = {"cuda": cuda, "torch": torch.__version__, "calls": args.calls, "context_ms": context_ms, "empty_pass_before_context_ms": empty_ms,
-           "first_way": args.first, "first_pass": first, "ways": {}}
-    print(f"empty pass before the context {empty_ms} ms; context {context_ms:.1f} ms; the process's first pass ({args.first}): " + "  ".join(
-        f"{k} {v:.2f}" for k, v in first.items() if k.endswith("_ms")))
+    out = {"cuda": cuda, "torch": torch.__version__, "calls": args.calls, "context_ms": context_ms,
+           "empty_pass_before_context_ms": empty_ms, "first_way": args.first, "first_pass": first, "ways": {}}
+    print(f"empty pass before the context {empty_ms} ms; context {context_ms:.1f} ms; "
+          f"the process's first pass ({args.first}): "
+          + "  ".join(f"{k} {v:.2f}" for k, v in first.items() if k.endswith("_ms")))
     for way, rs in rows.items():
         mean = {k: sum(r[k] for r in rs) / len(rs) for k in ("enter_ms", "calls_ms", "exit_ms", "events_ms")}
         busy = [r["busy_us_per_call"] for r in rs if r["busy_us_per_call"] is not None]
