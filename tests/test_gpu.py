@@ -183,4 +183,3 @@ def test_per_call_log_gives_each_timed_window_call_by_call(tmp_path, monkeypatch
     assert len(windows) > len(r.samples_ns) and all(len(w) == 15 and min(w) > 0 for w in windows)
     for w, per_call_ns in zip(windows[-len(r.samples_ns):], r.samples_ns):
         assert sum(w) / 15 == pytest.approx(per_call_ns / 1e3, rel=0.05)
-

@@ -139,4 +139,3 @@ def test_marking_records_one_event_after_each_call_in_stream_order():
     times = timing.per_call_us(start.elapsed_time, marks)
     assert len(times) == 3 and all(t > 0 for t in times)
     assert times[0] > 10 * times[1] and times[2] > 10 * times[1]  # a million cycles against a thousand
-

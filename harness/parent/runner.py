@@ -138,10 +138,9 @@ def close_record(record: RunRecord, results: list[CaseResult], observer: Observe
 def _run_cases(cases, opts: RunOptions, runner: CaseRunner, observer: Observer, finish) -> None:
     """The ``run`` schedule: every case in order through its phases for ``opts.mode``; leaderboard warms every
     shape up first and stops at the first shape that fails."""
-    runner.session.start()
     timed = opts.mode in ("benchmark", "leaderboard")
     if timed:
-        _while_the_worker_starts()
+        _while_the_worker_starts()  # run() has started the worker
     failed = lifecycle.load(runner.session)
     if failed:  # import error or no entry point: fail before generating any data; the message once, on shape 1
         for i, case in enumerate(cases):
