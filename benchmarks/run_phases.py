@@ -34,6 +34,7 @@ from collections import defaultdict  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from clocks import clocked  # noqa: E402
 from harness.cli import commands, outputs  # noqa: E402
 from harness.parent import cases, runner  # noqa: E402
 
@@ -44,13 +45,7 @@ CLOCKS: dict[str, list[float]] = defaultdict(list)
 
 
 def _clocked(name: str, fn):
-    def wrapper(*args, **kwargs):
-        t0 = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            CLOCKS[name].append(time.perf_counter() - t0)
-    return wrapper
+    return clocked(name, fn, CLOCKS)
 
 
 def _wrap() -> None:

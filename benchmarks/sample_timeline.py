@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from clocks import clocked  # noqa: E402
 from harness.parent import cases, judge  # noqa: E402
 from harness.parent.registry import resolve  # noqa: E402
 from harness.parent.runner import RunOptions, run  # noqa: E402
@@ -39,13 +40,7 @@ CLOCKS: dict[str, list[float]] = defaultdict(list)
 
 
 def _clocked(name: str, fn):
-    def wrapper(*args, **kwargs):
-        t0 = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            CLOCKS[name].append((time.perf_counter() - t0) * 1e3)
-    return wrapper
+    return clocked(name, fn, CLOCKS, scale=1e3)  # ms
 
 
 def _prepare_gpu_ms(case, calls: int, device: torch.device) -> tuple[float, float]:
