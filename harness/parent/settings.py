@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from harness import ROOT
@@ -84,17 +84,20 @@ def load_settings(path: Path | None = None) -> Settings:
         raise SettingsError(f"{path}: expected a mapping with sections {_SECTION_LIST}, "
                             f"got {type(doc).__name__}")
     flat: dict = {}
+    section_of: dict = {}
     for section, values in doc.items():
         if section not in SECTIONS:
             raise SettingsError(f"{path}: expected sections {_SECTION_LIST}, got {section!r}")
         if not isinstance(values, dict):
             raise SettingsError(f"{path}: section {section} must map setting -> value, got {values!r}")
         flat.update(values)
+        section_of.update(dict.fromkeys(values, section))
     defaults = Settings()
     out = {}
     for key, value in flat.items():
         if not hasattr(defaults, key):
-            raise SettingsError(f"{path}: unknown setting {key!r}")
+            known = ", ".join(f.name for f in fields(Settings))
+            raise SettingsError(f"{path}: unknown setting {key!r} in section {section_of[key]} (settings: {known})")
         if key == "budget_s":
             out[key] = _budgets(path, value, defaults.budget_s)
             continue
