@@ -7,7 +7,9 @@ Seconds of wall time per phase, from the interpreter's start:
                 inputs against the GPU's memory)
     store       the results store opened
     sandbox     the worker's confinement planned and checked
-    worker      worker started, the submission imported (Session.load)
+    worker      waiting for the worker to start and import the submission (Session.load; the worker is started
+                just before the buffers are reserved, and what the parent does meanwhile, a timed run's
+                scipy.stats import, counts in "other")
     reserve     the sample buffers allocated (Session.reserve)
     check       each shape's correctness call (the submission's first call compiles here)
     warmup      warm-up samples
