@@ -9,7 +9,8 @@ Two paths that give the same bits wherever both apply:
 - ``ref_kernel``: per group, when ``exact_in_fp32`` holds, an exact decode into bf16 and a GEMM with fp32
   accumulation, rounded once to fp16 (CUDA: one Triton GEMM for every group that decodes in registers,
   task.reference_triton; the torch table decode and a GEMM with fp32 output where triton does not import; on the
-  CPU an int8 decode and an integer GEMM where the elements fit int8, else fp32); otherwise the fp64 path. The
+  CPU an int8 decode and an integer GEMM where the elements fit int8 and ``torch._int_mm`` is the faster on the
+  host, else fp32); otherwise the fp64 path. The
   bound needs only the scale bytes (a 256-entry key table).
 
 Why the fast path is exact (the bound ``exact_in_fp32`` checks). Work in integer units:
@@ -59,6 +60,7 @@ narrower than the fp32 compute type, never with fp32 output; bf16 is used rather
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
@@ -349,15 +351,39 @@ def _int8_table(mu: int) -> torch.Tensor:
     return _INT8_PAIRS[mu]
 
 
-def _int_mm_runs() -> bool:
-    """Whether ``torch._int_mm`` (int8 x int8 -> int32) runs on the CPU in this torch."""
+def _int_mm_pays() -> bool:
+    """Whether the CPU's integer path is worth taking in this process: ``torch._int_mm`` (int8 x int8 -> int32)
+    runs, gives a known product, and beats an fp32 ``torch.mm`` of the same M x K x N = 64 x 256 x 128 product
+    (best of 2 each; decided once per process, under 10 ms). Both paths give the same bits; only their speed
+    differs between hosts: on a 2-core AVX2 EPYC with torch 2.13 (2026-12-02) ``_int_mm`` took 2.0 ms where fp32
+    took 0.17 ms on that product, and 15 smoke inputs' reference 129 ms against 30; on the host where the integer
+    path was adopted it was the faster."""
     if not _INT_MM:
-        try:
-            one = torch.ones(1, 8, dtype=torch.int8)
-            _INT_MM.append(int(torch._int_mm(one, one.T)) == 8)
-        except (AttributeError, RuntimeError, NotImplementedError):
-            _INT_MM.append(False)
+        _INT_MM.append(_int_mm_faster())
     return _INT_MM[0]
+
+
+def _int_mm_faster(reps: int = 2) -> bool:
+    try:
+        one = torch.ones(17, 8, dtype=torch.int8)
+        if int(torch._int_mm(one, one.T)[0, 0]) != 8:
+            return False
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False
+    gen = torch.Generator().manual_seed(0)
+    a, b = (torch.randint(-6, 7, (r, 256), dtype=torch.int8, generator=gen) for r in (64, 128))
+    wide_a, wide_b = a.float(), b.float()
+
+    def best(fn) -> float:
+        fn()
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    return best(lambda: torch._int_mm(a, b.T)) < best(lambda: torch.mm(wide_a, wide_b.T))
 
 
 def _fast_int8(groups: Sequence[_Group], shifts: Sequence[tuple[int, int]]) -> list[torch.Tensor]:
@@ -383,11 +409,15 @@ def _fast_int8(groups: Sequence[_Group], shifts: Sequence[tuple[int, int]]) -> l
     return [o.view(*shape, 1) for o, shape in zip(out16.split(sizes), shapes)]
 
 
-def _fast_cpu(groups: Sequence[_Group], bounds: Sequence[tuple[int, int]]) -> list[torch.Tensor]:
+def _fast_cpu(groups: Sequence[_Group], bounds: Sequence[tuple[int, int]],
+              integer_path: bool | None = None) -> list[torch.Tensor]:
     """CPU: ``_fast`` for groups that pass the bound, through ``_fast_int8`` for those whose two operands fit int8
-    (``bounds``: (-mu, Q) of A and B per group, in order). Same outputs, same bits."""
+    when ``integer_path`` (None: ``_int_mm_pays()``) (``bounds``: (-mu, Q) of A and B per group, in order). Same
+    outputs, same bits."""
+    if integer_path is None:
+        integer_path = _int_mm_pays()
     shifts = [(_int8_shift(bounds[2 * g]), _int8_shift(bounds[2 * g + 1])) for g in range(len(groups))]
-    integer = [g for g, (sa, sb) in enumerate(shifts) if sa is not None and sb is not None] if _int_mm_runs() else []
+    integer = [g for g, (sa, sb) in enumerate(shifts) if sa is not None and sb is not None] if integer_path else []
     wide = [g for g in range(len(groups)) if g not in integer]
     out: list = [None] * len(groups)
     for chosen, run in ((integer, lambda gs: _fast_int8(gs, [shifts[g] for g in integer])), (wide, _fast)):

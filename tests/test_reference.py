@@ -379,9 +379,30 @@ def test_cpu_reference_takes_the_integer_path_where_it_fits(data, integer, monke
     calls = []
     real = reference_module._fast_int8
     monkeypatch.setattr(reference_module, "_fast_int8", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(reference_module, "_int_mm_pays", lambda: True)
     inputs = generate_input((64, 36), (128, 256), (512, 1024), 2, 5, data=data, device="cpu")
     _assert_same_bits(ref_kernel(inputs), ref_kernel_fp64(inputs))
     assert bool(calls) == integer
+
+
+def test_cpu_reference_keeps_fp32_where_the_integer_gemm_does_not_pay(monkeypatch):
+    calls = []
+    real = reference_module._fast_int8
+    monkeypatch.setattr(reference_module, "_fast_int8", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(reference_module, "_int_mm_pays", lambda: False)
+    inputs = generate_input((64, 36), (128, 256), (512, 1024), 2, 5, device="cpu")
+    _assert_same_bits(ref_kernel(inputs), ref_kernel_fp64(inputs))
+    assert calls == []
+
+
+def test_integer_gemm_is_refused_where_int_mm_fails_or_misreads(monkeypatch):
+    def broken(a, b):
+        raise RuntimeError("_int_mm not compiled for this CPU")
+
+    monkeypatch.setattr(torch, "_int_mm", broken)
+    assert reference_module._int_mm_faster() is False
+    monkeypatch.setattr(torch, "_int_mm", lambda a, b: torch.zeros(a.shape[0], b.shape[1], dtype=torch.int32))
+    assert reference_module._int_mm_faster() is False
 
 
 @settings(max_examples=60, deadline=None)
@@ -390,8 +411,8 @@ def test_cpu_reference_takes_the_integer_path_where_it_fits(data, integer, monke
        st.integers(0, 248), st.integers(0, 3), st.integers(0, 2**31 - 1))
 def test_cpu_fast_path_equals_fp64_wherever_the_bound_holds(m, n, k, mask, low_code, code_span, seed):
     """Random bytes and scale codes from a window of e4m3fn bytes (negative scales from 0x80 on): where
-    exact_in_fp32 holds, _fast_cpu (the integer path for operands that fit int8, fp32 for the rest) gives the fp64
-    bits."""
+    exact_in_fp32 holds, _fast_cpu gives the fp64 bits with the integer path (operands that fit int8; fp32 for the
+    rest) and without it."""
     gen = torch.Generator().manual_seed(seed)
     data = [torch.randint(256, (r, k // 2), dtype=torch.uint8, generator=gen) & mask for r in (m, n)]
     codes = [torch.randint(low_code, low_code + 2 ** code_span, (r, k // 16), dtype=torch.uint8, generator=gen)
@@ -399,5 +420,7 @@ def test_cpu_fast_path_equals_fp64_wherever_the_bound_holds(m, n, k, mask, low_c
     inputs = _group(*data, *codes)
     (a, b, _), (sfa, sfb) = inputs[0][0], inputs[1][0]
     if exact_in_fp32(k, sfa, sfb):
-        got = _fast_cpu([(a, b, *(c.to(torch.int32) for c in codes))], _bounds(*codes))
-        _assert_same_bits(got, ref_kernel_fp64(inputs))
+        want = ref_kernel_fp64(inputs)
+        for integer_path in (True, False):
+            _assert_same_bits(_fast_cpu([(a, b, *(c.to(torch.int32) for c in codes))], _bounds(*codes), integer_path),
+                              want)
