@@ -7,9 +7,10 @@ Seconds of wall time per phase, from the interpreter's start:
                 inputs against the GPU's memory)
     store       the results store opened
     sandbox     the worker's confinement planned and checked
-    worker      waiting for the worker to start and import the submission (Session.load; the worker is started
-                just before the buffers are reserved, and what the parent does meanwhile, a timed run's
-                scipy.stats import, counts in "other")
+    meanwhile   the parent's work while the worker starts (runner.while_workers_start: the reference's
+                compiles, a timed run's scipy.stats import)
+    worker      what is left of waiting for the worker to start and import the submission (Session.load; the
+                worker is started just before the buffers are reserved)
     reserve     the sample buffers allocated (Session.reserve)
     check       each shape's correctness call (the submission's first call compiles here)
     warmup      warm-up samples
@@ -41,7 +42,7 @@ from harness.cli import commands, outputs  # noqa: E402
 from harness.parent import cases, runner  # noqa: E402
 
 IMPORTED = time.perf_counter()
-PHASES = ("import", "prepare", "store", "sandbox", "worker", "reserve", "check", "warmup", "samples", "kernels",
+PHASES = ("import", "prepare", "store", "sandbox", "meanwhile", "worker", "reserve", "check", "warmup", "samples", "kernels",
           "release", "report")
 CLOCKS: dict[str, list[float]] = defaultdict(list)
 
@@ -57,6 +58,7 @@ def _wrap() -> None:
     commands._sandbox = _clocked("sandbox", commands._sandbox)
     commands._show = _clocked("report", commands._show)
     runner.run = _clocked("run", runner.run)
+    runner.while_workers_start = _clocked("meanwhile", runner.while_workers_start)
     cases.Session.load = _clocked("worker", cases.Session.load)
     cases.Session.reserve = _clocked("reserve", cases.Session.reserve)
     cases.Session.release = _clocked("release", cases.Session.release)

@@ -685,3 +685,29 @@ def ref_kernel_many(inputs: Sequence[input_t], *, scales: Scales = "plain") -> l
     out = ref_kernel(merged, scales=scales, decode="torch")
     ends = list(itertools.accumulate(len(x[0]) for x in inputs))
     return [out[end - len(x[0]):end] for x, end in zip(inputs, ends)]
+
+
+#: Rows of A and B per group of ``warm_up``'s inputs: small, a multiple of task.spec.MN_MULTIPLE.
+WARM_ROWS = 128
+
+
+def warm_up(kinds: Sequence[tuple[Sequence[int], int]], device: torch.device | str) -> None:
+    """Compile and load what ``ReferencePlan`` and ``ref_kernel_many`` will launch on ``device`` for samples of
+    these ``kinds``: (K per group, inputs per sample). On CUDA the Triton kernels are specialised by the
+    sample's total group count (n inputs x G, rounded up to a power of two), by whether every K/2 is a multiple
+    of task.reference_triton.GEMM_BYTES and by alignment, so each kind runs once on official inputs of
+    WARM_ROWS rows per group (a fresh H200 spent 3.4 s on the reference's first compile, benchmarks/cold_costs.py,
+    2026-12-02; triton then caches it on disk). On the CPU only the integer path's choice (``_int_mm_pays``) is
+    made. For a caller with time to spare (the parent while its worker starts). Raises what ``ref_kernel_many``
+    raises."""
+    from task.inputs import generate_many
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        _int_mm_pays()
+        return
+    for ks, count in dict.fromkeys((tuple(ks), count) for ks, count in kinds):
+        rows = [WARM_ROWS] * len(ks)
+        ref_kernel_many(generate_many(rows, rows, ks, len(ks), list(range(1, count + 1)), device=device))
+    torch.cuda.synchronize(device)
+

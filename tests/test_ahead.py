@@ -141,3 +141,21 @@ def test_start_sends_load_and_load_waits_for_its_reply(monkeypatch):
         assert sent == [] and received == [(P.Loaded, P.Failed)] and s._loading is None
     finally:
         s.release()
+
+
+@pytest.mark.parametrize("mode, counts", [("test", [1]), ("leaderboard", [1, 15])])
+def test_the_reference_is_warmed_for_every_sample_size_while_the_worker_starts(monkeypatch, mode, counts):
+    """run() hands task.reference.warm_up every case's K with each sample size the mode checks (1 input for a
+    correctness call, calls_per_sample for warm-up and timed samples) before it waits for the worker."""
+    from harness.parent import runner
+
+    other = Case((128,), (256,), (1024,), 1, 3)
+    seen = []
+    monkeypatch.setattr(runner, "warm_up", lambda kinds, device: seen.append((list(kinds), device.type)))
+    real_load = runner.lifecycle.load
+    monkeypatch.setattr(runner.lifecycle, "load", lambda s: (seen.append("load"), real_load(s))[1])
+    record = run(read_variant(HONEST), ShapeSet("two", (CASE, other)),
+                 RunOptions(mode, settings=SETTINGS))
+    assert all(c.status == Status.PASS for c in record.cases)
+    kinds = [(c.k, n) for c in (CASE, other) for n in counts]
+    assert seen == [(kinds, "cpu"), "load"]

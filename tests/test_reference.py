@@ -27,6 +27,7 @@ from task.reference import (
     ref_kernel_fp64,
     ref_kernel_many,
     round_to_fp16,
+    warm_up,
 )
 from task.spec import K_MULTIPLE, MN_MULTIPLE, load_shapes
 
@@ -424,3 +425,11 @@ def test_cpu_fast_path_equals_fp64_wherever_the_bound_holds(m, n, k, mask, low_c
         for integer_path in (True, False):
             _assert_same_bits(_fast_cpu([(a, b, *(c.to(torch.int32) for c in codes))], _bounds(*codes), integer_path),
                               want)
+
+
+def test_warm_up_on_the_cpu_only_chooses_the_integer_path(monkeypatch):
+    monkeypatch.setattr(reference_module, "_INT_MM", [])
+    monkeypatch.setattr(reference_module, "_int_mm_faster", lambda: "chosen")
+    monkeypatch.setattr(reference_module, "ref_kernel_many", lambda *a, **k: pytest.fail("no data run on the CPU"))
+    warm_up([((256, 512), 15)], "cpu")
+    assert reference_module._INT_MM == ["chosen"]

@@ -4,6 +4,11 @@ against the torch decode for every (byte, scale code) pair, aligned and not. Run
 tool (skipped without CUDA)."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -155,3 +160,37 @@ def test_plan_over_a_samples_buffers_matches_fp64_after_each_draw(shapes):
                 assert plan.prepared, case.name
             for j, (outs, x) in enumerate(zip(plan.run(), inputs)):
                 _assert_same_bits(outs, ref_kernel_fp64(x), f"{case.name} draw {draw} call {j}")
+
+
+_WARM_CHECK = """
+import os, sys, torch
+from task.arena import Layout, Views, draw_official, reference_inputs
+from task.reference import ReferencePlan, warm_up
+from task.spec import load_shapes
+dev = torch.device("cuda", 0)
+cases = load_shapes("benchmarks").cases
+warm_up([(c.k, n) for c in cases for n in (1, 15)], dev)
+cache = os.environ["TRITON_CACHE_DIR"]
+before = set(os.listdir(cache))
+for c in cases:
+    for n in (1, 15):
+        layout = Layout.of(c, n)
+        views = Views(layout, torch.empty(layout.device_bytes, dtype=torch.uint8, device=dev),
+                      torch.empty(layout.host_slot_bytes, dtype=torch.uint8),
+                      torch.empty(layout.output_bytes, dtype=torch.uint8, device=dev))
+        plain = draw_official(views, torch.Generator(device=dev).manual_seed(7), None)
+        ReferencePlan(reference_inputs(views, plain)).run()
+torch.cuda.synchronize()
+print(len(before), sorted(set(os.listdir(cache)) - before))
+"""
+
+
+def test_warm_up_compiles_every_kernel_a_samples_reference_launches(tmp_path):
+    """After task.reference.warm_up for the benchmarks' kinds (1 and 15 inputs), the reference over real sample
+    buffers of those kinds compiles nothing new: Triton's cache (a fresh directory) gains no entry."""
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-c", _WARM_CHECK], cwd=root, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, TRITON_CACHE_DIR=str(tmp_path), PYTHONPATH=str(root)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    count, new = proc.stdout.split(maxsplit=1)
+    assert int(count) > 0 and new.strip() == "[]", proc.stdout

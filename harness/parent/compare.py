@@ -45,7 +45,7 @@ from harness.parent.cases import CaseAttempt, CaseRunner, Observer, RunOptions, 
 from harness.parent.environment import device_facts
 from harness.parent.process import EXIT_WAIT_S
 from harness.parent.registry import Variant
-from harness.parent.runner import close_record, new_record
+from harness.parent.runner import close_record, new_record, while_workers_start
 from harness.protocol import ExitCode
 from harness.results.ranking import CompareRow, Comparison, NoRatio, compare_geomeans, compare_samples, plural
 from harness.results.record import CaseResult, RunRecord, Status, exit_code
@@ -185,6 +185,9 @@ def compare(a: Variant, b: Variant, shapes: ShapeSet, opts: RunOptions = RunOpti
 def _run_cases(cases, case_seeds, sides: tuple[_Side, ...], rule: StoppingRule) -> None:
     """The ``compare`` schedule: load the workers of ``sides`` (both, or the one that can run here), then every
     case: correctness and warm-up per side, then interleaved timed samples (pairs, or one side's samples alone)."""
+    for s in sides:
+        s.session.start()
+    while_workers_start(cases, s.runner.opts, s.runner.device)
     failed = {s.letter: exc for s in sides if (exc := lifecycle.load(s.session))}
     if failed:  # import error or no entry point: that side fails every case
         why = judge.partner_not_loaded([s.name for s in sides if s.letter in failed])

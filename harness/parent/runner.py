@@ -29,6 +29,7 @@ from harness.results.record import CaseResult, RunRecord, Status, SubmissionInfo
 from harness.results.stats import geomean
 from task.arena import Layout
 from task.inputs import default_device
+from task.reference import warm_up
 from task.spec import ShapeSet
 
 #: What ``from harness.parent.runner import ...`` has always offered; the classes live in cases.py and judge.py.
@@ -139,8 +140,7 @@ def _run_cases(cases, opts: RunOptions, runner: CaseRunner, observer: Observer, 
     """The ``run`` schedule: every case in order through its phases for ``opts.mode``; leaderboard warms every
     shape up first and stops at the first shape that fails."""
     timed = opts.mode in ("benchmark", "leaderboard")
-    if timed:
-        _while_the_worker_starts()  # run() has started the worker
+    while_workers_start(cases, opts, runner.device)  # run() has started the worker
     failed = lifecycle.load(runner.session)
     if failed:  # import error or no entry point: fail before generating any data; the message once, on shape 1
         for i, case in enumerate(cases):
@@ -169,10 +169,15 @@ def _run_cases(cases, opts: RunOptions, runner: CaseRunner, observer: Observer, 
         finish(attempt.result())
 
 
-def _while_the_worker_starts() -> None:
-    """A timed run's parent start-up work that needs no data, done while the worker starts (torch, CUDA, the
-    profiler, the import): scipy.stats for the report's intervals (0.6-1.1 s to import)."""
-    ranking.t_quantile(0.975, 2.0)
+def while_workers_start(cases, opts: RunOptions, device: torch.device) -> None:
+    """The parent's start-up work that needs no submission, done while its workers start (torch, CUDA, the
+    profiler, the import): the exact reference's compiles for every sample size a run of ``cases`` in
+    ``opts.mode`` checks (task.reference.warm_up; seconds on a fresh machine), and in timed modes scipy.stats for
+    the report's intervals (0.6-1.1 s to import)."""
+    counts = {layout.calls for layout in sample_layouts(cases, opts)} | {1}
+    warm_up([(case.k, calls) for case in cases for calls in sorted(counts)], device)
+    if opts.mode in ("benchmark", "leaderboard", "compare"):
+        ranking.t_quantile(0.975, 2.0)
 
 
 def sample_layouts(cases, opts: RunOptions) -> list[Layout]:
