@@ -695,19 +695,25 @@ def warm_up(kinds: Sequence[tuple[Sequence[int], int]], device: torch.device | s
     """Compile and load what ``ReferencePlan`` and ``ref_kernel_many`` will launch on ``device`` for samples of
     these ``kinds``: (K per group, inputs per sample). On CUDA the Triton kernels are specialised by the
     sample's total group count (n inputs x G, rounded up to a power of two), by whether every K/2 is a multiple
-    of task.reference_triton.GEMM_BYTES and by alignment, so each kind runs once on official inputs of
-    WARM_ROWS rows per group (a fresh H200 spent 3.4 s on the reference's first compile, benchmarks/cold_costs.py,
-    2026-12-02; triton then caches it on disk). On the CPU only the integer path's choice (``_int_mm_pays``) is
-    made. For a caller with time to spare (the parent while its worker starts). Raises what ``ref_kernel_many``
-    raises."""
+    of task.reference_triton.GEMM_BYTES and by alignment, so each kind's launches are built over official inputs
+    of WARM_ROWS rows per group and compiled, all kinds at once on a thread pool where triton allows
+    (task.reference_triton.compiling), nothing launched. A fresh H200 spent 3.4 s on the reference's first
+    compile (benchmarks/cold_costs.py, 2026-12-02); triton then caches it on disk. On the CPU only the integer
+    path's choice (``_int_mm_pays``) is made. For a caller with time to spare (the parent while its worker
+    starts). Raises what ``ref_kernel_many`` raises."""
     from task.inputs import generate_many
 
     device = torch.device(device)
-    if device.type != "cuda":
+    decoder = _triton_decoder() if device.type == "cuda" else None
+    if decoder is None:
         _int_mm_pays()
         return
+    gemms = []
     for ks, count in dict.fromkeys((tuple(ks), count) for ks, count in kinds):
         rows = [WARM_ROWS] * len(ks)
-        ref_kernel_many(generate_many(rows, rows, ks, len(ks), list(range(1, count + 1)), device=device))
-    torch.cuda.synchronize(device)
-
+        inputs = generate_many(rows, rows, ks, len(ks), list(range(1, count + 1)), device=device)
+        groups = [g for x in inputs for g in _triton_groups(x, "plain", device)[1]]
+        gemms.append(decoder.PreparedGemm(groups, _key_table(device)))
+    with decoder.compiling(2 * len(gemms)):
+        for gemm in gemms:
+            gemm.compile()

@@ -16,6 +16,8 @@ needs CUDA tensors. ``task.reference.ref_kernel`` uses it on CUDA when triton im
 from __future__ import annotations
 
 import contextlib
+import functools
+from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 import torch
@@ -201,17 +203,41 @@ class _DecodeLaunch:
         self.desc, self.init = upload[:_WIDTH.value * self.n], upload[_WIDTH.value * self.n:]
 
     def __call__(self) -> tuple[torch.Tensor, torch.Tensor]:
-        device = self.keys.device
-        out = torch.empty(0 if self.stats_only else sum(self.words), dtype=torch.int32, device=device)
+        out = torch.empty(0 if self.stats_only else sum(self.words), dtype=torch.int32, device=self.keys.device)
         stats = self.init.clone().view(torch.int32).view(self.n, 2)
         if self.n:
-            block_rows, block_bytes, num_warps = self.tile
-            with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
-                _decode_kernel[(self.programs,)](self.desc, self.keys, out, stats, self.n,
-                                                 OPS=max(_MIN_OPS, triton.next_power_of_2(self.n)),
-                                                 BLOCK_ROWS=block_rows, BLOCK_BYTES=block_bytes, ALIGNED=self.aligned,
-                                                 STATS_ONLY=self.stats_only, num_warps=num_warps)
+            self._launch(out, stats, _decode_kernel[(self.programs,)])
         return out, stats
+
+    def compile(self) -> None:
+        """Compile (or load from triton's cache) the kernel a call launches, launching nothing (see ``compiling``)."""
+        if self.n:
+            out = torch.empty(0 if self.stats_only else sum(self.words), dtype=torch.int32, device=self.keys.device)
+            self._launch(out, self.init.view(torch.int32).view(self.n, 2),
+                         functools.partial(_decode_kernel.warmup, grid=(self.programs,)))
+
+    def _launch(self, out: torch.Tensor, stats: torch.Tensor, kernel) -> None:
+        block_rows, block_bytes, num_warps = self.tile
+        with _on(self.keys.device):
+            kernel(self.desc, self.keys, out, stats, self.n, OPS=max(_MIN_OPS, triton.next_power_of_2(self.n)),
+                   BLOCK_ROWS=block_rows, BLOCK_BYTES=block_bytes, ALIGNED=self.aligned, STATS_ONLY=self.stats_only,
+                   num_warps=num_warps)
+
+
+def _on(device: torch.device):
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
+def compiling(workers: int):
+    """A context in which ``compile()`` of PreparedGemm and the decode launches hands its compile to a pool of
+    ``workers`` threads (``triton.AsyncCompileMode``, triton >= 3.4), all finished when the context exits; where
+    triton lacks it, compiles run one after another."""
+    if not hasattr(triton, "AsyncCompileMode"):
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    pool = stack.enter_context(ThreadPoolExecutor(max(1, workers), thread_name_prefix="triton-compile"))
+    stack.enter_context(triton.AsyncCompileMode(pool))
+    return stack
 
 
 def _run_decode(operands, keys: torch.Tensor, stats_only: bool, block_rows: int, block_bytes: int,
@@ -337,14 +363,23 @@ class PreparedGemm:
         _words, stats = self._stats()
         out = torch.empty(sum(self.sizes), dtype=torch.float16, device=self.device)
         if self.programs:
-            block_m, block_n, step, warps, stages = self.tile
-            with torch.cuda.device(self.device) if self.device.type == "cuda" else contextlib.nullcontext():
-                _gemm_kernel[(self.programs,)](self.desc, out, self.n_groups,
-                                               GROUPS=max(_MIN_OPS, triton.next_power_of_2(self.n_groups)),
-                                               BLOCK_M=block_m, BLOCK_N=block_n, BYTES=step, ALIGNED=self.aligned,
-                                               EVEN_K=self.even, BF16=self.device.type == "cuda", num_warps=warps,
-                                               num_stages=stages)
+            self._launch(out, _gemm_kernel[(self.programs,)])
         return [o.view(shape) for o, shape in zip(out.split(self.sizes), self.shapes)], stats
+
+    def compile(self) -> None:
+        """Compile (or load from triton's cache) both kernels ``run`` launches, launching nothing; inside
+        ``compiling`` the compiles go to its pool and this returns at once."""
+        self._stats.compile()
+        if self.programs:
+            out = torch.empty(sum(self.sizes), dtype=torch.float16, device=self.device)
+            self._launch(out, functools.partial(_gemm_kernel.warmup, grid=(self.programs,)))
+
+    def _launch(self, out: torch.Tensor, kernel) -> None:
+        block_m, block_n, step, warps, stages = self.tile
+        with _on(self.device):
+            kernel(self.desc, out, self.n_groups, GROUPS=max(_MIN_OPS, triton.next_power_of_2(self.n_groups)),
+                   BLOCK_M=block_m, BLOCK_N=block_n, BYTES=step, ALIGNED=self.aligned, EVEN_K=self.even,
+                   BF16=self.device.type == "cuda", num_warps=warps, num_stages=stages)
 
 
 def grouped_gemm(groups: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]],
