@@ -42,8 +42,8 @@ from harness.cli import commands, outputs  # noqa: E402
 from harness.parent import cases, runner  # noqa: E402
 
 IMPORTED = time.perf_counter()
-PHASES = ("import", "prepare", "store", "sandbox", "meanwhile", "worker", "reserve", "check", "warmup", "samples", "kernels",
-          "release", "report")
+PHASES = ("import", "prepare", "store", "sandbox", "meanwhile", "worker", "reserve", "check", "warmup", "samples",
+          "kernels", "release", "report")
 CLOCKS: dict[str, list[float]] = defaultdict(list)
 
 

@@ -90,7 +90,8 @@ def test_run_phases_accounts_for_the_whole_wall(tmp_path):
     doc = json.loads(out.read_text())
     ph = doc["phases"]
     assert doc["exit"] == 0 and doc["argv"][:2] == ["--submission", "torch_reference"]
-    assert ph["meanwhile"]["n"] == 1 and ph["samples"]["n"] == 3 and ph["check"]["n"] == 1 and ph["kernels"]["n"] == 1 and ph["run"]["n"] == 1
+    assert ph["meanwhile"]["n"] == 1 and ph["samples"]["n"] == 3 and ph["check"]["n"] == 1
+    assert ph["kernels"]["n"] == 1 and ph["run"]["n"] == 1
     parts = sum(v["s"] for k, v in ph.items() if k not in ("wall", "run"))
     assert abs(parts - ph["wall"]["s"]) < 1e-6 and ph["import"]["s"] > 0 and ph["worker"]["s"] > 0
     assert ph["run"]["s"] >= ph["samples"]["s"] + ph["worker"]["s"]

@@ -187,7 +187,7 @@ def _run_cases(cases, case_seeds, sides: tuple[_Side, ...], rule: StoppingRule) 
     case: correctness and warm-up per side, then interleaved timed samples (pairs, or one side's samples alone)."""
     for s in sides:
         s.session.start()
-    while_workers_start(cases, s.runner.opts, s.runner.device)
+    while_workers_start(cases, sides[0].runner.opts, sides[0].runner.device)
     failed = {s.letter: exc for s in sides if (exc := lifecycle.load(s.session))}
     if failed:  # import error or no entry point: that side fails every case
         why = judge.partner_not_loaded([s.name for s in sides if s.letter in failed])
