@@ -12,6 +12,8 @@
 #   percall   per-call times of fp4bench's worker with FP4BENCH_PER_CALL_LOG (per_call_probe.py --worker-log)
 #   probe     per_call_probe.py in one process: the official loop against fp4bench's window step by step
 #   reftile   benchmarks/reference_tiles.py: the reference GEMM's tile, today's against two candidates
+#   s8        wgmma_sm90's bench.py --check (the rule), then --time with the int8 path off and on, 2 rounds
+#   s8tests   the GPU tests of wgmma_sm90's int8 path (-k s8)
 #   lb        one leaderboard of wgmma_sm90 on benchmarks (--json summary: means, overhead, kernel time)
 #   profile   benchmarks/overhead_profile.py: cProfile of parent and worker over 30 samples of g8_n4096_k7168
 #   torchcost sandbox_cost.py for torch_reference on g2_n4096_k1536 alone (host-bound), 2 rounds
@@ -20,7 +22,7 @@
 #   wgtests   the GPU tests of wgmma_sm90 but the warp-specialised loop's (-k "not ws")
 #   early     wgmma_sm90's bench.py --time with -DWG_NO_EARLY and without (the prefetch before griddepcontrol.wait), 2 rounds
 # Wheels under .whl (carried: a dependency the device image lacks, e.g. msgspec) are installed first.
-# Usage: bash benchmarks/h200_round.sh [tests|timing|fidelity|spin|sandbox|cost|stages|timeline|percall|probe|reftile|lb|profile|torchcost|phases|early|cupti|wgtests]...   (default: tests timing fidelity)
+# Usage: bash benchmarks/h200_round.sh [tests|timing|fidelity|spin|sandbox|cost|stages|timeline|percall|probe|reftile|lb|profile|torchcost|phases|early|cupti|wgtests|s8|s8tests]...   (default: tests timing fidelity)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/h200}
@@ -96,6 +98,17 @@ for step in $steps; do
           | tee -a "$OUT/phases.txt"
         summary "/tmp/ph$i.json" | tee -a "$OUT/phases.txt"
       done ;;
+    s8)
+      timeout 200 python3 submissions/wgmma_sm90/bench.py --check 2>&1 | tail -4 | tee "$OUT/s8_check.txt"
+      for i in 1 2; do
+        for f in 0 1; do
+          timeout 120 python3 submissions/wgmma_sm90/bench.py --time --s8 $f 2>&1 \
+            | grep -E '^\{"case|geomean' | sed "s/^/s8[$f] /" | tee -a "$OUT/s8.txt"
+        done
+      done ;;
+    s8tests)
+      timeout 400 python3 -m pytest -q -m gpu -k s8 -p no:cacheprovider tests/variants/test_wgmma_sm90.py 2>&1 \
+        | tail -8 | tee "$OUT/s8tests.txt" ;;
     early)
       for i in 1 2; do
         for f in "-DWG_NO_EARLY" ""; do

@@ -99,7 +99,7 @@ def time_benchmarks(samples: int) -> list[dict]:
     rows = []
     for case, inputs in _benchmark_inputs():
         plan = sub._PLANS[tuple(case.problem_sizes)]
-        row = {"case": _name(case), "split": list(plan.split), "paired": plan.paired, "predecode": plan.predecode,
+        row = {"case": _name(case), "split": list(plan.split), "paired": plan.paired, "predecode": plan.predecode, "s8": plan.s8,
                "ws": plan.ws, "pdl": plan.pdl}
         for mode in ("alone", "official"):
             alone = mode == "alone"
@@ -174,7 +174,7 @@ def trace() -> list[dict]:
         ptr, size = ctypes.c_uint64(), ctypes.c_size_t()
         drv.check(drv.lib.cuModuleGetGlobal_v2(ctypes.byref(ptr), ctypes.byref(size), drv.module, b"wg_trace"),
                   "cuModuleGetGlobal")
-        row = {"case": _name(case), "split": list(plan.split), "paired": plan.paired, "predecode": plan.predecode,
+        row = {"case": _name(case), "split": list(plan.split), "paired": plan.paired, "predecode": plan.predecode, "s8": plan.s8,
                "ws": plan.ws, "pdl": plan.pdl}
         for mode in ("loop15", "single"):
             torch.cuda.synchronize()
@@ -214,6 +214,8 @@ def main() -> None:
                     help="force split-K: the FULL (default 0) most expensive tiles whole, the rest in PARTS parts; "
                          "1 for none (default: choose_split's rule)")
     ap.add_argument("--paired", type=int, choices=(0, 1), help="force paired CTAs on or off (default: the rule)")
+    ap.add_argument("--s8", type=int, choices=(0, 1),
+                    help="force the int8 path on or off (default: choose_s8's rule)")
     ap.add_argument("--predecode", type=int, choices=(0, 1),
                     help="force the A pre-pass on or off (default: choose_predecode's rule)")
     ap.add_argument("--ws", type=int, choices=(0, 1),
@@ -228,6 +230,7 @@ def main() -> None:
     host.SPLIT_OVERRIDE = args.split
     host.PAIRED_OVERRIDE = None if args.paired is None else bool(args.paired)
     host.PREDECODE_OVERRIDE = None if args.predecode is None else bool(args.predecode)
+    host.S8_OVERRIDE = None if args.s8 is None else bool(args.s8)
     host.WS_OVERRIDE = None if args.ws is None else bool(args.ws)
     host.PDL_OVERRIDE = None if args.pdl is None else bool(args.pdl)
     if args.classes:

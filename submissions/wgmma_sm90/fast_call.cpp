@@ -56,10 +56,13 @@ bool same(const Layout& l, const at::Tensor& t) {
 // geometry of the main kernel and of the pre-pass (pre_func 0: none; it shares the parameter block), plus the
 // layouts of the last validated call (a, b, c, sfa, sfb of each group in turn). launch_ex: cuLaunchKernelEx's
 // address to launch the main kernel with programmatic stream serialisation (PDL), or 0 for plain cuLaunchKernel.
+// epoch: the address of the parameter block's epoch (the int8 path), counted up before every launch as
+// wgmma_sm90_host.next_epoch does, or 0.
 class FastCall {
  public:
   FastCall(uint64_t params, int64_t max_groups, uint64_t func, int64_t grid, int64_t threads, int64_t smem,
-           uint64_t pre_func, int64_t pre_grid, int64_t pre_threads, uint64_t launch, uint64_t launch_ex)
+           uint64_t pre_func, int64_t pre_grid, int64_t pre_threads, uint64_t launch, uint64_t launch_ex,
+           uint64_t epoch)
       : addr_(reinterpret_cast<uint64_t*>(params)),
         max_groups_(max_groups),
         func_(reinterpret_cast<void*>(func)),
@@ -71,6 +74,7 @@ class FastCall {
         pre_threads_(static_cast<unsigned>(pre_threads)),
         launch_(reinterpret_cast<LaunchFn>(launch)),
         launch_ex_(reinterpret_cast<LaunchExFn>(launch_ex)),
+        epoch_(reinterpret_cast<int32_t*>(epoch)),
         kparams_{reinterpret_cast<void*>(params)} {
     pdl_.id = kProgrammaticStreamSerialization;
     pdl_.value[0] = 1;
@@ -104,6 +108,7 @@ class FastCall {
         addr_[kind * max_groups_ + g] = p;
       }
     }
+    if (epoch_ != nullptr) *epoch_ = *epoch_ >= INT32_MAX ? 1 : *epoch_ + 1;
     if (pre_func_ != nullptr) {
       const int err = launch(pre_func_, pre_grid_, pre_threads_, 0, stream, false);
       if (err) return 1000 + err;
@@ -128,6 +133,7 @@ class FastCall {
 
   LaunchFn launch_;
   LaunchExFn launch_ex_;
+  int32_t* epoch_;
   LaunchAttribute pdl_{};
   void* kparams_[1];
   std::vector<Layout> layouts_;
@@ -138,7 +144,7 @@ class FastCall {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<FastCall>(m, "FastCall")
       .def(py::init<uint64_t, int64_t, uint64_t, int64_t, int64_t, int64_t, uint64_t, int64_t, int64_t, uint64_t,
-                    uint64_t>())
+                    uint64_t, uint64_t>())
       .def("remember", &FastCall::remember)
       .def("call", &FastCall::call);
 }

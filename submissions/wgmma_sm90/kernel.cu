@@ -5,6 +5,8 @@
 // this file gives the algorithm; the comments here say only what the code cannot.
 #include <stdint.h>
 
+#include <type_traits>
+
 namespace {
 
 constexpr int MAX_GROUPS = 16;
@@ -51,14 +53,24 @@ static_assert(THREADS * BM_MAX / 2 * 4 <= PRE_SMEM_BYTES, "a pipeline's fp32 sum
 template <bool PRE>
 constexpr int SMEM_OF = PRE ? PRE_SMEM_BYTES : SMEM_BYTES;  // a pipeline's shared memory
 
+// The int8 path (S8, issue 19): A predecoded to int8 (2 x value x scale), BK bytes a row per K step, 64-byte
+// swizzled; B decoded to int8 in registers; wgmma .s32.s8.s8 (k32). It runs in the raw path's shared memory, where
+// its fp16 fallback (a tile whose scales are not all 1 or 2) runs the raw loop: PRE_ABUFS A buffers of BM_MAX x BK
+// bytes, then STAGES raw slots of B as in the predecoded path.
+constexpr int S8_ROW_BYTES = BK;
+constexpr int S8_ABUF_BYTES = BM_MAX * S8_ROW_BYTES;
+static_assert(PRE_ABUFS * S8_ABUF_BYTES + STAGES * PRE_STAGE_BYTES <= SMEM_BYTES, "the int8 pipeline fits");
+
 }  // namespace
 
 // Kernel parameters (by value). addr: a, b, c, sfa, sfb of group g at [kind * MAX_GROUPS + g]. tiles: two int4 per
 // CTA, (group, m0, n0, bm) and (first K step, K steps, the split slot's first partial or -1, part | parts << 8). ws:
 // fp32 partials of BN x BM_MAX, a slot of P parts owning P consecutive ones; cnt: one counter per partial (a slot
 // uses its first partial's), zero between launches. mpad: the rows of group g's tiles (the sum of its tile widths);
-// predecode: nonzero when A comes from the pre-pass's scratch, group g's at pre[g] (mpad x 128 bytes per K step).
-// The host mirrors this layout (wgmma_sm90_host.Params, tile_table).
+// predecode: nonzero when A comes from the pre-pass's scratch, group g's at pre[g] (mpad x 128 bytes per K step; the
+// int8 path's mpad x 64). flags, epoch (the int8 path): the int8 pre-pass sets flags[g] = epoch when a scale of
+// group g's A is not 1 or 2, and the main kernel then runs the fp16 fallback on the group's tiles; the host counts
+// epoch up per call, so no flag needs clearing. The host mirrors this layout (wgmma_sm90_host.Params, tile_table).
 struct Params {
   uint64_t addr[5 * MAX_GROUPS];
   const int4* tiles;
@@ -70,6 +82,8 @@ struct Params {
   int mpad[MAX_GROUPS];
   int predecode;
   uint64_t pre[MAX_GROUPS];
+  int* flags;
+  int epoch;
 };
 
 // Diagnostics (bench.py --trace, a -DWG_TRACE build): thread 0 of each CTA records %globaltimer (ns) at the
@@ -133,6 +147,11 @@ __device__ __forceinline__ void fence_regs(float (&d)[R]) {
 #pragma unroll
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
+template <int R>
+__device__ __forceinline__ void fence_regs(int (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+r"(d[i])::"memory");
+}
 
 // a * (the low (H = 0) or high (H = 1) half of s, in both halves): the half is broadcast by the multiply's operand
 // selector (HMUL2 R, R, R.H0_H0 / .H1_H1), no instruction of its own.
@@ -181,6 +200,47 @@ __device__ __forceinline__ void decode_word(uint32_t x, uint32_t s2, uint32_t (&
   out[1] = hmul2_half<H>(prmt(even, 0x3414), s2);
   out[2] = hmul2_half<H>(prmt(odd, 0x2404), s2);
   out[3] = hmul2_half<H>(prmt(odd, 0x3414), s2);
+}
+
+// The int8 decode (S8). Official data has scales 1 and 2 only (e4m3fn 0x38, 0x40), so 2 x value x scale is an
+// integer in -24..24 for every e2m1 code, and the int32 sums of their products are exact; C = sum / 4.
+// s8_tables: the 8-byte table of 2 x |value| x scale for magnitude codes 0..7 (0, 1, 2, 3, 4, 6, 8, 12, shifted
+// left by log2 of the scale) for scale byte `s`, and `bad` gains a nonzero bit unless s is 0x38 or 0x40
+// (sh = s >> 6 is 0 or 1 exactly for those; every other byte differs from 0x38 + 8 sh).
+__device__ __forceinline__ void s8_tables(uint32_t s, uint32_t& t0, uint32_t& t1, uint32_t& bad) {
+  const uint32_t sh = s >> 6;
+  bad |= s ^ (0x38u + (sh << 3));
+  t0 = 0x03020100u << sh;
+  t1 = 0x0C080604u << sh;
+}
+
+__device__ __forceinline__ uint32_t prmt2(uint32_t lo, uint32_t hi, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(lo), "r"(hi), "r"(sel));
+  return d;
+}
+
+// Four nibbles (the low 16 bits of x; xn = x ^ 0x88888888) -> four int8, nibble i in byte i. prmt's selector is
+// the nibble itself: bits 2..0 pick the table byte, bit 3 (the sign) replicates that byte's sign bit, 0 here. So
+// pos holds the positive codes' magnitudes (0 for negative ones) and neg, from the flipped signs, the negative
+// codes'; 0x80 + pos - neg per byte cannot borrow (|pos - neg| <= 24), and xor 0x80 makes it two's complement.
+__device__ __forceinline__ uint32_t s8_quad(uint32_t x, uint32_t xn, uint32_t t0, uint32_t t1) {
+  const uint32_t pos = prmt2(t0, t1, x), neg = prmt2(t0, t1, xn);
+  return ((pos + 0x80808080u) - neg) ^ 0x80808080u;
+}
+
+// A word of 8 nibbles -> (lo: nibbles 0..3, hi: nibbles 4..7), K order unchanged. tests/variants/
+// test_wgmma_sm90_decode.py emulates this bit for bit: change both together.
+__device__ __forceinline__ void s8_word(uint32_t x, uint32_t t0, uint32_t t1, uint32_t& lo, uint32_t& hi) {
+  const uint32_t xn = x ^ 0x88888888u;
+  lo = s8_quad(x, xn, t0, t1);
+  hi = s8_quad(x >> 16, xn >> 16, t0, t1);
+}
+
+// Descriptor of a K-major operand with 64-byte swizzle (the int8 A buffers): rows of 64 bytes, 8-row groups 512
+// bytes apart; 16-byte chunk c of row r sits at chunk c ^ ((r >> 1) & 3).
+__device__ __forceinline__ uint64_t sw64_desc(uint32_t addr) {
+  return static_cast<uint64_t>((addr >> 4) | (1u << 16)) | (static_cast<uint64_t>(512 >> 4) << 32) | (2ull << 62);
 }
 
 // Descriptor of a K-major operand with 128-byte swizzle: rows of 128 bytes, 8-row groups 1024 bytes apart. `addr` is
@@ -245,6 +305,52 @@ __device__ __forceinline__ void wgmma_step(float (&d)[BM / 2], const uint32_t (&
     wgmma_m64n96k16(d, a, desc);
   } else {
     wgmma_m64n64k16(d, a, desc);
+  }
+}
+
+#define WG_ACC16(o) "+r"(d[o + 0]), "+r"(d[o + 1]), "+r"(d[o + 2]), "+r"(d[o + 3]), "+r"(d[o + 4]), \
+    "+r"(d[o + 5]), "+r"(d[o + 6]), "+r"(d[o + 7]), "+r"(d[o + 8]), "+r"(d[o + 9]), "+r"(d[o + 10]), "+r"(d[o + 11]), \
+    "+r"(d[o + 12]), "+r"(d[o + 13]), "+r"(d[o + 14]), "+r"(d[o + 15])
+#define WG_R8(a, b, c, e, f, g, h, i) "%" #a ", %" #b ", %" #c ", %" #e ", %" #f ", %" #g ", %" #h ", %" #i
+
+__device__ __forceinline__ void wgmma_s8_m64n64k32(int (&d)[32], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 "
+               "{" WG_R8(0, 1, 2, 3, 4, 5, 6, 7) ", " WG_R8(8, 9, 10, 11, 12, 13, 14, 15) ", "
+               WG_R8(16, 17, 18, 19, 20, 21, 22, 23) ", " WG_R8(24, 25, 26, 27, 28, 29, 30, 31) "}, "
+               "{%32, %33, %34, %35}, %36, 1;"
+               : WG_ACC16(0), WG_ACC16(16)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+
+__device__ __forceinline__ void wgmma_s8_m64n96k32(int (&d)[48], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n96k32.s32.s8.s8 "
+               "{" WG_R8(0, 1, 2, 3, 4, 5, 6, 7) ", " WG_R8(8, 9, 10, 11, 12, 13, 14, 15) ", "
+               WG_R8(16, 17, 18, 19, 20, 21, 22, 23) ", " WG_R8(24, 25, 26, 27, 28, 29, 30, 31) ", "
+               WG_R8(32, 33, 34, 35, 36, 37, 38, 39) ", " WG_R8(40, 41, 42, 43, 44, 45, 46, 47) "}, "
+               "{%48, %49, %50, %51}, %52, 1;"
+               : WG_ACC16(0), WG_ACC16(16), WG_ACC16(32)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+
+__device__ __forceinline__ void wgmma_s8_m64n128k32(int (&d)[64], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 "
+               "{" WG_R8(0, 1, 2, 3, 4, 5, 6, 7) ", " WG_R8(8, 9, 10, 11, 12, 13, 14, 15) ", "
+               WG_R8(16, 17, 18, 19, 20, 21, 22, 23) ", " WG_R8(24, 25, 26, 27, 28, 29, 30, 31) ", "
+               WG_R8(32, 33, 34, 35, 36, 37, 38, 39) ", " WG_R8(40, 41, 42, 43, 44, 45, 46, 47) ", "
+               WG_R8(48, 49, 50, 51, 52, 53, 54, 55) ", " WG_R8(56, 57, 58, 59, 60, 61, 62, 63) "}, "
+               "{%64, %65, %66, %67}, %68, 1;"
+               : WG_ACC16(0), WG_ACC16(16), WG_ACC16(32), WG_ACC16(48)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+
+template <int BM>
+__device__ __forceinline__ void wgmma_step(int (&d)[BM / 2], const uint32_t (&a)[4], uint64_t desc) {
+  if constexpr (BM == 128) {
+    wgmma_s8_m64n128k32(d, a, desc);
+  } else if constexpr (BM == 96) {
+    wgmma_s8_m64n96k32(d, a, desc);
+  } else {
+    wgmma_s8_m64n64k32(d, a, desc);
   }
 }
 
@@ -387,13 +493,15 @@ struct Loader {
 // (threads < 32) into the raw ring, and A's step, BM rows x 128 bytes of the scratch, into an A buffer: warp w copies
 // bytes [BM * 16 w, BM * 16 (w + 1)), 512 contiguous bytes per copy instruction, its lanes' copies 512 bytes apart
 // (offsets that fit LDGSTS's immediate). Rows past N read the last row (as Loader).
-template <bool PAIRED>
+// S8: A's step is BM rows x 64 bytes, thread tid copying 16-byte chunks tid and tid + THREADS (BM * 4 chunks).
+template <bool PAIRED, bool S8 = false>
 struct PreLoader {
+  static constexpr int A_ROW = S8 ? S8_ROW_BYTES : 128;  // bytes of a predecoded row per K step
   const uint8_t* b_src;
   const uint8_t* sf_src;
   const uint8_t* a_src;
   uint32_t a_off;   // this thread's first byte in an A buffer
-  uint32_t a_step;  // bytes of scratch per K step: mpad rows x 128
+  uint32_t a_step;  // bytes of scratch per K step: mpad rows x A_ROW
 
   template <int BM>
   __device__ __forceinline__ void init(const Tile& t) {
@@ -401,9 +509,9 @@ struct PreLoader {
     const int r = tid >> 1, h = tid & 1;
     b_src = t.b + (size_t)min(t.n0 + r, t.N - 1) * (t.K / 2) + t.k0 * ROW_BYTES + 16 * h;
     sf_src = t.sfb + ((size_t)(t.n0 >> 7) * (t.K / 64) + t.k0) * 512 + 16 * (tid & 31);
-    a_step = t.mpad * 128;
-    a_off = (tid >> 5) * BM * 16 + 16 * (tid & 31);
-    a_src = t.pre + ((size_t)t.k0 * t.mpad + t.m0) * 128 + a_off;
+    a_step = t.mpad * A_ROW;
+    a_off = S8 ? 16 * tid : (tid >> 5) * BM * 16 + 16 * (tid & 31);
+    a_src = t.pre + ((size_t)t.k0 * t.mpad + t.m0) * A_ROW + a_off;
   }
 
   // B's next K step into the raw ring slot at `slot`.
@@ -420,6 +528,13 @@ struct PreLoader {
   __device__ __forceinline__ void load_a(uint32_t buf) {
     static_assert(BM == 64 || BM == 96 || BM == 128, "BM / 32 copies of 16 bytes a thread");
     const uint32_t dst = buf + a_off;
+    if constexpr (S8) {
+      cp_async16<0>(dst, a_src);
+      if constexpr (BM == 128) cp_async16<THREADS * 16>(dst, a_src);
+      if constexpr (BM == 96) cp_async16(dst + THREADS * 16, a_src + THREADS * 16, 16, a_off < 2048);
+      a_src += a_step;
+      return;
+    }
     cp_async16<0>(dst, a_src);
     cp_async16<512>(dst, a_src);
     if constexpr (BM >= 96) cp_async16<1024>(dst, a_src);
@@ -523,6 +638,44 @@ struct BDecoder {
     }
   }
 };
+
+// B's int8 decode (S8): fragments f[slice][reg] of the two k32 wgmmas of a step for tile rows r0 (regs 0, 2) and
+// r0 + 8 (regs 1, 3), from the same 8 bytes of each row as BDecoder. Word j of a row feeds slice j, its nibbles
+// 0..3 the low K half (regs 0, 1), nibbles 4..7 the high one (regs 2, 3); so fragment K position 16 h + 4 q + i of
+// slice j (the wgmma k32 layout: quad lane q, byte i) holds the row's logical K 16 q + 8 j + 4 h + i, and the
+// predecoded A follows the same order (fp4_predecode_a_s8). `bad` gains a bit unless both scales are 1 or 2.
+struct BDecoder8 {
+  uint32_t raw, sf;
+
+  __device__ __forceinline__ void init(int r0, int tq) {
+    raw = r0 * ROW_BYTES + 8 * tq;
+    sf = PRE_SFB + (r0 & 31) * 16 + ((r0 >> 5) & 3) * 4 + tq;
+  }
+
+  __device__ __forceinline__ void run(uint32_t slot, uint32_t (&f)[2][4], uint32_t& bad) const {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint2 q = lds64(slot + raw + 256 * i);
+      uint32_t t0, t1;
+      s8_tables(lds8(slot + sf + 128 * i), t0, t1, bad);
+      s8_word(q.x, t0, t1, f[0][i], f[0][2 + i]);
+      s8_word(q.y, t0, t1, f[1][i], f[1][2 + i]);
+    }
+  }
+};
+
+// Issue the two k32 int8 wgmmas of one step (slice j 32 bytes along the swizzled rows) and commit them.
+template <int BM>
+__device__ __forceinline__ void mma_step(int (&acc)[BM / 2], const uint32_t (&f)[2][4], uint64_t desc) {
+  wgmma_fence();
+  fence_regs(acc);
+#ifndef WG_SKIP_MMA
+#pragma unroll
+  for (int j = 0; j < 2; ++j) wgmma_step<BM>(acc, f[j], desc + 2 * j);
+#endif
+  wgmma_commit();
+  fence_regs(acc);
+}
 
 // Issue the four k16 wgmmas of one step (k16 slice j starts 32 bytes further along the swizzled rows: +2 in the
 // descriptor's address field) and commit them as one group.
@@ -783,14 +936,28 @@ __device__ __forceinline__ void raw_loop(const Params& p, int half, uint32_t dec
 
 // The predecoded path's pipeline (PRE): A's buffers are copied from the scratch, B decoded as in the raw path.
 // Shared memory: PRE_ABUFS A buffers (DEC_BYTES apart), then STAGES raw slots of B (PRE_STAGE_BYTES).
-template <int BM, bool PAIRED>
+// S8: the int8 path (int32 sums, int8 fragments and A buffers of S8_ABUF_BYTES, 64-byte swizzled); `bad` collects
+// BDecoder8's scale checks.
+template <int BM, bool PAIRED, bool S8 = false>
 struct PrePipe {
-  PreLoader<PAIRED> ld;
-  BDecoder db;
+  static constexpr int ABUF = S8 ? S8_ABUF_BYTES : DEC_BYTES;
+  using Acc = std::conditional_t<S8, int, float>;
+  using Frag = uint32_t[S8 ? 2 : 4][4];
+  PreLoader<PAIRED, S8> ld;
+  std::conditional_t<S8, BDecoder8, BDecoder> db;
   uint32_t dec;  // shared address of A buffer 0
   int steps;
+  uint32_t bad = 0;
 
-  __device__ __forceinline__ uint32_t ring() const { return dec + PRE_ABUFS * DEC_BYTES; }
+  __device__ __forceinline__ uint32_t ring() const { return dec + PRE_ABUFS * ABUF; }
+  __device__ __forceinline__ uint64_t desc(uint32_t a) const { return S8 ? sw64_desc(a) : sw128_desc(a); }
+  __device__ __forceinline__ void decode_b(uint32_t slot, Frag& f) {
+    if constexpr (S8) {
+      db.run(slot, f, bad);
+    } else {
+      db.run(slot, f);
+    }
+  }
 
   // Issue step s's wgmma (fragments `cur`, A buffer `a_cur`), queue B of step s + STAGES into raw slot `load_slot`
   // (step s's, decoded before the last barrier) and A of step s + PRE_AHEAD into `a_load` (step s - 2's buffer, whose
@@ -798,9 +965,9 @@ struct PrePipe {
   // `nxt`. Commit group s holds B(s + STAGES) and A(s + PRE_AHEAD), so the wait below (all but the last STAGES - 2
   // groups) lands B(s + 2) and A(s + 1) before the barrier. STEADY: both loads and a successor exist (the main loop).
   template <bool STEADY>
-  __device__ __forceinline__ void step(int s, float (&acc)[BM / 2], const uint32_t (&cur)[4][4], uint32_t (&nxt)[4][4],
-                                       uint32_t a_cur, uint32_t a_load, uint32_t load_slot, uint32_t next_slot) {
-    mma_step<BM>(acc, cur, sw128_desc(a_cur));
+  __device__ __forceinline__ void step(int s, Acc (&acc)[BM / 2], const Frag& cur, Frag& nxt, uint32_t a_cur,
+                                       uint32_t a_load, uint32_t load_slot, uint32_t next_slot) {
+    mma_step<BM>(acc, cur, desc(a_cur));
     if (!STEADY && s + 1 >= steps) return;
     wgmma_wait<1>();
     fence_regs(acc);
@@ -808,25 +975,27 @@ struct PrePipe {
     if (STEADY || s + PRE_AHEAD < steps) ld.template load_a<BM>(a_load);
     cp_async_commit();
 #ifndef WG_SKIP_DECODE
-    db.run(next_slot, nxt);
+    decode_b(next_slot, nxt);
 #endif
     cp_async_wait<STAGES - 2>();
     fence_proxy_async();  // the copied A (generic proxy), read next by wgmma (async proxy)
     pipe_sync<PAIRED>();
   }
 
-  __device__ __forceinline__ void iteration(int s, float (&acc)[BM / 2], const uint32_t (&cur)[4][4],
-                                            uint32_t (&nxt)[4][4]) {
-    step<false>(s, acc, cur, nxt, dec + (s % PRE_ABUFS) * DEC_BYTES, dec + ((s + PRE_AHEAD) % PRE_ABUFS) * DEC_BYTES,
+  __device__ __forceinline__ void iteration(int s, Acc (&acc)[BM / 2], const Frag& cur, Frag& nxt) {
+    step<false>(s, acc, cur, nxt, dec + (s % PRE_ABUFS) * ABUF, dec + ((s + PRE_AHEAD) % PRE_ABUFS) * ABUF,
                 ring() + (s % STAGES) * PRE_STAGE_BYTES, ring() + ((s + 1) % STAGES) * PRE_STAGE_BYTES);
   }
 };
 
-template <int BM, bool PAIRED>
-__device__ __forceinline__ void pre_loop(const Params& p, int half, uint32_t dec, float (&acc)[BM / 2]) {
+// Returns PrePipe::bad (S8; else 0).
+template <int BM, bool PAIRED, bool S8 = false>
+__device__ __forceinline__ uint32_t pre_loop(const Params& p, int half, uint32_t dec,
+                                             std::conditional_t<S8, int, float> (&acc)[BM / 2]) {
   const int tid = pipe_tid<PAIRED>();
   const int r0 = (tid >> 5) * 16 + ((tid & 31) >> 2), tq = tid & 3;
-  PrePipe<BM, PAIRED> pipe;
+  PrePipe<BM, PAIRED, S8> pipe;
+  constexpr int ABUF = PrePipe<BM, PAIRED, S8>::ABUF;
   {
     Tile t = tile_of(p);
     if (PAIRED) {
@@ -838,20 +1007,24 @@ __device__ __forceinline__ void pre_loop(const Params& p, int half, uint32_t dec
     pipe.ld.template init<BM>(t);
   }
   pipe.dec = dec;
-  pipe.db.init(r0, tq, PRE_SFB);
-  uint32_t fa[4][4], fb[4][4];
+  if constexpr (S8) {
+    pipe.db.init(r0, tq);
+  } else {
+    pipe.db.init(r0, tq, PRE_SFB);
+  }
+  typename PrePipe<BM, PAIRED, S8>::Frag fa, fb;
 
   // Prologue groups 0..STAGES-1: B of step i, and A of step i for i < PRE_AHEAD (the loop's group s brings A of
   // s + PRE_AHEAD).
 #pragma unroll
   for (int i = 0; i < STAGES; ++i) {
     if (i < pipe.steps) pipe.ld.load_b(pipe.ring() + i * PRE_STAGE_BYTES);
-    if (i < PRE_AHEAD && i < pipe.steps) pipe.ld.template load_a<BM>(pipe.dec + i * DEC_BYTES);
+    if (i < PRE_AHEAD && i < pipe.steps) pipe.ld.template load_a<BM>(pipe.dec + i * ABUF);
     cp_async_commit();
   }
   cp_async_wait<STAGES - 2>();  // B and A of steps 0 and 1
   pipe_sync<PAIRED>();
-  pipe.db.run(pipe.ring(), fa);
+  pipe.decode_b(pipe.ring(), fa);
   fence_proxy_async();
   pipe_sync<PAIRED>();
 
@@ -860,8 +1033,8 @@ __device__ __forceinline__ void pre_loop(const Params& p, int half, uint32_t dec
   // step, wrapping after PRE_ABUFS.
   int s = 0;
   {
-    const uint32_t a_end = pipe.dec + PRE_ABUFS * DEC_BYTES;
-    uint32_t a = pipe.dec, l = pipe.dec + PRE_AHEAD * DEC_BYTES, r = pipe.ring();
+    const uint32_t a_end = pipe.dec + PRE_ABUFS * ABUF;
+    uint32_t a = pipe.dec, l = pipe.dec + PRE_AHEAD * ABUF, r = pipe.ring();
     for (; s + 1 + STAGES < pipe.steps; s += 2) {
       const uint32_t end = pipe.ring() + STAGES * PRE_STAGE_BYTES;
       uint32_t r1 = r + PRE_STAGE_BYTES, r2;
@@ -873,12 +1046,12 @@ __device__ __forceinline__ void pre_loop(const Params& p, int half, uint32_t dec
         r1 = r1 == end ? pipe.ring() : r1;
         r2 = r1 + PRE_STAGE_BYTES == end ? pipe.ring() : r1 + PRE_STAGE_BYTES;
       }
-      const uint32_t a1 = a + DEC_BYTES == a_end ? pipe.dec : a + DEC_BYTES;
-      const uint32_t l1 = l + DEC_BYTES == a_end ? pipe.dec : l + DEC_BYTES;
+      const uint32_t a1 = a + ABUF == a_end ? pipe.dec : a + ABUF;
+      const uint32_t l1 = l + ABUF == a_end ? pipe.dec : l + ABUF;
       pipe.template step<true>(s, acc, fa, fb, a, l, r, r1);
       pipe.template step<true>(s + 1, acc, fb, fa, a1, l1, r1, r2);
-      a = a1 + DEC_BYTES == a_end ? pipe.dec : a1 + DEC_BYTES;
-      l = l1 + DEC_BYTES == a_end ? pipe.dec : l1 + DEC_BYTES;
+      a = a1 + ABUF == a_end ? pipe.dec : a1 + ABUF;
+      l = l1 + ABUF == a_end ? pipe.dec : l1 + ABUF;
       r = r2;
     }
   }
@@ -886,6 +1059,7 @@ __device__ __forceinline__ void pre_loop(const Params& p, int half, uint32_t dec
     pipe.iteration(s, acc, fa, fb);
     if (s + 1 < pipe.steps) pipe.iteration(s + 1, acc, fb, fa);
   }
+  return pipe.bad;
 }
 
 // A paired CTA (2 x THREADS threads, launched for grids of at most one CTA per SM) runs two pipelines on one tile,
@@ -893,27 +1067,14 @@ __device__ __forceinline__ void pre_loop(const Params& p, int half, uint32_t dec
 // and pipeline 1's sums join pipeline 0's through shared memory at the end. Two pipelines on an SM keep its tensor
 // cores busier than one (H200: 500 ns per K step for one, 700-740 ns each for two), and unlike split-K across CTAs
 // the partial sums never leave the SM. PRE: A predecoded (pre_loop), else decoded here (raw_loop).
-template <int BM, bool PAIRED, bool PRE>
-__device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
-  wg_mark(0);
-  // The pipeline (warp-uniform; read through a shuffle so the compiler keeps addresses built from it uniform).
-  const int half = PAIRED ? __shfl_sync(~0u, static_cast<int>(threadIdx.x) / THREADS, 0) : 0;
+// The tile's end once every wgmma is done: a paired CTA's two sums joined, the split-K merge, the store. `region`:
+// a pipeline's shared memory (SMEM_OF), `dec` this pipeline's.
+template <int BM, bool PAIRED, int REGION>
+__device__ __forceinline__ void finish_tile(const Params& p, int half, uint8_t* smem, uint32_t dec,
+                                            float (&acc)[BM / 2]) {
   const int tid = pipe_tid<PAIRED>();
-  const uint32_t dec = smem_u32(smem + half * SMEM_OF<PRE>);
-  float acc[BM / 2];
-#pragma unroll
-  for (int i = 0; i < BM / 2; ++i) acc[i] = 0.f;
-  if constexpr (PRE) {
-    pre_loop<BM, PAIRED>(p, half, dec, acc);
-  } else {
-    raw_loop<BM, PAIRED>(p, half, dec, acc);
-  }
-  wgmma_wait<0>();
-  fence_regs(acc);
-  wg_mark(2);
-
   if (PAIRED) {
-    float* sums = reinterpret_cast<float*>(smem + SMEM_OF<PRE>);  // pipeline 1's region, free once both end
+    float* sums = reinterpret_cast<float*>(smem + REGION);  // pipeline 1's region, free once both end
     __syncthreads();
     if (half) {
 #pragma unroll
@@ -932,23 +1093,81 @@ __device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
   wg_mark(3);
 }
 
-template <bool PRE>
+template <int BM, bool PAIRED, bool PRE>
+__device__ __forceinline__ void run_tile(const Params& p, uint8_t* smem) {
+  wg_mark(0);
+  // The pipeline (warp-uniform; read through a shuffle so the compiler keeps addresses built from it uniform).
+  const int half = PAIRED ? __shfl_sync(~0u, static_cast<int>(threadIdx.x) / THREADS, 0) : 0;
+  const uint32_t dec = smem_u32(smem + half * SMEM_OF<PRE>);
+  float acc[BM / 2];
+#pragma unroll
+  for (int i = 0; i < BM / 2; ++i) acc[i] = 0.f;
+  if constexpr (PRE) {
+    pre_loop<BM, PAIRED>(p, half, dec, acc);
+  } else {
+    raw_loop<BM, PAIRED>(p, half, dec, acc);
+  }
+  wgmma_wait<0>();
+  fence_regs(acc);
+  wg_mark(2);
+  finish_tile<BM, PAIRED, SMEM_OF<PRE>>(p, half, smem, dec, acc);
+}
+
+// The int8 path's tile (S8): when group g's A passed the pre-pass's check (flags[g] != epoch), the int8 loop; when
+// every thread's B scales passed too (one vote over the CTA, both pipelines of a paired one), the int32 sums are
+// C x 4 (exact below 2^24), scaled to the fp16 path's form (x 2^-30, undone by store_tile's 2^28 and the / 4) and
+// finished as there. Otherwise the tile runs again from the start on the raw fp16 path, in the same shared memory.
+template <int BM, bool PAIRED>
+__device__ __forceinline__ void run_tile_s8(const Params& p, uint8_t* smem) {
+  wg_mark(0);
+  const int half = PAIRED ? __shfl_sync(~0u, static_cast<int>(threadIdx.x) / THREADS, 0) : 0;
+  const uint32_t dec = smem_u32(smem + half * SMEM_BYTES);
+  const int g = p.tiles[2 * blockIdx.x].x;
+  if (__ldcg(p.flags + g) != p.epoch) {
+    int acc[BM / 2];
+#pragma unroll
+    for (int i = 0; i < BM / 2; ++i) acc[i] = 0;
+    const uint32_t bad = pre_loop<BM, PAIRED, true>(p, half, dec, acc);
+    wgmma_wait<0>();
+    fence_regs(acc);
+    wg_mark(2);
+    if (!__syncthreads_or(bad != 0)) {
+      float sums[BM / 2];
+#pragma unroll
+      for (int i = 0; i < BM / 2; ++i) sums[i] = static_cast<float>(acc[i]) * 0x1p-30f;
+      finish_tile<BM, PAIRED, SMEM_BYTES>(p, half, smem, dec, sums);
+      return;
+    }
+  }
+  run_tile<BM, PAIRED, false>(p, smem);  // inlined: as a __noinline__ call, ptxas serialised every wgmma (C7510)
+}
+
+template <int BM, bool PAIRED, int PATH>  // PATH: 0 raw, 1 predecoded, 2 int8
+__device__ __forceinline__ void run_path(const Params& p, uint8_t* smem) {
+  if constexpr (PATH == 2) {
+    run_tile_s8<BM, PAIRED>(p, smem);
+  } else {
+    run_tile<BM, PAIRED, PATH == 1>(p, smem);
+  }
+}
+
+template <int PATH>
 __device__ __forceinline__ void run_any(const Params& p, uint8_t* smem) {
   const int bm = p.tiles[2 * blockIdx.x].w;
   if (blockDim.x > THREADS) {
     if (bm == 128) {
-      run_tile<128, true, PRE>(p, smem);
+      run_path<128, true, PATH>(p, smem);
     } else if (bm == 96) {
-      run_tile<96, true, PRE>(p, smem);
+      run_path<96, true, PATH>(p, smem);
     } else {
-      run_tile<64, true, PRE>(p, smem);
+      run_path<64, true, PATH>(p, smem);
     }
   } else if (bm == 128) {
-    run_tile<128, false, PRE>(p, smem);
+    run_path<128, false, PATH>(p, smem);
   } else if (bm == 96) {
-    run_tile<96, false, PRE>(p, smem);
+    run_path<96, false, PATH>(p, smem);
   } else {
-    run_tile<64, false, PRE>(p, smem);
+    run_path<64, false, PATH>(p, smem);
   }
 }
 
@@ -1384,13 +1603,20 @@ __device__ __forceinline__ void main_begin(const Params& p) {
 extern "C" __global__ void __launch_bounds__(2 * THREADS, 1) fp4_group_gemm_sm90(const __grid_constant__ Params p) {
   extern __shared__ uint8_t smem_raw[];
   main_begin<false>(p);
-  run_any<false>(p, reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023)));
+  run_any<0>(p, reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023)));
 }
 
 extern "C" __global__ void __launch_bounds__(2 * THREADS, 1) fp4_group_gemm_sm90_pre(const __grid_constant__ Params p) {
   extern __shared__ uint8_t smem_raw[];
   main_begin<true>(p);
-  run_any<true>(p, reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023)));
+  run_any<1>(p, reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023)));
+}
+
+// The int8 path (run_tile_s8), after fp4_predecode_a_s8; the raw path's shared memory (its fallback's).
+extern "C" __global__ void __launch_bounds__(2 * THREADS, 1) fp4_group_gemm_sm90_s8(const __grid_constant__ Params p) {
+  extern __shared__ uint8_t smem_raw[];
+  main_begin<true>(p);
+  run_any<2>(p, reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023)));
 }
 
 // The warp-specialised loop (ws_run_tile): one CTA of WS_THREADS per SM; the register file split by setmaxnreg.
@@ -1466,5 +1692,61 @@ extern "C" __global__ void __launch_bounds__(PRE_THREADS) fp4_predecode_a(const 
 #pragma unroll
   for (int i = 0; i < 8; ++i) {  // rows 4i .. 4i + 3 of the warp's 32, eight lanes a row
     if (first + 4 * i + (lane >> 3) < total) stg128(dst + i * 512, lds128(src + i * 512));
+  }
+}
+
+// The int8 pre-pass (before fp4_group_gemm_sm90_s8, same parameter block): every group's A as int8 2 x value x scale
+// into the scratch at pre[g], K step s, row r at (s * mpad + r) * 64 bytes, rows from M to mpad zero; threads and
+// blocks as fp4_predecode_a. Byte p of a row's step (chunk c = p / 16 = 2 j + h, register q = p / 4 % 4, byte i)
+// holds logical K 16 q + 8 j + 4 h + i, as BDecoder8 places B: nibbles 4h..4h+3 of word 2q + j, under scale column
+// q; chunk c is stored at chunk c ^ ((r >> 1) & 3) (the 64-byte swizzle; mpad and tile starts are multiples of 32).
+// A row whose four scales are not all 1 or 2 sets flags[g] = epoch (the group's tiles then take the fp16 fallback).
+extern "C" __global__ void __launch_bounds__(PRE_THREADS) fp4_predecode_a_s8(const __grid_constant__ Params p) {
+  __shared__ __align__(128) uint8_t rows[PRE_THREADS * S8_ROW_BYTES];
+  pdl_begin();
+  int b = blockIdx.x, g = 0;
+  for (; g < MAX_GROUPS; ++g) {
+    const int blocks = (p.mpad[g] * (p.k[g] / BK) + PRE_THREADS - 1) / PRE_THREADS;
+    if (b < blocks) break;
+    b -= blocks;
+  }
+  if (g == MAX_GROUPS) return;
+  const int mpad = p.mpad[g], K = p.k[g], idx = b * PRE_THREADS + threadIdx.x, total = mpad * (K / BK);
+  const int lane = threadIdx.x & 31, first = idx - lane;
+  if (first >= total) return;
+  const uint32_t row_at = smem_u32(rows) + threadIdx.x * S8_ROW_BYTES;
+  if (idx < total) {
+    const int s = idx / mpad, r = idx - s * mpad;
+    const uint32_t swz = ((r >> 1) & 3) << 4;
+    if (r >= p.m[g]) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) sts128(row_at + ((c << 4) ^ swz), 0, 0, 0, 0);
+    } else {
+      const uint8_t* a =
+          reinterpret_cast<const uint8_t*>(p.addr[0 * MAX_GROUPS + g]) + (size_t)r * (K / 2) + s * ROW_BYTES;
+      const uint8_t* sfa = reinterpret_cast<const uint8_t*>(p.addr[3 * MAX_GROUPS + g]);
+      const uint4 x0 = __ldg(reinterpret_cast<const uint4*>(a)), x1 = __ldg(reinterpret_cast<const uint4*>(a) + 1);
+      const uint32_t w[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+      const uint32_t sc = __ldg(reinterpret_cast<const uint32_t*>(
+          sfa + ((size_t)(r >> 7) * (K / 64) + s) * 512 + (r & 31) * 16 + ((r >> 5) & 3) * 4));
+      uint32_t out[4][4], bad = 0;  // [chunk][register]
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        uint32_t t0, t1;
+        s8_tables((sc >> (8 * q)) & 0xff, t0, t1, bad);
+        s8_word(w[2 * q], t0, t1, out[0][q], out[1][q]);
+        s8_word(w[2 * q + 1], t0, t1, out[2][q], out[3][q]);
+      }
+      if (bad) p.flags[g] = p.epoch;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) sts128(row_at + ((c << 4) ^ swz), out[c][0], out[c][1], out[c][2], out[c][3]);
+    }
+  }
+  __syncwarp();
+  uint8_t* dst = reinterpret_cast<uint8_t*>(p.pre[g]) + (size_t)first * S8_ROW_BYTES + lane * 16;
+  const uint32_t src = smem_u32(rows) + (threadIdx.x - lane) * S8_ROW_BYTES + lane * 16;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {  // rows 8i .. 8i + 7 of the warp's 32, four lanes a row
+    if (first + 8 * i + (lane >> 2) < total) stg128(dst + i * 512, lds128(src + i * 512));
   }
 }

@@ -1,7 +1,7 @@
 """Count the SASS instructions of kernel.cu's main K loop per run_tile<BM, PAIRED, PRE> instantiation (no GPU).
 
 Compiles kernel.cu with the variant's nvcc flags (wgmma_sm90_host.NVCC_FLAGS, plus --define / -D extras), disassembles
-the cubin with cuobjdump and finds each main loop: a backward branch whose range [target, branch] holds HGMMA
+the cubin with cuobjdump and finds each main loop: a backward branch whose range [target, branch] holds HGMMA (IGMMA)
 instructions. The loop is unrolled by two (``for s += 2``, fa/fb swapped), so the per-step figures are halves:
 
 - ``static``: every instruction from the loop head to its back-branch, inclusive, including the blocks only the last
@@ -46,8 +46,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 LINE = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 FUNC = re.compile(r"^\s*Function : (\S+)")
-#: Entry point -> the PRE flag of its run_tile instantiations.
-KERNELS = {"fp4_group_gemm_sm90": False, "fp4_group_gemm_sm90_pre": True}
+#: Entry point -> the path of its main loops: raw (run_tile<BM, PAIRED, false>), pre (PRE = true) or s8 (run_tile_s8's
+#: int8 loop, IGMMA; that entry's HGMMA loops are its fallback, the raw loop again, and are not listed).
+KERNELS = {"fp4_group_gemm_sm90": "raw", "fp4_group_gemm_sm90_pre": "pre", "fp4_group_gemm_sm90_s8": "s8"}
 #: Warp-specialised entry points -> PRE.
 WS_KERNELS = {"fp4_group_gemm_sm90_ws": False, "fp4_group_gemm_sm90_ws_pre": True}
 BRA = re.compile(r"^(@!?U?P[T0-9]+\s+)?BRA\s+(?:`\(\.L_x_\d+\)|0x([0-9a-f]+))")
@@ -118,13 +119,13 @@ def loops(ins: list[tuple[int, str]]) -> list[dict]:
     idx = {a: i for i, (a, _) in enumerate(ins)}
     found = []
     for i, addr, target, body in _backward_branches(ins, idx):
-        shapes = {re.search(r"HGMMA\.64x(\d+)x16", t).group(1) for _, t in body if "HGMMA" in t}
-        if not shapes:
-            continue
-        assert len(shapes) == 1, shapes
+        shapes = {re.search(r"[HI]GMMA\.64x(\d+)x(?:16|32)", t).group(1) for _, t in body if "GMMA" in t}
+        if len(shapes) != 1:
+            continue  # no GMMA, or a branch back over several instantiations (not a K loop)
+        int8 = any("IGMMA" in t for _, t in body)
         paired = any(re.search(r"BAR\.SYNC\.DEFER_BLOCKING 0x[12],", t) for _, t in body)
         path = _path(ins, idx, target, i)
-        found.append({"bm": int(shapes.pop()), "paired": paired, "head": target, "end": addr,
+        found.append({"bm": int(shapes.pop()), "paired": paired, "int8": int8, "head": target, "end": addr,
                       "static": len(body), "nop": sum(t.startswith("NOP") for _, t in body), "path": path,
                       "body": body})
     return found
@@ -198,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, ins in parse(sass).items():
         if name in KERNELS:
             for lp in loops(ins):
+                if (KERNELS[name] == "s8") != lp["int8"]:
+                    continue
                 lp["pre"] = KERNELS[name]
                 found.append(lp)
         if name in WS_KERNELS:
@@ -208,13 +211,13 @@ def main(argv: list[str] | None = None) -> int:
         lp["branches"] = sum(bool(BRA.match(t)) for _, t in lp["body"])
         lp["copies"] = any("LDGSTS" in t for _, t in lp["body"])
     found.sort(key=lambda l: (l["pre"], -l["bm"], l["paired"], not l["copies"], l["branches"], l["head"]))
-    print(f"{'run_tile':<24} {'loop':<5} {'static/2':>8} {'path/2':>7} {'nop':>4}  addresses")
+    print(f"{'run_tile (path)':<24} {'loop':<5} {'static/2':>8} {'path/2':>7} {'nop':>4}  addresses")
     seen = set()
     for lp in found:
         key = (lp["bm"], lp["paired"], lp["pre"])
         lp["role"] = "tail" if key in seen else "main"
         seen.add(key)
-        name = f"<{lp['bm']}, {'true' if lp['paired'] else 'false'}, {'true' if lp['pre'] else 'false'}>"
+        name = f"<{lp['bm']}, {'true' if lp['paired'] else 'false'}, {lp['pre']}>"
         print(f"{name:<24} {lp['role']:<5} {lp['static'] / 2:>8g} {lp['path'] / 2:>7g} {lp['nop']:>4}  "
               f"{lp['head']:#x}..{lp['end']:#x}")
     ws_found.sort(key=lambda l: (l["pre"], -l["bm"], l["role"], l["head"]))
@@ -249,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
                 for a, t in lp["body"]:
                     print(f"  {a:#07x}  {t}")
         for lp in found:
-            tag = f"{'pre' if lp['pre'] else ''}{lp['bm']}{'p' if lp['paired'] else ''}"
+            tag = f"{'' if lp['pre'] == 'raw' else lp['pre']}{lp['bm']}{'p' if lp['paired'] else ''}"
             if tag + ("" if lp["role"] == "main" else "-tail") == key:
                 print(f"\n# run_tile<{lp['bm']}, {lp['paired']}, {lp['pre']}> loop")
                 for a, t in lp["body"]:

@@ -80,8 +80,8 @@ class _Driver:
         self.module = module  # bench.py --trace reads the diagnostics build's trace buffer from it
         funcs = {}
         limits = {host.KERNEL_NAME: host.MAX_SMEM_BYTES, host.KERNEL_PRE_NAME: host.MAX_SMEM_BYTES,
-                  host.KERNEL_WS_NAME: host.WS_SMEM_BYTES, host.KERNEL_WS_PRE_NAME: host.WS_SMEM_BYTES,
-                  host.PREPASS_NAME: None}
+                  host.KERNEL_S8_NAME: host.MAX_SMEM_BYTES, host.KERNEL_WS_NAME: host.WS_SMEM_BYTES,
+                  host.KERNEL_WS_PRE_NAME: host.WS_SMEM_BYTES, host.PREPASS_NAME: None, host.PREPASS_S8_NAME: None}
         for name, limit in limits.items():
             func = funcs[name] = ctypes.c_void_p()
             self.check(self.lib.cuModuleGetFunction(ctypes.byref(func), module, name.encode()),
@@ -146,11 +146,12 @@ class _Plan:
         self.ws = host.choose_ws(sizes, sms)
         self.paired = self.split.parts == 1 and not self.ws and host.choose_paired(sizes, sms)
         self.pdl = not self.ws and host.choose_pdl(sizes, sms)
-        self.predecode = host.choose_predecode(sizes, sms)
+        self.s8 = not self.ws and host.choose_s8(sizes, sms)
+        self.predecode = self.s8 or host.choose_predecode(sizes, sms)
         threads = 2 * host.THREADS if self.paired else host.THREADS
         if self.ws:
             threads, smem = host.WS_THREADS, host.WS_SMEM_BYTES
-        elif self.predecode:
+        elif self.predecode and not self.s8:
             smem = host.PRE_PAIRED_SMEM_BYTES if self.paired else host.PRE_SMEM_BYTES
         else:
             smem = host.PAIRED_SMEM_BYTES if self.paired else host.SMEM_BYTES
@@ -160,10 +161,13 @@ class _Plan:
         partials = max(host.split_partials(tiles), 1)
         self.workspace = torch.empty(partials * host.PARTIAL_FLOATS, dtype=torch.float32, device=dev)
         self.cnt = torch.zeros(partials, dtype=torch.int32, device=dev)
-        self.scratch = (torch.empty(host.scratch_offsets(sizes)[1], dtype=torch.uint8, device=dev)
+        row_bytes = host.S8_ROW_BYTES if self.s8 else host.PRE_ROW_BYTES
+        self.scratch = (torch.empty(host.scratch_offsets(sizes, row_bytes)[1], dtype=torch.uint8, device=dev)
                         if self.predecode else None)
+        self.flags = torch.zeros(host.MAX_GROUPS, dtype=torch.int32, device=dev) if self.s8 else None
         self.params = host.make_params(sizes, self.tiles.data_ptr(), self.workspace.data_ptr(), self.cnt.data_ptr(),
-                                       self.scratch.data_ptr() if self.predecode else 0)
+                                       self.scratch.data_ptr() if self.predecode else 0,
+                                       self.flags.data_ptr() if self.s8 else 0)
         self.addr = self.params.addr  # a view into params: slice writes land in the block
         self.groups = len(sizes)
         self.layout = None
@@ -172,6 +176,8 @@ class _Plan:
         funcs = _functions(dev)
         if self.ws:
             main = funcs[host.KERNEL_WS_PRE_NAME if self.predecode else host.KERNEL_WS_NAME]
+        elif self.s8:
+            main = funcs[host.KERNEL_S8_NAME]
         else:
             main = funcs[host.KERNEL_PRE_NAME if self.predecode else host.KERNEL_NAME]
         pre_blocks = host.prepass_blocks(sizes)
@@ -182,16 +188,18 @@ class _Plan:
         else:
             self._head = (main, u(self.n_tiles), u(1), u(1), u(threads), u(1), u(1), u(smem))
         # The pre-pass is a plain launch even with PDL: it rewrites the scratch the previous call's main kernel reads.
-        self._pre_head = ((funcs[host.PREPASS_NAME], u(pre_blocks), u(1), u(1), u(host.PRE_THREADS), u(1), u(1),
+        prepass = funcs[host.PREPASS_S8_NAME if self.s8 else host.PREPASS_NAME]
+        self._pre_head = ((prepass, u(pre_blocks), u(1), u(1), u(host.PRE_THREADS), u(1), u(1),
                            u(0)) if self.predecode else None)
         self.device = dev
         self._dev = dev.index
         self._stream = torch._C._cuda_getCurrentRawStream
         module = _fast_module()
-        pre_func = funcs[host.PREPASS_NAME].value if self.predecode else 0
+        pre_func = prepass.value if self.predecode else 0
+        epoch = ctypes.addressof(self.params) + host.Params.epoch.offset if self.s8 else 0
         self.fast = module.FastCall(ctypes.addressof(self.params), host.MAX_GROUPS, main.value, self.n_tiles,
                                     threads, smem, pre_func, pre_blocks, host.PRE_THREADS,
-                                    _DRIVER.launch_address, _DRIVER.launch_ex_address if self.pdl else 0
+                                    _DRIVER.launch_address, _DRIVER.launch_ex_address if self.pdl else 0, epoch
                                     ) if module else None
 
     def remember(self, abc, sf_r, layout) -> None:
@@ -210,6 +218,8 @@ class _Plan:
         arr[3 * mg:3 * mg + g] = ptrs[3::5]
         arr[4 * mg:4 * mg + g] = ptrs[4::5]
         stream = ctypes.c_void_p(self._stream(self._dev))
+        if self.s8:
+            self.params.epoch = host.next_epoch(self.params.epoch)
         if self._pre_head is not None:
             err = _DRIVER.launch(*self._pre_head, stream, self._kparams, None)
             if err:

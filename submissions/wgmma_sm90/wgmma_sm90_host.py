@@ -28,6 +28,10 @@ KERNEL_NAME = "fp4_group_gemm_sm90"
 KERNEL_PRE_NAME = "fp4_group_gemm_sm90_pre"
 PREPASS_NAME = "fp4_predecode_a"
 #: The warp-specialised loop (kernel.cu ws_run_tile): A decoded by the producers, or copied from the pre-pass.
+#: The int8 path (kernel.cu run_tile_s8: A from the int8 pre-pass, wgmma .s32.s8.s8, an fp16 fallback per tile), and
+#: its pre-pass.
+KERNEL_S8_NAME = "fp4_group_gemm_sm90_s8"
+PREPASS_S8_NAME = "fp4_predecode_a_s8"
 KERNEL_WS_NAME = "fp4_group_gemm_sm90_ws"
 KERNEL_WS_PRE_NAME = "fp4_group_gemm_sm90_ws_pre"
 
@@ -76,6 +80,8 @@ PRE_PAIRED_SMEM_BYTES = 2 * (PRE_SMEM_BYTES - 1024) + 1024
 #: The largest dynamic shared memory any launch of the two-CTA-per-SM entry points asks for (their limit is raised
 #: to it; the warp-specialised entry points' to WS_SMEM_BYTES).
 MAX_SMEM_BYTES = max(PAIRED_SMEM_BYTES, PRE_PAIRED_SMEM_BYTES)
+#: The int8 path runs in the raw path's shared memory (its fp16 fallback is the raw loop): SMEM_BYTES, or
+#: PAIRED_SMEM_BYTES for a paired CTA.
 #: The warp-specialised loop (kernel.cu WS_*): one CTA per SM of WS_THREADS (two producer warpgroups, two consumer
 #: warpgroups); WS_STAGES decoded stages (B's BN x 128 bytes and A's BM_MAX x 128 bytes of fp16, swizzled), raw
 #: copies WS_AHEAD steps ahead into WS_AHEAD + 1 raw slots (each B and A row's 32 bytes and four scale bytes), then
@@ -94,8 +100,11 @@ WS_OVERRIDE: bool | None = None
 PDL_OVERRIDE: bool | None = None
 #: Threads per pre-pass block (kernel.cu PRE_THREADS): one per (K step, row of a group's tiles).
 PRE_THREADS = 256
-#: Bytes of one predecoded row per K step: BK fp16 values.
+#: Bytes of one predecoded row per K step: BK fp16 values, or BK int8 ones (the int8 path).
 PRE_ROW_BYTES = BK * 2
+S8_ROW_BYTES = BK
+#: bench.py's override of choose_s8 (None: the rule).
+S8_OVERRIDE: bool | None = None
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -313,20 +322,36 @@ def choose_pdl(sizes, num_sms: int) -> bool:
     return True
 
 
+def choose_s8(sizes, num_sms: int) -> bool:
+    """True: the int8 path (kernel.cu run_tile_s8; implies the int8 pre-pass). With scales of 1 and 2 only (the
+    official generator's), 2 x value x scale is an integer in -24..24, so wgmma .s32.s8.s8 (k32, twice the fp16
+    rate on Hopper) sums the products exactly; a tile whose scales are anything else (full-range data) runs again on
+    the fp16 raw path, so every input is computed, the others more slowly. Not with the warp-specialised loop."""
+    if S8_OVERRIDE is not None:
+        return S8_OVERRIDE
+    return True
+
+
+def next_epoch(epoch: int) -> int:
+    """The int8 path's epoch for the next call (Params.epoch): epoch + 1, wrapping to 1 past int32's largest, never 0
+    (the flags start at 0). fast_call.cpp counts the same way."""
+    return 1 if epoch >= 2**31 - 1 else epoch + 1
+
+
 def predecode_rows(m: int) -> int:
     """Rows of a group's predecoded A: the sum of its tile widths (cover_m), so every tile's rows are present; rows
     from M on are zero."""
     return sum(cover_m(m))
 
 
-def scratch_offsets(sizes) -> tuple[list[int], int]:
+def scratch_offsets(sizes, row_bytes: int = PRE_ROW_BYTES) -> tuple[list[int], int]:
     """Byte offset of each group's predecoded A in the scratch, and the scratch's size: group g takes
-    predecode_rows(M) x K/BK x PRE_ROW_BYTES (K step-major: step s, row r at (s x rows + r) x PRE_ROW_BYTES), each
-    group 1024-byte aligned."""
+    predecode_rows(M) x K/BK x ``row_bytes`` (PRE_ROW_BYTES, or S8_ROW_BYTES for the int8 path; K step-major: step
+    s, row r at (s x rows + r) x row_bytes), each group 1024-byte aligned."""
     offsets, total = [], 0
     for m, _, k, _ in sizes:
         offsets.append(total)
-        total += -(-predecode_rows(m) * (k // BK) * PRE_ROW_BYTES // 1024) * 1024
+        total += -(-predecode_rows(m) * (k // BK) * row_bytes // 1024) * 1024
     return offsets, total
 
 
@@ -437,21 +462,25 @@ def load_fast_call(suffix: str = ""):
 class Params(ctypes.Structure):
     """kernel.cu ``struct Params``: addresses (a, b, c, sfa, sfb: kind-major, MAX_GROUPS each), the tile table's,
     split-K workspace's and counters' device addresses, each group's M, N, K and predecoded rows, the predecode
-    flag and each group's predecoded A address."""
+    flag and each group's predecoded A address; the int8 path's per-group flags (device address) and the call's
+    epoch (counted up per call; a flag equal to it sends the group to the fp16 fallback)."""
 
     _fields_ = [("addr", ctypes.c_uint64 * (5 * MAX_GROUPS)), ("tiles", ctypes.c_uint64), ("ws", ctypes.c_uint64),
                 ("cnt", ctypes.c_uint64), ("m", ctypes.c_int32 * MAX_GROUPS), ("n", ctypes.c_int32 * MAX_GROUPS),
                 ("k", ctypes.c_int32 * MAX_GROUPS), ("mpad", ctypes.c_int32 * MAX_GROUPS),
-                ("predecode", ctypes.c_int32), ("pre", ctypes.c_uint64 * MAX_GROUPS)]
+                ("predecode", ctypes.c_int32), ("pre", ctypes.c_uint64 * MAX_GROUPS), ("flags", ctypes.c_uint64),
+                ("epoch", ctypes.c_int32)]
 
 
-def make_params(sizes, tiles: int, ws: int = 0, cnt: int = 0, scratch: int = 0) -> Params:
+def make_params(sizes, tiles: int, ws: int = 0, cnt: int = 0, scratch: int = 0, flags: int = 0) -> Params:
     """A parameter block for ``sizes`` with every group address 0 (a call writes them), the tile table at device
     address ``tiles`` and the split-K workspace and counters at ``ws`` and ``cnt``. With a ``scratch`` address
-    (scratch_offsets' size), the predecoded path: its flag set, each group's rows and scratch address."""
+    (scratch_offsets' size), the predecoded path: its flag set, each group's rows and scratch address; with
+    ``flags`` (the int8 path: MAX_GROUPS int32, zero, on the device), its rows int8 (S8_ROW_BYTES) and epoch 0 (a
+    call counts it up before it launches, so it never meets a zero flag)."""
     p = Params()
-    p.tiles, p.ws, p.cnt = tiles, ws, cnt
-    offsets, _ = scratch_offsets(sizes)
+    p.tiles, p.ws, p.cnt, p.flags = tiles, ws, cnt, flags
+    offsets, _ = scratch_offsets(sizes, S8_ROW_BYTES if flags else PRE_ROW_BYTES)
     for g, (m, n, k, _) in enumerate(sizes):
         p.m[g], p.n[g], p.k[g] = m, n, k
         p.mpad[g] = predecode_rows(m)

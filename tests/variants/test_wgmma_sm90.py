@@ -72,15 +72,16 @@ def test_host_constants_mirror_kernel_cu():
 
 def test_params_block_matches_the_kernel_struct_layout():
     p = host.Params
-    assert ctypes.sizeof(p) == 1056
+    assert ctypes.sizeof(p) == 1072
     assert [getattr(p, f).offset for f in ("addr", "tiles", "ws", "cnt", "m", "n", "k", "mpad", "predecode",
-                                           "pre")] == [0, 640, 648, 656, 664, 728, 792, 856, 920, 928]
+                                           "pre", "flags", "epoch")] == [0, 640, 648, 656, 664, 728, 792, 856, 920,
+                                                                        928, 1056, 1064]
     src = KERNEL_CU.read_text()
     struct = re.search(r"struct Params \{(.*?)\};", src, re.S).group(1)
     assert [ln.strip() for ln in struct.strip().splitlines()] == [
         "uint64_t addr[5 * MAX_GROUPS];", "const int4* tiles;", "float* ws;", "int* cnt;", "int m[MAX_GROUPS];",
         "int n[MAX_GROUPS];", "int k[MAX_GROUPS];", "int mpad[MAX_GROUPS];", "int predecode;",
-        "uint64_t pre[MAX_GROUPS];"]
+        "uint64_t pre[MAX_GROUPS];", "int* flags;", "int epoch;"]
     sizes = [(96, 256, 512, 1), (40, 128, 256, 1)]
     block = host.make_params(sizes, tiles=0x1000, ws=0x2000, cnt=0x3000)
     assert (block.tiles, block.ws, block.cnt) == (0x1000, 0x2000, 0x3000)
@@ -90,6 +91,26 @@ def test_params_block_matches_the_kernel_struct_layout():
     pre = host.make_params(sizes, tiles=0x1000, scratch=0x100000)
     # group 0: 96 rows x 8 steps x 128 bytes = 98304; group 1 starts there (1024-aligned)
     assert (pre.predecode, list(pre.pre[:3])) == (1, [0x100000, 0x100000 + 98304, 0])
+    s8 = host.make_params(sizes, tiles=0x1000, scratch=0x100000, flags=0x4000)
+    # the int8 scratch: 96 rows x 8 steps x 64 bytes = 49152 for group 0
+    assert (s8.flags, s8.epoch, list(s8.pre[:2])) == (0x4000, 0, [0x100000, 0x100000 + 49152])
+
+
+def test_epoch_counts_up_and_never_meets_the_zero_flags():
+    assert [host.next_epoch(e) for e in (0, 1, 41, 2**31 - 2, 2**31 - 1)] == [1, 2, 42, 2**31 - 1, 1]
+
+
+def test_int8_path_on_by_default_and_its_scratch_halves(monkeypatch):
+    assert all(host.choose_s8(c.problem_sizes, 132) for c in BENCHMARK_CASES)
+    monkeypatch.setattr(host, "S8_OVERRIDE", False)
+    assert not host.choose_s8(BENCHMARK_CASES[0].problem_sizes, 132)
+    sizes = BENCHMARK_CASES[0].problem_sizes
+    assert 2 * host.scratch_offsets(sizes, host.S8_ROW_BYTES)[1] == host.scratch_offsets(sizes)[1]
+    assert (host.KERNEL_S8_NAME, host.PREPASS_S8_NAME) == ("fp4_group_gemm_sm90_s8", "fp4_predecode_a_s8")
+    src = KERNEL_CU.read_text()
+    assert 'extern "C" __global__ void __launch_bounds__(2 * THREADS, 1) fp4_group_gemm_sm90_s8(' in src
+    assert 'extern "C" __global__ void __launch_bounds__(PRE_THREADS) fp4_predecode_a_s8(' in src
+    assert "static_assert(PRE_ABUFS * S8_ABUF_BYTES + STAGES * PRE_STAGE_BYTES <= SMEM_BYTES" in src
 
 
 # --- the A pre-pass: scratch, blocks, rule ---------------------------------------------------------------------
@@ -328,7 +349,7 @@ def test_predecoded_pipeline_ring_discipline_holds_for_every_step_count(stages):
     for line in ("constexpr int PRE_AHEAD = STAGES - 1;", "constexpr int PRE_ABUFS = PRE_AHEAD + 2;",
                  "if (STEADY || s + STAGES < steps) ld.load_b(load_slot);",
                  "if (STEADY || s + PRE_AHEAD < steps) ld.template load_a<BM>(a_load);",
-                 "if (i < PRE_AHEAD && i < pipe.steps) pipe.ld.template load_a<BM>(pipe.dec + i * DEC_BYTES);",
+                 "if (i < PRE_AHEAD && i < pipe.steps) pipe.ld.template load_a<BM>(pipe.dec + i * ABUF);",
                  "for (; s + 1 + STAGES < pipe.steps; s += 2) {"):
         assert line in src, line
 
@@ -340,7 +361,14 @@ def test_predecoded_copies_cover_a_tiles_step_once_in_512_byte_runs():
             off = (tid >> 5) * bm * 16 + 16 * (tid & 31)  # PreLoader::a_off
             got += [off + imm for imm in (0, 512, 1024, 1536)[:bm // 32]]
         assert sorted(got) == list(range(0, bm * 128, 16)), bm
-    assert "a_off = (tid >> 5) * BM * 16 + 16 * (tid & 31);" in KERNEL_CU.read_text()
+    assert "a_off = S8 ? 16 * tid : (tid >> 5) * BM * 16 + 16 * (tid & 31);" in KERNEL_CU.read_text()
+    for bm in (64, 96, 128):  # the int8 path: 16-byte chunks tid and, where BM x 4 chunks exceed 256, tid + 256
+        got = [16 * tid + extra for tid in range(host.THREADS)
+               for extra in (0, 4096)[:1 + (bm == 128 or (bm == 96 and 16 * tid < 2048))]]
+        assert sorted(got) == list(range(0, bm * 64, 16)), bm
+    for line in ("if constexpr (BM == 128) cp_async16<THREADS * 16>(dst, a_src);",
+                 "if constexpr (BM == 96) cp_async16(dst + THREADS * 16, a_src + THREADS * 16, 16, a_off < 2048);"):
+        assert line in KERNEL_CU.read_text(), line
 
 
 # --- input checks ---------------------------------------------------------------------------------------------
@@ -425,9 +453,10 @@ def fast_module():
     return host.load_fast_call()
 
 
-def _fast(module, params, recorder, grid=77, pre_func=0, pre_grid=0, ex=None):
+def _fast(module, params, recorder, grid=77, pre_func=0, pre_grid=0, ex=None, epoch=False):
     return module.FastCall(ctypes.addressof(params), host.MAX_GROUPS, 0xF00, grid, host.THREADS, host.SMEM_BYTES,
-                           pre_func, pre_grid, host.PRE_THREADS, recorder.address, ex.address if ex else 0)
+                           pre_func, pre_grid, host.PRE_THREADS, recorder.address, ex.address if ex else 0,
+                           ctypes.addressof(params) + host.Params.epoch.offset if epoch else 0)
 
 
 _LAUNCH_EX = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(sub._LaunchConfig), ctypes.c_void_p, ctypes.c_void_p,
@@ -492,6 +521,21 @@ def test_fast_call_launches_the_pre_pass_first_on_the_same_stream_and_block(fast
     failing = _fast(fast_module, params2, rec2, pre_func=0xE00, pre_grid=6)
     failing.remember(abc, sf_r)
     assert failing.call(abc, sf_r, 5) == 1700 and len(rec2.calls) == 1  # the main kernel is not launched
+
+
+def test_fast_call_counts_the_epoch_once_per_launched_call(fast_module):
+    abc, _, sf_r, sizes = _data()
+    params, rec = host.make_params(sizes, 0, scratch=0x100000, flags=0x4000), _Recorder()
+    fast = _fast(fast_module, params, rec, pre_func=0xE00, pre_grid=6, epoch=True)
+    assert fast.call(abc, sf_r, 5) == 1 and params.epoch == 0  # handed back: the Python path counts it
+    fast.remember(abc, sf_r)
+    assert [fast.call(abc, sf_r, 5) for _ in range(3)] == [0, 0, 0] and params.epoch == 3
+    params.epoch = 2**31 - 1
+    assert fast.call(abc, sf_r, 5) == 0 and params.epoch == host.next_epoch(2**31 - 1) == 1
+    plain = host.make_params(sizes, 0)
+    fast = _fast(fast_module, plain, _Recorder())
+    fast.remember(abc, sf_r)
+    assert fast.call(abc, sf_r, 5) == 0 and plain.epoch == 0  # no int8 path: no epoch
 
 
 def test_fast_call_with_pdl_launches_only_the_main_kernel_through_cuLaunchKernelEx(fast_module):
@@ -577,20 +621,38 @@ def test_kernel_compiles_for_sm90a_without_spills_and_uses_wgmma(tmp_path):
     cubin = tmp_path / "k.cubin"
     proc = subprocess.run(host.nvcc_command(cubin, verbose=True), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.count("0 bytes spill stores, 0 bytes spill loads") == 5  # five entry points
-    assert "C7512" not in proc.stderr  # wgmma serialised for want of registers
+    spills = dict(re.findall(r"Function properties for (\w+)\n\s+\d+ bytes stack frame, (\d+) bytes spill stores",
+                             proc.stderr))
+    assert set(spills) == set(ENTRY_POINTS)
+    # The int8 entry inlines its fp16 fallback (the raw loop); ptxas spills a few bytes there (below: never in an
+    # int8 loop). As a __noinline__ call it had none but serialised every wgmma of the entry (C7510).
+    assert all(int(v) == 0 for k, v in spills.items() if k != host.KERNEL_S8_NAME) and int(spills[
+        host.KERNEL_S8_NAME]) <= 16
+    assert "C751" not in proc.stderr  # wgmma serialised (for want of registers, C7512; at a call, C7510)
     assert "warning" not in proc.stderr.lower(), proc.stderr
     regs = [int(r) for r in re.findall(r"Used (\d+) registers", proc.stderr)]
-    assert len(regs) == 5 and max(regs) <= 128  # two CTAs of 256 threads per SM; one WS CTA of 512
+    assert len(regs) == 7 and max(regs) <= 128  # two CTAs of 256 threads per SM; one WS CTA of 512
     sass = subprocess.run([_cuobjdump(), "--dump-sass", str(cubin)], capture_output=True, text=True).stdout
     assert {m for m in re.findall(r"HGMMA\.(64x\d+x16)\.F32", sass)} == {"64x64x16", "64x96x16", "64x128x16"}
+    assert {m for m in re.findall(r"IGMMA\.(64x\d+x32)\.S8\.S8", sass)} == {"64x64x32", "64x96x32", "64x128x32"}
     for name in ENTRY_POINTS:
         assert re.search(rf"Function : {name}\n", sass), name
+    ins = _functions(sass)[host.KERNEL_S8_NAME]
+    at = {a: i for i, (a, _) in enumerate(ins)}
+    int8_loops = 0
+    for i, (addr, text) in enumerate(ins):
+        back = re.match(r"(?:@!?U?P\w+\s+)?BRA\s+0x([0-9a-f]+)", text)
+        if back and int(back.group(1), 16) < addr and int(back.group(1), 16) in at:
+            body = [t for _, t in ins[at[int(back.group(1), 16)]:i + 1]]
+            if any("IGMMA" in t for t in body) and not any("HGMMA" in t for t in body):
+                int8_loops += 1
+                assert not any(t.startswith(("STL", "LDL")) for t in body)
+    assert int8_loops >= 12  # a main and a tail loop per (BM, paired)
     _WS_SASS["sass"] = sass
 
 
-ENTRY_POINTS = (host.KERNEL_NAME, host.KERNEL_PRE_NAME, host.KERNEL_WS_NAME, host.KERNEL_WS_PRE_NAME,
-                host.PREPASS_NAME)
+ENTRY_POINTS = (host.KERNEL_NAME, host.KERNEL_PRE_NAME, host.KERNEL_S8_NAME, host.KERNEL_WS_NAME,
+                host.KERNEL_WS_PRE_NAME, host.PREPASS_NAME, host.PREPASS_S8_NAME)
 _WS_SASS: dict = {}
 
 
@@ -654,11 +716,13 @@ def fresh_plans(monkeypatch):
     yield
 
 
-@pytest.fixture(params=[False, True], ids=["raw", "predecode"])
+@pytest.fixture(params=["raw", "predecode", "s8"])
 def predecode(request, fresh_plans, monkeypatch):
-    """The A pre-pass forced off (A decoded in the loop) or on, in plans built inside the test."""
-    monkeypatch.setattr(host, "PREDECODE_OVERRIDE", request.param)
-    return request.param
+    """The path, in plans built inside the test: the fp16 loop with A decoded in it (raw) or copied from the fp16
+    pre-pass (predecode), or the int8 path (s8, whose pre-pass is the int8 one). Returns whether A is predecoded."""
+    monkeypatch.setattr(host, "S8_OVERRIDE", request.param == "s8")
+    monkeypatch.setattr(host, "PREDECODE_OVERRIDE", request.param != "raw")
+    return request.param != "raw"
 
 
 def _only_plan():
@@ -672,7 +736,52 @@ def _only_plan():
 def test_gpu_matches_reference(case, data, predecode):
     inputs = generate_input(case.m, case.n, case.k, case.g, seed=case.seed, data=data, device="cuda")
     assert _check(inputs) is None
-    assert _only_plan().predecode is predecode
+    assert _only_plan().predecode is predecode and _only_plan().s8 is host.S8_OVERRIDE
+
+
+def _s8_plan_call(case, seed, edit=None):
+    """One int8-path call on official data of ``case`` (``edit(data)`` changes it first); returns (check, plan)."""
+    data = generate_input(case.m, case.n, case.k, case.g, seed=seed, device="cuda")
+    if edit is not None:
+        edit(data)
+    return _check(data), sub._PLANS[tuple(case.problem_sizes)]
+
+
+def _set_scale(data, g: int, which: int, row: int, col: int, code: int) -> None:
+    """Scale (row, col) of group g's sfa (which = 0) or sfb (1) to e4m3fn ``code``, in the plain and the blocked
+    copy (task.formats' layout: storage (rest_mn, rest_k, 32, 4, 4))."""
+    plain, blocked = data[1][g][which], data[2][g][which]
+    plain.view(torch.uint8)[row, col, 0] = code
+    blocked.view(torch.uint8)[row % 32, (row // 32) % 4, row // 128, col % 4, col // 4, 0] = code
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("which", [0, 1], ids=["sfa", "sfb"])
+@pytest.mark.parametrize("code", [0x30, 0x48, 0x00], ids=["0.5", "4", "0"])
+def test_gpu_s8_scales_other_than_one_and_two_fall_back_exactly(which, code, fresh_plans, monkeypatch):
+    # One scale of official data changed: its group (sfa: the pre-pass's flag) or the tiles over its row of N (sfb:
+    # the CTA's vote) run the fp16 fallback; every other tile stays int8, and every output matches.
+    monkeypatch.setattr(host, "S8_OVERRIDE", True)
+    for case in (TEST_CASES[3], BENCHMARK_CASES[2], BENCHMARK_CASES[3]):
+        g = case.g - 1
+        rows = case.m[g] if which == 0 else case.n[g]
+        err, plan = _s8_plan_call(case, case.seed + 5,
+                                  lambda d: _set_scale(d, g, which, rows - 1, case.k[g] // 16 - 1, code))
+        assert err is None and plan.s8
+        flags = plan.flags.cpu().tolist()
+        assert (flags[g] == plan.params.epoch) is (which == 0)
+        assert all(f != plan.params.epoch for i, f in enumerate(flags) if i != g)
+
+
+@pytest.mark.gpu
+def test_gpu_s8_flag_of_one_call_does_not_reach_the_next(fresh_plans, monkeypatch):
+    monkeypatch.setattr(host, "S8_OVERRIDE", True)
+    case = BENCHMARK_CASES[3]
+    err, plan = _s8_plan_call(case, 1, lambda d: _set_scale(d, 0, 0, 0, 0, 0x30))
+    bad_epoch = plan.params.epoch
+    assert err is None and plan.flags[0].item() == bad_epoch
+    err, plan = _s8_plan_call(case, 2)
+    assert err is None and plan.params.epoch == bad_epoch + 1 and plan.flags[0].item() == bad_epoch
 
 
 #: Forced splits for the GPU tests: halves of every tile, three parts of every tile, and the rule's kind (the most
@@ -994,6 +1103,8 @@ def test_ws_kernel_has_the_modelled_protocol():
 @pytest.fixture
 def ws_on(fresh_plans, monkeypatch):
     """The warp-specialised entry points forced on, in plans built inside the test."""
+    if host.S8_OVERRIDE:
+        pytest.skip("the int8 path has no warp-specialised loop")
     monkeypatch.setattr(host, "WS_OVERRIDE", True)
     yield
     assert all(plan.ws and not plan.paired for plan in sub._PLANS.values())
