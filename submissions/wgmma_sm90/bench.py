@@ -99,7 +99,8 @@ def time_benchmarks(samples: int) -> list[dict]:
     rows = []
     for case, inputs in _benchmark_inputs():
         plan = sub._PLANS[tuple(case.problem_sizes)]
-        row = {"case": _name(case), "split": list(plan.split), "paired": plan.paired, "predecode": plan.predecode, "s8": plan.s8,
+        row = {"case": _name(case), "split": list(plan.split), "paired": plan.paired, "predecode": plan.predecode,
+               "s8": plan.s8,
                "ws": plan.ws, "pdl": plan.pdl}
         for mode in ("alone", "official"):
             alone = mode == "alone"
@@ -174,7 +175,8 @@ def trace() -> list[dict]:
         ptr, size = ctypes.c_uint64(), ctypes.c_size_t()
         drv.check(drv.lib.cuModuleGetGlobal_v2(ctypes.byref(ptr), ctypes.byref(size), drv.module, b"wg_trace"),
                   "cuModuleGetGlobal")
-        row = {"case": _name(case), "split": list(plan.split), "paired": plan.paired, "predecode": plan.predecode, "s8": plan.s8,
+        row = {"case": _name(case), "split": list(plan.split), "paired": plan.paired, "predecode": plan.predecode,
+               "s8": plan.s8,
                "ws": plan.ws, "pdl": plan.pdl}
         for mode in ("loop15", "single"):
             torch.cuda.synchronize()

@@ -1,4 +1,5 @@
-// NVFP4 grouped GEMM for Hopper (sm_90a): e2m1/e4m3fn decoded in registers, wgmma with fp32 accumulation.
+// NVFP4 grouped GEMM for Hopper (sm_90a): e2m1/e4m3fn decoded in registers, wgmma with fp32 accumulation (or, for
+// scales of 1 and 2, int8 operands and int32 sums: the int8 path, run_tile_s8).
 //
 // Each CTA computes one tile of C_g^T: BN = 128 rows of N (two warpgroups of 64, the wgmma's M side, operand A
 // in registers) by BM columns of the group's M (the wgmma's N side, operand B in shared memory). README.md beside
@@ -57,9 +58,25 @@ constexpr int SMEM_OF = PRE ? PRE_SMEM_BYTES : SMEM_BYTES;  // a pipeline's shar
 // swizzled; B decoded to int8 in registers; wgmma .s32.s8.s8 (k32). It runs in the raw path's shared memory, where
 // its fp16 fallback (a tile whose scales are not all 1 or 2) runs the raw loop: PRE_ABUFS A buffers of BM_MAX x BK
 // bytes, then STAGES raw slots of B as in the predecoded path.
+// S8_STAGES: its B ring depth (A copied S8_STAGES - 1 steps ahead into S8_STAGES + 1 buffers), -DWG_S8_STAGES.
+#ifndef WG_S8_STAGES
+#define WG_S8_STAGES 4
+#endif
+constexpr int S8_STAGES = WG_S8_STAGES;
 constexpr int S8_ROW_BYTES = BK;
 constexpr int S8_ABUF_BYTES = BM_MAX * S8_ROW_BYTES;
-static_assert(PRE_ABUFS * S8_ABUF_BYTES + STAGES * PRE_STAGE_BYTES <= SMEM_BYTES, "the int8 pipeline fits");
+static_assert((S8_STAGES + 1) * S8_ABUF_BYTES + S8_STAGES * PRE_STAGE_BYTES <= SMEM_BYTES, "the int8 pipeline fits");
+// The int8 loop with one barrier per two K steps (s8_pair_loop, for BM < 128 in CTAs of one pipeline; -DWG_S8_PAIRS=0
+// leaves it out): B in S8P_SLOTS raw slots, A copied S8P_AHEAD steps ahead into S8P_ABUFS buffers. S8_REGION: a
+// pipeline's shared memory on the int8 path.
+#ifndef WG_S8_PAIRS
+#define WG_S8_PAIRS 1
+#endif
+constexpr int S8P_SLOTS = 6, S8P_AHEAD = 4, S8P_ABUFS = 8;
+static_assert(S8P_ABUFS == S8P_AHEAD + 4 && S8P_SLOTS == 6, "s8_pair_loop's schedule (its comment)");
+constexpr int S8P_SMEM_BYTES = S8P_ABUFS * S8_ABUF_BYTES + S8P_SLOTS * PRE_STAGE_BYTES;
+constexpr int S8_REGION = WG_S8_PAIRS && S8P_SMEM_BYTES > SMEM_BYTES ? S8P_SMEM_BYTES : SMEM_BYTES;
+static_assert(S8_REGION % 1024 == 0 && S8_REGION + 1024 <= 113 * 1024, "two CTAs per SM, pipelines 1 KB aligned");
 
 }  // namespace
 
@@ -941,6 +958,9 @@ __device__ __forceinline__ void raw_loop(const Params& p, int half, uint32_t dec
 template <int BM, bool PAIRED, bool S8 = false>
 struct PrePipe {
   static constexpr int ABUF = S8 ? S8_ABUF_BYTES : DEC_BYTES;
+  static constexpr int ST = S8 ? S8_STAGES : STAGES;  // raw slots of B; A is copied AHEAD steps ahead into ABUFS
+  static constexpr int AHEAD = ST - 1;
+  static constexpr int ABUFS = AHEAD + 2;
   using Acc = std::conditional_t<S8, int, float>;
   using Frag = uint32_t[S8 ? 2 : 4][4];
   PreLoader<PAIRED, S8> ld;
@@ -949,7 +969,7 @@ struct PrePipe {
   int steps;
   uint32_t bad = 0;
 
-  __device__ __forceinline__ uint32_t ring() const { return dec + PRE_ABUFS * ABUF; }
+  __device__ __forceinline__ uint32_t ring() const { return dec + ABUFS * ABUF; }
   __device__ __forceinline__ uint64_t desc(uint32_t a) const { return S8 ? sw64_desc(a) : sw128_desc(a); }
   __device__ __forceinline__ void decode_b(uint32_t slot, Frag& f) {
     if constexpr (S8) {
@@ -959,10 +979,10 @@ struct PrePipe {
     }
   }
 
-  // Issue step s's wgmma (fragments `cur`, A buffer `a_cur`), queue B of step s + STAGES into raw slot `load_slot`
-  // (step s's, decoded before the last barrier) and A of step s + PRE_AHEAD into `a_load` (step s - 2's buffer, whose
+  // Issue step s's wgmma (fragments `cur`, A buffer `a_cur`), queue B of step s + ST into raw slot `load_slot`
+  // (step s's, decoded before the last barrier) and A of step s + AHEAD into `a_load` (step s - 2's buffer, whose
   // wgmmas every warpgroup waited for before the last barrier), decode B of step s + 1 (raw slot `next_slot`) into
-  // `nxt`. Commit group s holds B(s + STAGES) and A(s + PRE_AHEAD), so the wait below (all but the last STAGES - 2
+  // `nxt`. Commit group s holds B(s + ST) and A(s + AHEAD), so the wait below (all but the last ST - 2
   // groups) lands B(s + 2) and A(s + 1) before the barrier. STEADY: both loads and a successor exist (the main loop).
   template <bool STEADY>
   __device__ __forceinline__ void step(int s, Acc (&acc)[BM / 2], const Frag& cur, Frag& nxt, uint32_t a_cur,
@@ -971,20 +991,20 @@ struct PrePipe {
     if (!STEADY && s + 1 >= steps) return;
     wgmma_wait<1>();
     fence_regs(acc);
-    if (STEADY || s + STAGES < steps) ld.load_b(load_slot);
-    if (STEADY || s + PRE_AHEAD < steps) ld.template load_a<BM>(a_load);
+    if (STEADY || s + ST < steps) ld.load_b(load_slot);
+    if (STEADY || s + AHEAD < steps) ld.template load_a<BM>(a_load);
     cp_async_commit();
 #ifndef WG_SKIP_DECODE
     decode_b(next_slot, nxt);
 #endif
-    cp_async_wait<STAGES - 2>();
+    cp_async_wait<ST - 2>();
     fence_proxy_async();  // the copied A (generic proxy), read next by wgmma (async proxy)
     pipe_sync<PAIRED>();
   }
 
   __device__ __forceinline__ void iteration(int s, Acc (&acc)[BM / 2], const Frag& cur, Frag& nxt) {
-    step<false>(s, acc, cur, nxt, dec + (s % PRE_ABUFS) * ABUF, dec + ((s + PRE_AHEAD) % PRE_ABUFS) * ABUF,
-                ring() + (s % STAGES) * PRE_STAGE_BYTES, ring() + ((s + 1) % STAGES) * PRE_STAGE_BYTES);
+    step<false>(s, acc, cur, nxt, dec + (s % ABUFS) * ABUF, dec + ((s + AHEAD) % ABUFS) * ABUF,
+                ring() + (s % ST) * PRE_STAGE_BYTES, ring() + ((s + 1) % ST) * PRE_STAGE_BYTES);
   }
 };
 
@@ -995,7 +1015,8 @@ __device__ __forceinline__ uint32_t pre_loop(const Params& p, int half, uint32_t
   const int tid = pipe_tid<PAIRED>();
   const int r0 = (tid >> 5) * 16 + ((tid & 31) >> 2), tq = tid & 3;
   PrePipe<BM, PAIRED, S8> pipe;
-  constexpr int ABUF = PrePipe<BM, PAIRED, S8>::ABUF;
+  using PP = PrePipe<BM, PAIRED, S8>;
+  constexpr int ABUF = PP::ABUF, ST = PP::ST, AHEAD = PP::AHEAD, ABUFS = PP::ABUFS;
   {
     Tile t = tile_of(p);
     if (PAIRED) {
@@ -1014,33 +1035,33 @@ __device__ __forceinline__ uint32_t pre_loop(const Params& p, int half, uint32_t
   }
   typename PrePipe<BM, PAIRED, S8>::Frag fa, fb;
 
-  // Prologue groups 0..STAGES-1: B of step i, and A of step i for i < PRE_AHEAD (the loop's group s brings A of
-  // s + PRE_AHEAD).
+  // Prologue groups 0..ST-1: B of step i, and A of step i for i < AHEAD (the loop's group s brings A of
+  // s + AHEAD).
 #pragma unroll
-  for (int i = 0; i < STAGES; ++i) {
+  for (int i = 0; i < ST; ++i) {
     if (i < pipe.steps) pipe.ld.load_b(pipe.ring() + i * PRE_STAGE_BYTES);
-    if (i < PRE_AHEAD && i < pipe.steps) pipe.ld.template load_a<BM>(pipe.dec + i * ABUF);
+    if (i < AHEAD && i < pipe.steps) pipe.ld.template load_a<BM>(pipe.dec + i * ABUF);
     cp_async_commit();
   }
-  cp_async_wait<STAGES - 2>();  // B and A of steps 0 and 1
+  cp_async_wait<ST - 2>();  // B and A of steps 0 and 1
   pipe_sync<PAIRED>();
   pipe.decode_b(pipe.ring(), fa);
   fence_proxy_async();
   pipe_sync<PAIRED>();
 
   wg_mark(1);
-  // Pairs of steps as in raw_loop; the A buffers of step s (a) and of step s + PRE_AHEAD (l) advance one buffer a
-  // step, wrapping after PRE_ABUFS.
+  // Pairs of steps as in raw_loop; the A buffers of step s (a) and of step s + AHEAD (l) advance one buffer a
+  // step, wrapping after ABUFS.
   int s = 0;
   {
-    const uint32_t a_end = pipe.dec + PRE_ABUFS * ABUF;
-    uint32_t a = pipe.dec, l = pipe.dec + PRE_AHEAD * ABUF, r = pipe.ring();
-    for (; s + 1 + STAGES < pipe.steps; s += 2) {
-      const uint32_t end = pipe.ring() + STAGES * PRE_STAGE_BYTES;
+    const uint32_t a_end = pipe.dec + ABUFS * ABUF;
+    uint32_t a = pipe.dec, l = pipe.dec + AHEAD * ABUF, r = pipe.ring();
+    for (; s + 1 + ST < pipe.steps; s += 2) {
+      const uint32_t end = pipe.ring() + ST * PRE_STAGE_BYTES;
       uint32_t r1 = r + PRE_STAGE_BYTES, r2;
-      if constexpr (STAGES == 4) {
+      if constexpr (ST == 4) {
         r2 = 2 * pipe.ring() + 2 * PRE_STAGE_BYTES - r;
-      } else if constexpr (STAGES % 2 == 0) {
+      } else if constexpr (ST % 2 == 0) {
         r2 = r1 + PRE_STAGE_BYTES == end ? pipe.ring() : r1 + PRE_STAGE_BYTES;
       } else {
         r1 = r1 == end ? pipe.ring() : r1;
@@ -1058,6 +1079,129 @@ __device__ __forceinline__ uint32_t pre_loop(const Params& p, int half, uint32_t
   for (; s < pipe.steps; s += 2) {
     pipe.iteration(s, acc, fa, fb);
     if (s + 1 < pipe.steps) pipe.iteration(s + 1, acc, fb, fa);
+  }
+  return pipe.bad;
+}
+
+// The int8 loop, one barrier per pair of K steps (s, s + 1; s even): both steps' wgmmas issued and committed as one
+// group, then (once the previous pair's group is done: wgmma_wait<1>) B of s + 6, s + 7 copied into the slots of s,
+// s + 1 (decoded before the last barrier) and A of s + 4, s + 5 into the buffers of s - 4, s - 3 (whose wgmmas every
+// warpgroup waited for before the last barrier), B of s + 2, s + 3 decoded into the other two fragment sets, and
+// the wait for all but the newest copy group lands B of s + 4, s + 5 and A of s + 2, s + 3 before the barrier.
+// Prologue groups: {B0, B1, A0, A1}, {B2, B3, A2, A3}, {B4, B5}; the pair at s commits {B(s+6), B(s+7), A(s+4),
+// A(s+5)}. Buffers: A step j in buffer j % 8, B step j in slot j % 6, so a pair's two are adjacent.
+template <int BM, bool PAIRED>
+struct PairPipe {
+  using Frag = uint32_t[2][4];
+  PreLoader<PAIRED, true> ld;
+  BDecoder8 db;
+  uint32_t dec;  // A buffer 0; the raw slots follow the A buffers
+  int steps;
+  uint32_t bad = 0;
+
+  __device__ __forceinline__ uint32_t ring() const { return dec + S8P_ABUFS * S8_ABUF_BYTES; }
+
+  template <bool STEADY>
+  __device__ __forceinline__ void pair(int s, int (&acc)[BM / 2], const Frag& c0, const Frag& c1, Frag& n0,
+                                       Frag& n1, uint32_t a_cur, uint32_t a_load, uint32_t b_load, uint32_t b_next) {
+    wgmma_fence();
+    fence_regs(acc);
+#ifndef WG_SKIP_MMA
+    const uint64_t d = sw64_desc(a_cur);
+    wgmma_step<BM>(acc, c0[0], d);
+    wgmma_step<BM>(acc, c0[1], d + 2);
+    if (STEADY || s + 1 < steps) {
+      wgmma_step<BM>(acc, c1[0], d + (S8_ABUF_BYTES >> 4));
+      wgmma_step<BM>(acc, c1[1], d + (S8_ABUF_BYTES >> 4) + 2);
+    }
+#endif
+    wgmma_commit();
+    fence_regs(acc);
+    if (!STEADY && s + 2 >= steps) return;
+    wgmma_wait<1>();
+    fence_regs(acc);
+    if (STEADY || s + 6 < steps) ld.load_b(b_load);
+    if (STEADY || s + 7 < steps) ld.load_b(b_load + PRE_STAGE_BYTES);
+    if (STEADY || s + 4 < steps) ld.template load_a<BM>(a_load);
+    if (STEADY || s + 5 < steps) ld.template load_a<BM>(a_load + S8_ABUF_BYTES);
+    cp_async_commit();
+#ifndef WG_SKIP_DECODE
+    db.run(b_next, n0, bad);
+    if (STEADY || s + 3 < steps) db.run(b_next + PRE_STAGE_BYTES, n1, bad);
+#endif
+    cp_async_wait<1>();
+    fence_proxy_async();
+    pipe_sync<PAIRED>();
+  }
+
+  // pair() with the addresses worked out from s (the last pairs).
+  __device__ __forceinline__ void tail(int s, int (&acc)[BM / 2], const Frag& c0, const Frag& c1, Frag& n0,
+                                       Frag& n1) {
+    const int q = (s >> 1) & 3, t = (s >> 1) % 3;
+    pair<false>(s, acc, c0, c1, n0, n1, dec + q * 2 * S8_ABUF_BYTES, dec + ((q + 2) & 3) * 2 * S8_ABUF_BYTES,
+                ring() + t * 2 * PRE_STAGE_BYTES, ring() + (t == 2 ? 0 : t + 1) * 2 * PRE_STAGE_BYTES);
+  }
+};
+
+template <int BM, bool PAIRED>
+__device__ __forceinline__ uint32_t s8_pair_loop(const Params& p, int half, uint32_t dec, int (&acc)[BM / 2]) {
+  const int tid = pipe_tid<PAIRED>();
+  const int r0 = (tid >> 5) * 16 + ((tid & 31) >> 2), tq = tid & 3;
+  PairPipe<BM, PAIRED> pipe;
+  {
+    Tile t = tile_of(p);
+    if (PAIRED) {
+      const int first = (t.steps + 1) / 2;
+      t.k0 += half * first;
+      t.steps = half ? t.steps - first : first;
+    }
+    pipe.steps = t.steps;
+    pipe.ld.template init<BM>(t);
+  }
+  pipe.dec = dec;
+  pipe.db.init(r0, tq);
+  uint32_t f[4][2][4];  // four fragment sets: a pair's two steps, and the next pair's
+  const int steps = pipe.steps;
+#pragma unroll
+  for (int g = 0; g < 3; ++g) {
+#pragma unroll
+    for (int i = 2 * g; i < 2 * g + 2; ++i) {
+      if (i < steps) pipe.ld.load_b(pipe.ring() + i * PRE_STAGE_BYTES);
+    }
+#pragma unroll
+    for (int i = 2 * g; i < 2 * g + 2; ++i) {
+      if (g < 2 && i < steps) pipe.ld.template load_a<BM>(dec + i * S8_ABUF_BYTES);
+    }
+    cp_async_commit();
+  }
+  cp_async_wait<1>();  // B and A of steps 0..3
+  pipe_sync<PAIRED>();
+  pipe.db.run(pipe.ring(), f[0], pipe.bad);
+  if (steps > 1) pipe.db.run(pipe.ring() + PRE_STAGE_BYTES, f[1], pipe.bad);
+  fence_proxy_async();
+  pipe_sync<PAIRED>();
+
+  wg_mark(1);
+  // Two pairs per pass (the fragment sets swap); a: the A buffer pair of step s, advancing one pair (of four) per
+  // pair; r: the raw slot pair of s, advancing one pair (of three).
+  int s = 0;
+  {
+    const uint32_t a_end = dec + S8P_ABUFS * S8_ABUF_BYTES, r_end = pipe.ring() + S8P_SLOTS * PRE_STAGE_BYTES;
+    constexpr uint32_t AP = 2 * S8_ABUF_BYTES, RP = 2 * PRE_STAGE_BYTES;
+    uint32_t a = dec, r = pipe.ring();
+    for (; s + 9 < steps; s += 4) {
+      const uint32_t a1 = a + AP == a_end ? dec : a + AP, a2 = a1 + AP == a_end ? dec : a1 + AP;
+      const uint32_t a3 = a2 + AP == a_end ? dec : a2 + AP;
+      const uint32_t r1 = r + RP == r_end ? pipe.ring() : r + RP, r2 = r1 + RP == r_end ? pipe.ring() : r1 + RP;
+      pipe.template pair<true>(s, acc, f[0], f[1], f[2], f[3], a, a2, r, r1);
+      pipe.template pair<true>(s + 2, acc, f[2], f[3], f[0], f[1], a1, a3, r1, r2);
+      a = a2;
+      r = r2;
+    }
+  }
+  for (; s < steps; s += 4) {
+    pipe.tail(s, acc, f[0], f[1], f[2], f[3]);
+    if (s + 2 < steps) pipe.tail(s + 2, acc, f[2], f[3], f[0], f[1]);
   }
   return pipe.bad;
 }
@@ -1121,13 +1265,16 @@ template <int BM, bool PAIRED>
 __device__ __forceinline__ void run_tile_s8(const Params& p, uint8_t* smem) {
   wg_mark(0);
   const int half = PAIRED ? __shfl_sync(~0u, static_cast<int>(threadIdx.x) / THREADS, 0) : 0;
-  const uint32_t dec = smem_u32(smem + half * SMEM_BYTES);
+  const uint32_t dec = smem_u32(smem + half * S8_REGION);
   const int g = p.tiles[2 * blockIdx.x].x;
   if (__ldcg(p.flags + g) != p.epoch) {
     int acc[BM / 2];
 #pragma unroll
     for (int i = 0; i < BM / 2; ++i) acc[i] = 0;
-    const uint32_t bad = pre_loop<BM, PAIRED, true>(p, half, dec, acc);
+    // s8_pair_loop holds four fragment sets: at BM = 128 ptxas serialised its wgmmas (C7512, registers). In paired
+    // CTAs it measured slower (H200: 26.55 -> 27.01 us on g2_n3072_k4096).
+    const uint32_t bad = WG_S8_PAIRS && BM < 128 && !PAIRED ? s8_pair_loop<BM, PAIRED>(p, half, dec, acc)
+                                                            : pre_loop<BM, PAIRED, true>(p, half, dec, acc);
     wgmma_wait<0>();
     fence_regs(acc);
     wg_mark(2);
@@ -1135,7 +1282,7 @@ __device__ __forceinline__ void run_tile_s8(const Params& p, uint8_t* smem) {
       float sums[BM / 2];
 #pragma unroll
       for (int i = 0; i < BM / 2; ++i) sums[i] = static_cast<float>(acc[i]) * 0x1p-30f;
-      finish_tile<BM, PAIRED, SMEM_BYTES>(p, half, smem, dec, sums);
+      finish_tile<BM, PAIRED, S8_REGION>(p, half, smem, dec, sums);
       return;
     }
   }

@@ -2,13 +2,15 @@
 
 Compiles kernel.cu with the variant's nvcc flags (wgmma_sm90_host.NVCC_FLAGS, plus --define / -D extras), disassembles
 the cubin with cuobjdump and finds each main loop: a backward branch whose range [target, branch] holds HGMMA (IGMMA)
-instructions. The loop is unrolled by two (``for s += 2``, fa/fb swapped), so the per-step figures are halves:
+instructions. A pass of a loop covers ``steps`` K steps (four HGMMA k16 or two IGMMA k32 a step: two for the loops
+unrolled by two, ``for s += 2`` with fa/fb swapped; four for the int8 pair loop, s8_pair_loop), and the figures are
+per step:
 
 - ``static``: every instruction from the loop head to its back-branch, inclusive, including the blocks only the last
-  steps run (the early exit, the skipped load) and NOPs; / 2.
-- ``path``: the instructions one steady-state step issues: walk from the head, every predicated forward branch not
+  steps run (the early exit, the skipped load) and NOPs; / steps.
+- ``path``: the instructions one steady-state pass issues: walk from the head, every predicated forward branch not
   taken (so the load is issued and the loop goes on; at BM = 96 the thread decodes A), unconditional branches
-  followed, NOPs left out; / 2.
+  followed, NOPs left out; / steps.
 - ``nop``: NOPs in the static range.
 
 The warp-specialised entry points (fp4_group_gemm_sm90_ws, _ws_pre; ws_run_tile<BM, PRE>) have two loops per BM:
@@ -125,8 +127,11 @@ def loops(ins: list[tuple[int, str]]) -> list[dict]:
         int8 = any("IGMMA" in t for _, t in body)
         paired = any(re.search(r"BAR\.SYNC\.DEFER_BLOCKING 0x[12],", t) for _, t in body)
         path = _path(ins, idx, target, i)
+        # K steps per pass: four HGMMA (k16) or two IGMMA (k32) a step; the int8 pair loop's pass holds four steps
+        steps = sum("GMMA" in t for _, t in body) / (2 if int8 else 4)
         found.append({"bm": int(shapes.pop()), "paired": paired, "int8": int8, "head": target, "end": addr,
-                      "static": len(body), "nop": sum(t.startswith("NOP") for _, t in body), "path": path,
+                      "steps": steps, "static": len(body), "nop": sum(t.startswith("NOP") for _, t in body),
+                      "path": path,
                       "body": body})
     return found
 
@@ -211,14 +216,17 @@ def main(argv: list[str] | None = None) -> int:
         lp["branches"] = sum(bool(BRA.match(t)) for _, t in lp["body"])
         lp["copies"] = any("LDGSTS" in t for _, t in lp["body"])
     found.sort(key=lambda l: (l["pre"], -l["bm"], l["paired"], not l["copies"], l["branches"], l["head"]))
-    print(f"{'run_tile (path)':<24} {'loop':<5} {'static/2':>8} {'path/2':>7} {'nop':>4}  addresses")
+    print(f"{'run_tile (path)':<24} {'loop':<5} {'steps':>5} {'static/step':>11} {'path/step':>9} {'nop':>4}  "
+          "addresses")
     seen = set()
     for lp in found:
         key = (lp["bm"], lp["paired"], lp["pre"])
         lp["role"] = "tail" if key in seen else "main"
         seen.add(key)
         name = f"<{lp['bm']}, {'true' if lp['paired'] else 'false'}, {lp['pre']}>"
-        print(f"{name:<24} {lp['role']:<5} {lp['static'] / 2:>8g} {lp['path'] / 2:>7g} {lp['nop']:>4}  "
+        per = lp["steps"] or 2
+        print(f"{name:<24} {lp['role']:<5} {lp['steps']:>5g} {lp['static'] / per:>11g} {lp['path'] / per:>9g} "
+              f"{lp['nop']:>4}  "
               f"{lp['head']:#x}..{lp['end']:#x}")
     ws_found.sort(key=lambda l: (l["pre"], -l["bm"], l["role"], l["head"]))
     print(f"\n{'ws_run_tile':<24} {'loop':<8} {'steps':>5} {'static/step':>11} {'path/step':>9} {'nop':>4}  addresses")

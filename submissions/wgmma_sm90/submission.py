@@ -2,7 +2,9 @@
 #!POPCORN gpu H200
 #!FP4BENCH requires sm_90a
 """wgmma_sm90: NVFP4 grouped GEMM for Hopper in CUDA C++ (kernel.cu): e2m1 and e4m3fn decoded in registers,
-wgmma (fp16 operands, fp32 accumulation), fp16 out, one launch for all groups.
+wgmma (fp16 operands, fp32 accumulation), fp16 out, one launch for all groups. With scales of 1 and 2 (official
+data) the int8 path runs instead: A predecoded to int8 by a pre-pass, B decoded to int8, wgmma .s32.s8.s8; a tile
+with any other scale reruns on the fp16 path (README.md, "The int8 path").
 
 "Swap AB": a CTA computes a tile of C_g^T, 128 rows of N (the wgmma's 64-row M side, two warpgroups, operand A
 in registers, decoded straight into the wgmma fragment layout) by 64, 96 or 128 columns of the group's M (the
@@ -151,7 +153,9 @@ class _Plan:
         threads = 2 * host.THREADS if self.paired else host.THREADS
         if self.ws:
             threads, smem = host.WS_THREADS, host.WS_SMEM_BYTES
-        elif self.predecode and not self.s8:
+        elif self.s8:
+            smem = host.S8_PAIRED_SMEM_BYTES if self.paired else host.S8_SMEM_BYTES
+        elif self.predecode:
             smem = host.PRE_PAIRED_SMEM_BYTES if self.paired else host.PRE_SMEM_BYTES
         else:
             smem = host.PAIRED_SMEM_BYTES if self.paired else host.SMEM_BYTES

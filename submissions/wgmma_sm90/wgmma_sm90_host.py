@@ -79,9 +79,15 @@ PRE_SMEM_BYTES = PRE_ABUFS * BM_MAX * BK * 2 + STAGES * PRE_STAGE_BYTES + 1024
 PRE_PAIRED_SMEM_BYTES = 2 * (PRE_SMEM_BYTES - 1024) + 1024
 #: The largest dynamic shared memory any launch of the two-CTA-per-SM entry points asks for (their limit is raised
 #: to it; the warp-specialised entry points' to WS_SMEM_BYTES).
-MAX_SMEM_BYTES = max(PAIRED_SMEM_BYTES, PRE_PAIRED_SMEM_BYTES)
-#: The int8 path runs in the raw path's shared memory (its fp16 fallback is the raw loop): SMEM_BYTES, or
-#: PAIRED_SMEM_BYTES for a paired CTA.
+#: The int8 path (kernel.cu S8_REGION): a pipeline's shared memory is the raw path's (its fp16 fallback is the raw
+#: loop), or, with the loop of one barrier per two K steps (kernel.cu s8_pair_loop; -DWG_S8_PAIRS=0 leaves it out),
+#: that loop's 8 A buffers of BM_MAX x BK int8 and 6 raw slots of B if larger; per CTA with the alignment pad,
+#: single and paired.
+S8_PAIRS = bool(_define("WG_S8_PAIRS", 1))
+S8_REGION = max(SMEM_BYTES - 1024, 8 * BM_MAX * BK + 6 * PRE_STAGE_BYTES) if S8_PAIRS else SMEM_BYTES - 1024
+S8_SMEM_BYTES = S8_REGION + 1024
+S8_PAIRED_SMEM_BYTES = 2 * S8_REGION + 1024
+MAX_SMEM_BYTES = max(PAIRED_SMEM_BYTES, PRE_PAIRED_SMEM_BYTES, S8_PAIRED_SMEM_BYTES)
 #: The warp-specialised loop (kernel.cu WS_*): one CTA per SM of WS_THREADS (two producer warpgroups, two consumer
 #: warpgroups); WS_STAGES decoded stages (B's BN x 128 bytes and A's BM_MAX x 128 bytes of fp16, swizzled), raw
 #: copies WS_AHEAD steps ahead into WS_AHEAD + 1 raw slots (each B and A row's 32 bytes and four scale bytes), then
