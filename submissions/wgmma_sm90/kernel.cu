@@ -314,17 +314,6 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], const uint32_t 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
 }
 
-template <int BM>
-__device__ __forceinline__ void wgmma_step(float (&d)[BM / 2], const uint32_t (&a)[4], uint64_t desc) {
-  if constexpr (BM == 128) {
-    wgmma_m64n128k16(d, a, desc);
-  } else if constexpr (BM == 96) {
-    wgmma_m64n96k16(d, a, desc);
-  } else {
-    wgmma_m64n64k16(d, a, desc);
-  }
-}
-
 #define WG_ACC16(o) "+r"(d[o + 0]), "+r"(d[o + 1]), "+r"(d[o + 2]), "+r"(d[o + 3]), "+r"(d[o + 4]), \
     "+r"(d[o + 5]), "+r"(d[o + 6]), "+r"(d[o + 7]), "+r"(d[o + 8]), "+r"(d[o + 9]), "+r"(d[o + 10]), "+r"(d[o + 11]), \
     "+r"(d[o + 12]), "+r"(d[o + 13]), "+r"(d[o + 14]), "+r"(d[o + 15])
@@ -360,14 +349,16 @@ __device__ __forceinline__ void wgmma_s8_m64n128k32(int (&d)[64], const uint32_t
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
 }
 
-template <int BM>
-__device__ __forceinline__ void wgmma_step(int (&d)[BM / 2], const uint32_t (&a)[4], uint64_t desc) {
+// One wgmma of width BM: fp16 k16 with fp32 sums (float accumulators) or int8 k32 with int32 sums (int ones).
+template <int BM, typename T>
+__device__ __forceinline__ void wgmma_step(T (&d)[BM / 2], const uint32_t (&a)[4], uint64_t desc) {
+  constexpr bool S8 = std::is_same_v<T, int>;
   if constexpr (BM == 128) {
-    wgmma_s8_m64n128k32(d, a, desc);
+    if constexpr (S8) wgmma_s8_m64n128k32(d, a, desc); else wgmma_m64n128k16(d, a, desc);
   } else if constexpr (BM == 96) {
-    wgmma_s8_m64n96k32(d, a, desc);
+    if constexpr (S8) wgmma_s8_m64n96k32(d, a, desc); else wgmma_m64n96k16(d, a, desc);
   } else {
-    wgmma_s8_m64n64k32(d, a, desc);
+    if constexpr (S8) wgmma_s8_m64n64k32(d, a, desc); else wgmma_m64n64k16(d, a, desc);
   }
 }
 

@@ -382,19 +382,20 @@ def _pair_pipeline_model(steps: int) -> None:
         for g in groups[:max(len(groups) - n, 0)]:
             landed.update(g)
 
+    def load(kind, j):  # A: the buffer's last step's wgmmas done everywhere; B: the slot's last step decoded
+        owner, ring, free_upto = ((a_owner, abufs, done_before_barrier) if kind == "A" else
+                                  (b_owner, slots, decoded_before_barrier))
+        prev = owner.get(j % ring)
+        assert prev is None or prev <= free_upto, (kind, j, prev, free_upto)
+        owner[j % ring] = j
+        loaded.append((kind, j))
+        return (kind, j)
+
     def load_a(j):
-        prev = a_owner.get(j % abufs)
-        assert prev is None or prev <= done_before_barrier, (j, prev, done_before_barrier)
-        a_owner[j % abufs] = j
-        loaded.append(("A", j))
-        return ("A", j)
+        return load("A", j)
 
     def load_b(j):
-        prev = b_owner.get(j % slots)
-        assert prev is None or prev <= decoded_before_barrier, (j, prev, decoded_before_barrier)
-        b_owner[j % slots] = j
-        loaded.append(("B", j))
-        return ("B", j)
+        return load("B", j)
 
     def decode(j, fset):
         assert ("B", j) in visible and b_owner[j % slots] == j, j
