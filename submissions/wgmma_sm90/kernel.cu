@@ -801,6 +801,19 @@ __device__ __forceinline__ Tile tile_of(const Params& p) {
   return t;
 }
 
+// The tile as one pipeline runs it: in a paired CTA, pipeline `half` takes its half of the K steps (the first the
+// larger).
+template <bool PAIRED>
+__device__ __forceinline__ Tile pipe_tile(const Params& p, int half) {
+  Tile t = tile_of(p);
+  if (PAIRED) {
+    const int first = (t.steps + 1) / 2;
+    t.k0 += half * first;
+    t.steps = half ? t.steps - first : first;
+  }
+  return t;
+}
+
 __device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
   uint32_t d;
   asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
@@ -876,12 +889,7 @@ __device__ __forceinline__ void raw_loop(const Params& p, int half, uint32_t dec
   const int r0 = (tid >> 5) * 16 + ((tid & 31) >> 2), tq = tid & 3;  // 64 * wg + 16 * warp + lane / 4
   Pipe<BM, PAIRED> pipe;
   {
-    Tile t = tile_of(p);
-    if (PAIRED) {
-      const int first = (t.steps + 1) / 2;
-      t.k0 += half * first;
-      t.steps = half ? t.steps - first : first;
-    }
+    const Tile t = pipe_tile<PAIRED>(p, half);
     pipe.steps = t.steps;
     pipe.ld.template init<BM>(t);
     pipe.da.init(t.m0);
@@ -1009,12 +1017,7 @@ __device__ __forceinline__ uint32_t pre_loop(const Params& p, int half, uint32_t
   using PP = PrePipe<BM, PAIRED, S8>;
   constexpr int ABUF = PP::ABUF, ST = PP::ST, AHEAD = PP::AHEAD, ABUFS = PP::ABUFS;
   {
-    Tile t = tile_of(p);
-    if (PAIRED) {
-      const int first = (t.steps + 1) / 2;
-      t.k0 += half * first;
-      t.steps = half ? t.steps - first : first;
-    }
+    const Tile t = pipe_tile<PAIRED>(p, half);
     pipe.steps = t.steps;
     pipe.ld.template init<BM>(t);
   }
@@ -1140,12 +1143,7 @@ __device__ __forceinline__ uint32_t s8_pair_loop(const Params& p, int half, uint
   const int r0 = (tid >> 5) * 16 + ((tid & 31) >> 2), tq = tid & 3;
   PairPipe<BM, PAIRED> pipe;
   {
-    Tile t = tile_of(p);
-    if (PAIRED) {
-      const int first = (t.steps + 1) / 2;
-      t.k0 += half * first;
-      t.steps = half ? t.steps - first : first;
-    }
+    const Tile t = pipe_tile<PAIRED>(p, half);
     pipe.steps = t.steps;
     pipe.ld.template init<BM>(t);
   }
@@ -1770,6 +1768,18 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) fp4_group_gemm_sm90_
   ws_run_any<true>(p, reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023)));
 }
 
+// A pre-pass block's group (MAX_GROUPS past the last) and, in `b`, its index within the group's blocks: each group
+// takes ceil(mpad x K steps / PRE_THREADS) blocks in turn.
+__device__ __forceinline__ int prepass_group(const Params& p, int& b) {
+  int g = 0;
+  for (; g < MAX_GROUPS; ++g) {
+    const int blocks = (p.mpad[g] * (p.k[g] / BK) + PRE_THREADS - 1) / PRE_THREADS;
+    if (b < blocks) break;
+    b -= blocks;
+  }
+  return g;
+}
+
 // The pre-pass (launched before fp4_group_gemm_sm90 when Params::predecode is set, same parameter block): every
 // group's A, decoded exactly as ADecoder decodes it (value x scale x 2^-14 as fp16, the same K order and swizzle),
 // into the scratch at pre[g]: K step s, row r at (s * mpad + r) * 128 bytes; rows from M to mpad are zero. One thread
@@ -1784,12 +1794,8 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) fp4_group_gemm_sm90_
 extern "C" __global__ void __launch_bounds__(PRE_THREADS) fp4_predecode_a(const __grid_constant__ Params p) {
   __shared__ __align__(128) uint8_t rows[PRE_THREADS * 128];
   pdl_begin();
-  int b = blockIdx.x, g = 0;
-  for (; g < MAX_GROUPS; ++g) {
-    const int blocks = (p.mpad[g] * (p.k[g] / BK) + PRE_THREADS - 1) / PRE_THREADS;
-    if (b < blocks) break;
-    b -= blocks;
-  }
+  int b = blockIdx.x;
+  const int g = prepass_group(p, b);
   if (g == MAX_GROUPS) return;
   const int mpad = p.mpad[g], K = p.k[g], idx = b * PRE_THREADS + threadIdx.x, total = mpad * (K / BK);
   const int lane = threadIdx.x & 31, first = idx - lane;  // the warp's first row of the scratch
@@ -1842,12 +1848,8 @@ extern "C" __global__ void __launch_bounds__(PRE_THREADS) fp4_predecode_a(const 
 extern "C" __global__ void __launch_bounds__(PRE_THREADS) fp4_predecode_a_s8(const __grid_constant__ Params p) {
   __shared__ __align__(128) uint8_t rows[PRE_THREADS * S8_ROW_BYTES];
   pdl_begin();
-  int b = blockIdx.x, g = 0;
-  for (; g < MAX_GROUPS; ++g) {
-    const int blocks = (p.mpad[g] * (p.k[g] / BK) + PRE_THREADS - 1) / PRE_THREADS;
-    if (b < blocks) break;
-    b -= blocks;
-  }
+  int b = blockIdx.x;
+  const int g = prepass_group(p, b);
   if (g == MAX_GROUPS) return;
   const int mpad = p.mpad[g], K = p.k[g], idx = b * PRE_THREADS + threadIdx.x, total = mpad * (K / BK);
   const int lane = threadIdx.x & 31, first = idx - lane;
