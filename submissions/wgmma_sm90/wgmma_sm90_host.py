@@ -27,11 +27,11 @@ KERNEL_NAME = "fp4_group_gemm_sm90"
 #: The same kernel with A copied from the pre-pass's scratch (kernel.cu run_tile<..., PRE = true>), and the pre-pass.
 KERNEL_PRE_NAME = "fp4_group_gemm_sm90_pre"
 PREPASS_NAME = "fp4_predecode_a"
-#: The warp-specialised loop (kernel.cu ws_run_tile): A decoded by the producers, or copied from the pre-pass.
 #: The int8 path (kernel.cu run_tile_s8: A from the int8 pre-pass, wgmma .s32.s8.s8, an fp16 fallback per tile), and
 #: its pre-pass.
 KERNEL_S8_NAME = "fp4_group_gemm_sm90_s8"
 PREPASS_S8_NAME = "fp4_predecode_a_s8"
+#: The warp-specialised loop (kernel.cu ws_run_tile): A decoded by the producers, or copied from the pre-pass.
 KERNEL_WS_NAME = "fp4_group_gemm_sm90_ws"
 KERNEL_WS_PRE_NAME = "fp4_group_gemm_sm90_ws_pre"
 
@@ -77,8 +77,6 @@ PRE_ABUFS = PRE_AHEAD + 2
 PRE_STAGE_BYTES = BN * BK // 2 + ATOM_BYTES
 PRE_SMEM_BYTES = PRE_ABUFS * BM_MAX * BK * 2 + STAGES * PRE_STAGE_BYTES + 1024
 PRE_PAIRED_SMEM_BYTES = 2 * (PRE_SMEM_BYTES - 1024) + 1024
-#: The largest dynamic shared memory any launch of the two-CTA-per-SM entry points asks for (their limit is raised
-#: to it; the warp-specialised entry points' to WS_SMEM_BYTES).
 #: The int8 path (kernel.cu S8_REGION): a pipeline's shared memory is the raw path's (its fp16 fallback is the raw
 #: loop), or, with the loop of one barrier per two K steps (kernel.cu s8_pair_loop; -DWG_S8_PAIRS=0 leaves it out),
 #: that loop's 8 A buffers of BM_MAX x BK int8 and 6 raw slots of B if larger; per CTA with the alignment pad,
@@ -87,6 +85,8 @@ S8_PAIRS = bool(_define("WG_S8_PAIRS", 1))
 S8_REGION = max(SMEM_BYTES - 1024, 8 * BM_MAX * BK + 6 * PRE_STAGE_BYTES) if S8_PAIRS else SMEM_BYTES - 1024
 S8_SMEM_BYTES = S8_REGION + 1024
 S8_PAIRED_SMEM_BYTES = 2 * S8_REGION + 1024
+#: The largest dynamic shared memory any launch of the two-CTA-per-SM entry points asks for (their limit is raised
+#: to it; the warp-specialised entry points' to WS_SMEM_BYTES).
 MAX_SMEM_BYTES = max(PAIRED_SMEM_BYTES, PRE_PAIRED_SMEM_BYTES, S8_PAIRED_SMEM_BYTES)
 #: The warp-specialised loop (kernel.cu WS_*): one CTA per SM of WS_THREADS (two producer warpgroups, two consumer
 #: warpgroups); WS_STAGES decoded stages (B's BN x 128 bytes and A's BM_MAX x 128 bytes of fp16, swizzled), raw
