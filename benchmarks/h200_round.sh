@@ -45,6 +45,15 @@ for c in d['cases']:
           round(c['overhead_ms_per_sample'] or 0, 1), 'ms/sample; kernel', round((c['kernel_ns'] or 0) / 1e3, 2), 'us')
 " "$1"
 }
+ab_rounds() {  # wgmma_sm90's bench.py --check, then --time with --$1 0 and --$1 1, two rounds each
+  timeout 200 python3 submissions/wgmma_sm90/bench.py --check 2>&1 | tail -4 | tee "$OUT/$1_check.txt"
+  for i in 1 2; do
+    for f in 0 1; do
+      timeout 120 python3 submissions/wgmma_sm90/bench.py --time --"$1" $f 2>&1 \
+        | grep -E '^\{"case|geomean' | sed "s/^/$1[$f] /" | tee -a "$OUT/$1.txt"
+    done
+  done
+}
 for step in $steps; do
   case $step in
     tests)
@@ -103,13 +112,7 @@ for step in $steps; do
         summary "/tmp/ph$i.json" | tee -a "$OUT/phases.txt"
       done ;;
     s8)
-      timeout 200 python3 submissions/wgmma_sm90/bench.py --check 2>&1 | tail -4 | tee "$OUT/s8_check.txt"
-      for i in 1 2; do
-        for f in 0 1; do
-          timeout 120 python3 submissions/wgmma_sm90/bench.py --time --s8 $f 2>&1 \
-            | grep -E '^\{"case|geomean' | sed "s/^/s8[$f] /" | tee -a "$OUT/s8.txt"
-        done
-      done ;;
+      ab_rounds s8 ;;
     s8flags)
       IFS='|' read -ra sets <<< "${S8_FLAGS:-}"
       for f in "${sets[@]}"; do
@@ -117,13 +120,7 @@ for step in $steps; do
           | grep -E '^\{"case|geomean' | sed "s/^/flags[$f] /" | tee -a "$OUT/s8flags.txt"
       done ;;
     fused)
-      timeout 200 python3 submissions/wgmma_sm90/bench.py --check 2>&1 | tail -4 | tee "$OUT/fused_check.txt"
-      for i in 1 2; do
-        for f in 0 1; do
-          timeout 120 python3 submissions/wgmma_sm90/bench.py --time --fused $f 2>&1 \
-            | grep -E '^\{"case|geomean' | sed "s/^/fused[$f] /" | tee -a "$OUT/fused.txt"
-        done
-      done ;;
+      ab_rounds fused ;;
     fusedtests)
       timeout 300 python3 -m pytest -q -m gpu -k "s8 or fused" -p no:cacheprovider tests/variants/test_wgmma_sm90.py \
         2>&1 | tail -8 | tee "$OUT/fusedtests.txt" ;;
