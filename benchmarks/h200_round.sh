@@ -15,9 +15,6 @@
 #   s8        wgmma_sm90's bench.py --check (the rule), then --time with the int8 path off and on, 2 rounds
 #   s8tests   the GPU tests of wgmma_sm90's int8 path (-k s8)
 #   s8flags   bench.py --time (the rule) once per nvcc flag set in $S8_FLAGS ("|"-separated; "" is the default build)
-#   fused     wgmma_sm90's bench.py --check, then --time with the int8 pre-pass launched apart / inside the main kernel
-#             (--fused 0 / 1), two rounds each
-#   fusedtests the GPU tests of wgmma_sm90's int8 path and its fused pre-pass (-k "s8 or fused")
 #   lb        one leaderboard of wgmma_sm90 on benchmarks (--json summary: means, overhead, kernel time)
 #   profile   benchmarks/overhead_profile.py: cProfile of parent and worker over 30 samples of g8_n4096_k7168
 #   torchcost sandbox_cost.py for torch_reference on g2_n4096_k1536 alone (host-bound), 2 rounds
@@ -26,7 +23,7 @@
 #   wgtests   the GPU tests of wgmma_sm90 but the warp-specialised loop's (-k "not ws")
 #   early     wgmma_sm90's bench.py --time with -DWG_NO_EARLY and without (the prefetch before griddepcontrol.wait), 2 rounds
 # Wheels under .whl (carried: a dependency the device image lacks, e.g. msgspec) are installed first.
-# Usage: bash benchmarks/h200_round.sh [tests|timing|fidelity|spin|sandbox|cost|stages|timeline|percall|probe|reftile|lb|profile|torchcost|phases|early|cupti|wgtests|s8|s8tests|s8flags|fused|fusedtests]...   (default: tests timing fidelity)
+# Usage: bash benchmarks/h200_round.sh [tests|timing|fidelity|spin|sandbox|cost|stages|timeline|percall|probe|reftile|lb|profile|torchcost|phases|early|cupti|wgtests|s8|s8tests|s8flags]...   (default: tests timing fidelity)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/h200}
@@ -119,11 +116,6 @@ for step in $steps; do
         WGMMA_SM90_NVCC_EXTRA="$f" timeout 150 python3 submissions/wgmma_sm90/bench.py --time 2>&1 \
           | grep -E '^\{"case|geomean' | sed "s/^/flags[$f] /" | tee -a "$OUT/s8flags.txt"
       done ;;
-    fused)
-      ab_rounds fused ;;
-    fusedtests)
-      timeout 300 python3 -m pytest -q -m gpu -k "s8 or fused" -p no:cacheprovider tests/variants/test_wgmma_sm90.py \
-        2>&1 | tail -8 | tee "$OUT/fusedtests.txt" ;;
     s8tests)
       timeout 400 python3 -m pytest -q -m gpu -k s8 -p no:cacheprovider tests/variants/test_wgmma_sm90.py 2>&1 \
         | tail -8 | tee "$OUT/s8tests.txt" ;;

@@ -100,7 +100,8 @@ def time_benchmarks(samples: int) -> list[dict]:
     for case, inputs in _benchmark_inputs():
         plan = sub._PLANS[tuple(case.problem_sizes)]
         row = {"case": _name(case), "split": list(plan.split), "paired": plan.paired, "predecode": plan.predecode,
-               "s8": plan.s8, "fused": plan.fused, "ws": plan.ws, "pdl": plan.pdl}
+               "s8": plan.s8,
+               "ws": plan.ws, "pdl": plan.pdl}
         for mode in ("alone", "official"):
             alone = mode == "alone"
             runs = measure(sub.custom_kernel, inputs, samples, flush=None if alone else flush,
@@ -175,7 +176,8 @@ def trace() -> list[dict]:
         drv.check(drv.lib.cuModuleGetGlobal_v2(ctypes.byref(ptr), ctypes.byref(size), drv.module, b"wg_trace"),
                   "cuModuleGetGlobal")
         row = {"case": _name(case), "split": list(plan.split), "paired": plan.paired, "predecode": plan.predecode,
-               "s8": plan.s8, "fused": plan.fused, "ws": plan.ws, "pdl": plan.pdl}
+               "s8": plan.s8,
+               "ws": plan.ws, "pdl": plan.pdl}
         for mode in ("loop15", "single"):
             torch.cuda.synchronize()
             flush()
@@ -216,8 +218,6 @@ def main() -> None:
     ap.add_argument("--paired", type=int, choices=(0, 1), help="force paired CTAs on or off (default: the rule)")
     ap.add_argument("--s8", type=int, choices=(0, 1),
                     help="force the int8 path on or off (default: choose_s8's rule)")
-    ap.add_argument("--fused", type=int, choices=(0, 1),
-                    help="force the int8 pre-pass inside the main kernel on or off (default: choose_fused's rule)")
     ap.add_argument("--predecode", type=int, choices=(0, 1),
                     help="force the A pre-pass on or off (default: choose_predecode's rule)")
     ap.add_argument("--ws", type=int, choices=(0, 1),
@@ -233,7 +233,6 @@ def main() -> None:
     host.PAIRED_OVERRIDE = None if args.paired is None else bool(args.paired)
     host.PREDECODE_OVERRIDE = None if args.predecode is None else bool(args.predecode)
     host.S8_OVERRIDE = None if args.s8 is None else bool(args.s8)
-    host.FUSED_OVERRIDE = None if args.fused is None else bool(args.fused)
     host.WS_OVERRIDE = None if args.ws is None else bool(args.ws)
     host.PDL_OVERRIDE = None if args.pdl is None else bool(args.pdl)
     if args.classes:

@@ -87,9 +87,7 @@ static_assert(S8_REGION % 1024 == 0 && S8_REGION + 1024 <= 113 * 1024, "two CTAs
 // predecode: nonzero when A comes from the pre-pass's scratch, group g's at pre[g] (mpad x 128 bytes per K step; the
 // int8 path's mpad x 64). flags, epoch (the int8 path): the int8 pre-pass sets flags[g] = epoch when a scale of
 // group g's A is not 1 or 2, and the main kernel then runs the fp16 fallback on the group's tiles; the host counts
-// epoch up per call, so no flag needs clearing. fused (the int8 path): 0, or R > 0 when the main kernel runs the
-// int8 pre-pass itself in slices of R x blockDim rows (s8_fused_prepass; its three counters follow the MAX_GROUPS
-// flags). The host mirrors this layout (wgmma_sm90_host.Params, tile_table).
+// epoch up per call, so no flag needs clearing. The host mirrors this layout (wgmma_sm90_host.Params, tile_table).
 struct Params {
   uint64_t addr[5 * MAX_GROUPS];
   const int4* tiles;
@@ -103,7 +101,6 @@ struct Params {
   uint64_t pre[MAX_GROUPS];
   int* flags;
   int epoch;
-  int fused;
 };
 
 // Diagnostics (bench.py --trace, a -DWG_TRACE build): thread 0 of each CTA records %globaltimer (ns) at the
@@ -129,12 +126,6 @@ namespace {
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ int ld_acquire(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
 }
 
 // A 16-byte cp.async (L2 only) when `on`, reading `bytes` of them (0: zero-fill, no read).
@@ -1740,139 +1731,6 @@ __device__ __forceinline__ void main_begin(const Params& p) {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 
-// A pre-pass block's group (MAX_GROUPS past the last) and, in `b`, its index within the group's blocks: each group
-// takes ceil(mpad x K steps / rows) blocks of `rows` (K step, row) pairs in turn.
-__device__ __forceinline__ int prepass_group(const Params& p, int& b, int rows) {
-  int g = 0;
-  for (; g < MAX_GROUPS; ++g) {
-    const int blocks = (p.mpad[g] * (p.k[g] / BK) + rows - 1) / rows;
-    if (b < blocks) break;
-    b -= blocks;
-  }
-  return g;
-}
-
-// The int8 pre-pass's work on group g's (K step, row) pairs base + j x blockDim + t, j < R, of thread t: A as int8
-// 2 x value x scale into the scratch at pre[g], K step s, row r at (s * mpad + r) * 64 bytes, rows from M to mpad
-// zero. Byte p of a row's step (chunk c = p / 16 = 2 j + h, register q = p / 4 % 4, byte i) holds logical K
-// 16 q + 8 j + 4 h + i, as BDecoder8 places B: nibbles 4h..4h+3 of word 2q + j, under scale column q; chunk c is
-// stored at chunk c ^ ((r >> 1) & 3) (the 64-byte swizzle; mpad and tile starts are multiples of 32). A row whose
-// four scales are not all 1 or 2 sets flags[g] = epoch (the group's tiles then take the fp16 fallback). Every
-// thread's loads are issued before any decode; each warp stages its 32 rows in `rows` (R x blockDim x 64 bytes of
-// shared memory) and stores them as one block, 512 contiguous bytes an instruction (consecutive threads take
-// consecutive rows of the scratch, as in fp4_predecode_a).
-template <int R>
-__device__ __forceinline__ void s8_prepass_rows(const Params& p, int g, int base, uint32_t rows) {
-  const int mpad = p.mpad[g], M = p.m[g], K = p.k[g], total = mpad * (K / BK), T = blockDim.x;
-  const int lane = threadIdx.x & 31;
-  const uint8_t* a = reinterpret_cast<const uint8_t*>(p.addr[0 * MAX_GROUPS + g]);
-  const uint8_t* sfa = reinterpret_cast<const uint8_t*>(p.addr[3 * MAX_GROUPS + g]);
-  uint4 x[R][2];
-  uint32_t sc[R];
-  int row[R];
-#pragma unroll
-  for (int j = 0; j < R; ++j) {
-    const int idx = base + j * T + threadIdx.x, s = idx / mpad;
-    row[j] = idx < total ? idx - s * mpad : M;
-    if (row[j] < M) {
-      const uint4* at = reinterpret_cast<const uint4*>(a + (size_t)row[j] * (K / 2) + s * ROW_BYTES);
-      x[j][0] = __ldg(at);
-      x[j][1] = __ldg(at + 1);
-      sc[j] = __ldg(reinterpret_cast<const uint32_t*>(
-          sfa + ((size_t)(row[j] >> 7) * (K / 64) + s) * 512 + (row[j] & 31) * 16 + ((row[j] >> 5) & 3) * 4));
-    }
-  }
-  uint32_t bad = 0;
-#pragma unroll
-  for (int j = 0; j < R; ++j) {
-    const int first = base + j * T + threadIdx.x - lane;  // the warp's first row of the scratch
-    if (first >= total) break;                            // the same for the whole warp, and for every later j
-    const uint32_t row_at = rows + (j * T + threadIdx.x) * S8_ROW_BYTES, swz = ((row[j] >> 1) & 3) << 4;
-    if (first + lane < total) {
-      uint32_t out[4][4];  // [chunk][register]
-      if (row[j] >= M) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c) out[c][0] = out[c][1] = out[c][2] = out[c][3] = 0;
-      } else {
-        const uint32_t w[8] = {x[j][0].x, x[j][0].y, x[j][0].z, x[j][0].w, x[j][1].x, x[j][1].y, x[j][1].z, x[j][1].w};
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          uint32_t t0, t1;
-          s8_tables((sc[j] >> (8 * q)) & 0xff, t0, t1, bad);
-          s8_word(w[2 * q], t0, t1, out[0][q], out[1][q]);
-          s8_word(w[2 * q + 1], t0, t1, out[2][q], out[3][q]);
-        }
-      }
-#pragma unroll
-      for (int c = 0; c < 4; ++c) sts128(row_at + ((c << 4) ^ swz), out[c][0], out[c][1], out[c][2], out[c][3]);
-    }
-    __syncwarp();
-    uint8_t* dst = reinterpret_cast<uint8_t*>(p.pre[g]) + (size_t)first * S8_ROW_BYTES + lane * 16;
-    const uint32_t src = rows + (j * T + threadIdx.x - lane) * S8_ROW_BYTES + lane * 16;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {  // rows 8i .. 8i + 7 of the warp's 32, four lanes a row
-      if (first + 8 * i + (lane >> 2) < total) stg128(dst + i * 512, lds128(src + i * 512));
-    }
-  }
-  if (bad) p.flags[g] = p.epoch;
-}
-
-// The int8 pre-pass inside the main kernel (Params::fused = R: 1, 2 or 4; host.choose_fused): one launch a call instead of
-// two. Its work is cut into slices of R x blockDim (K step, row) pairs, numbered across the groups in turn as the
-// pre-pass's blocks are; counters after the flags: claim (the next slice to take), done (slices finished), exit
-// (CTAs finished). Each CTA takes slices with atomicAdd(claim) until none is left (the next claim is in flight while
-// it decodes a slice), then waits until done counts every slice. No CTA waits before every slice is claimed, and a
-// claimed slice belongs to a running CTA that finishes it without waiting on anything, so the wait ends whatever
-// order the CTAs are placed in and however few are resident; CTAs placed later find every slice done and only read
-// the counter. The last CTA to exit resets the three counters (the next call's kernel reads them only after this one
-// has ended: PDL's griddepcontrol.wait). The staging rows lie in the pipeline's shared memory, unused until then.
-__device__ __forceinline__ void s8_fused_prepass(const Params& p, uint8_t* smem) {
-  __shared__ int next;
-  int* const claim = p.flags + MAX_GROUPS;
-  int* const done = claim + 1;
-  const int R = p.fused, rows = R * static_cast<int>(blockDim.x);
-  int slices = 0;
-  for (int g = 0; g < MAX_GROUPS; ++g) slices += (p.mpad[g] * (p.k[g] / BK) + rows - 1) / rows;
-  if (threadIdx.x == 0) next = ld_acquire(done) < slices ? atomicAdd(claim, 1) : slices;
-  __syncthreads();
-  int c = next;
-  while (c < slices) {
-    __syncthreads();  // every thread has read `next`
-    if (threadIdx.x == 0) next = atomicAdd(claim, 1);
-    int b = c;
-    const int g = prepass_group(p, b, rows);
-    if (R == 1) {
-      s8_prepass_rows<1>(p, g, b * rows, smem_u32(smem));
-    } else if (R == 2) {
-      s8_prepass_rows<2>(p, g, b * rows, smem_u32(smem));
-    } else {
-      s8_prepass_rows<4>(p, g, b * rows, smem_u32(smem));
-    }
-    __syncthreads();  // every thread's stores of the slice issued; `next` written
-    if (threadIdx.x == 0) {
-      __threadfence();
-      atomicAdd(done, 1);
-    }
-    c = next;
-  }
-  if (threadIdx.x == 0) {
-    while (ld_acquire(done) < slices) __nanosleep(128);
-    __threadfence();
-  }
-  __syncthreads();
-}
-
-// After the fused pre-pass's main kernel has finished a CTA's tile: the last CTA to arrive resets the counters.
-__device__ __forceinline__ void s8_fused_exit(const Params& p) {
-  if (threadIdx.x != 0) return;
-  int* const claim = p.flags + MAX_GROUPS;
-  if (atomicAdd(claim + 2, 1) == static_cast<int>(gridDim.x) - 1) {
-    claim[0] = 0;
-    claim[1] = 0;
-    claim[2] = 0;
-  }
-}
-
 }  // namespace
 
 // Two CTAs of THREADS per SM, or one paired CTA: 128 registers a thread either way. Two entry points, A decoded in
@@ -1890,15 +1748,11 @@ extern "C" __global__ void __launch_bounds__(2 * THREADS, 1) fp4_group_gemm_sm90
   run_any<1>(p, reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023)));
 }
 
-// The int8 path (run_tile_s8), after fp4_predecode_a_s8 or with the pre-pass in it (Params::fused); the raw path's
-// shared memory (its fallback's).
+// The int8 path (run_tile_s8), after fp4_predecode_a_s8; the raw path's shared memory (its fallback's).
 extern "C" __global__ void __launch_bounds__(2 * THREADS, 1) fp4_group_gemm_sm90_s8(const __grid_constant__ Params p) {
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* const smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   main_begin<true>(p);
-  if (p.fused) s8_fused_prepass(p, smem);
-  run_any<2>(p, smem);
-  if (p.fused) s8_fused_exit(p);
+  run_any<2>(p, reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023)));
 }
 
 // The warp-specialised loop (ws_run_tile): one CTA of WS_THREADS per SM; the register file split by setmaxnreg.
@@ -1912,6 +1766,18 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) fp4_group_gemm_sm90_
     const __grid_constant__ Params p) {
   extern __shared__ uint8_t smem_raw[];
   ws_run_any<true>(p, reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023)));
+}
+
+// A pre-pass block's group (MAX_GROUPS past the last) and, in `b`, its index within the group's blocks: each group
+// takes ceil(mpad x K steps / PRE_THREADS) blocks in turn.
+__device__ __forceinline__ int prepass_group(const Params& p, int& b) {
+  int g = 0;
+  for (; g < MAX_GROUPS; ++g) {
+    const int blocks = (p.mpad[g] * (p.k[g] / BK) + PRE_THREADS - 1) / PRE_THREADS;
+    if (b < blocks) break;
+    b -= blocks;
+  }
+  return g;
 }
 
 // The pre-pass (launched before fp4_group_gemm_sm90 when Params::predecode is set, same parameter block): every
@@ -1929,7 +1795,7 @@ extern "C" __global__ void __launch_bounds__(PRE_THREADS) fp4_predecode_a(const 
   __shared__ __align__(128) uint8_t rows[PRE_THREADS * 128];
   pdl_begin();
   int b = blockIdx.x;
-  const int g = prepass_group(p, b, PRE_THREADS);
+  const int g = prepass_group(p, b);
   if (g == MAX_GROUPS) return;
   const int mpad = p.mpad[g], K = p.k[g], idx = b * PRE_THREADS + threadIdx.x, total = mpad * (K / BK);
   const int lane = threadIdx.x & 31, first = idx - lane;  // the warp's first row of the scratch
@@ -1973,12 +1839,54 @@ extern "C" __global__ void __launch_bounds__(PRE_THREADS) fp4_predecode_a(const 
   }
 }
 
-// The int8 pre-pass (before fp4_group_gemm_sm90_s8 when Params::fused is 0, same parameter block): every group's A as
-// int8 2 x value x scale into the scratch (s8_prepass_rows), PRE_THREADS (K step, row) pairs a block.
+// The int8 pre-pass (before fp4_group_gemm_sm90_s8, same parameter block): every group's A as int8 2 x value x scale
+// into the scratch at pre[g], K step s, row r at (s * mpad + r) * 64 bytes, rows from M to mpad zero; threads and
+// blocks as fp4_predecode_a. Byte p of a row's step (chunk c = p / 16 = 2 j + h, register q = p / 4 % 4, byte i)
+// holds logical K 16 q + 8 j + 4 h + i, as BDecoder8 places B: nibbles 4h..4h+3 of word 2q + j, under scale column
+// q; chunk c is stored at chunk c ^ ((r >> 1) & 3) (the 64-byte swizzle; mpad and tile starts are multiples of 32).
+// A row whose four scales are not all 1 or 2 sets flags[g] = epoch (the group's tiles then take the fp16 fallback).
 extern "C" __global__ void __launch_bounds__(PRE_THREADS) fp4_predecode_a_s8(const __grid_constant__ Params p) {
   __shared__ __align__(128) uint8_t rows[PRE_THREADS * S8_ROW_BYTES];
   pdl_begin();
   int b = blockIdx.x;
-  const int g = prepass_group(p, b, PRE_THREADS);
-  if (g < MAX_GROUPS) s8_prepass_rows<1>(p, g, b * PRE_THREADS, smem_u32(rows));
+  const int g = prepass_group(p, b);
+  if (g == MAX_GROUPS) return;
+  const int mpad = p.mpad[g], K = p.k[g], idx = b * PRE_THREADS + threadIdx.x, total = mpad * (K / BK);
+  const int lane = threadIdx.x & 31, first = idx - lane;
+  if (first >= total) return;
+  const uint32_t row_at = smem_u32(rows) + threadIdx.x * S8_ROW_BYTES;
+  if (idx < total) {
+    const int s = idx / mpad, r = idx - s * mpad;
+    const uint32_t swz = ((r >> 1) & 3) << 4;
+    if (r >= p.m[g]) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) sts128(row_at + ((c << 4) ^ swz), 0, 0, 0, 0);
+    } else {
+      const uint8_t* a =
+          reinterpret_cast<const uint8_t*>(p.addr[0 * MAX_GROUPS + g]) + (size_t)r * (K / 2) + s * ROW_BYTES;
+      const uint8_t* sfa = reinterpret_cast<const uint8_t*>(p.addr[3 * MAX_GROUPS + g]);
+      const uint4 x0 = __ldg(reinterpret_cast<const uint4*>(a)), x1 = __ldg(reinterpret_cast<const uint4*>(a) + 1);
+      const uint32_t w[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+      const uint32_t sc = __ldg(reinterpret_cast<const uint32_t*>(
+          sfa + ((size_t)(r >> 7) * (K / 64) + s) * 512 + (r & 31) * 16 + ((r >> 5) & 3) * 4));
+      uint32_t out[4][4], bad = 0;  // [chunk][register]
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        uint32_t t0, t1;
+        s8_tables((sc >> (8 * q)) & 0xff, t0, t1, bad);
+        s8_word(w[2 * q], t0, t1, out[0][q], out[1][q]);
+        s8_word(w[2 * q + 1], t0, t1, out[2][q], out[3][q]);
+      }
+      if (bad) p.flags[g] = p.epoch;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) sts128(row_at + ((c << 4) ^ swz), out[c][0], out[c][1], out[c][2], out[c][3]);
+    }
+  }
+  __syncwarp();
+  uint8_t* dst = reinterpret_cast<uint8_t*>(p.pre[g]) + (size_t)first * S8_ROW_BYTES + lane * 16;
+  const uint32_t src = smem_u32(rows) + (threadIdx.x - lane) * S8_ROW_BYTES + lane * 16;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {  // rows 8i .. 8i + 7 of the warp's 32, four lanes a row
+    if (first + 8 * i + (lane >> 2) < total) stg128(dst + i * 512, lds128(src + i * 512));
+  }
 }

@@ -138,9 +138,9 @@ def _functions(dev: torch.device) -> dict[str, ctypes.c_void_p]:
 
 
 class _Plan:
-    """Everything a call needs that depends only on (sizes, device): the split, paired, predecode, ws, int8 and
-    fused pre-pass choices, the tile table, split-K workspace and counters and the predecoded A's scratch on the
-    device, the parameter block (sizes filled, addresses written per call), and the prebuilt launch arguments."""
+    """Everything a call needs that depends only on (sizes, device): the split, paired, predecode and ws choices, the
+    tile table, split-K workspace and counters and the predecoded A's scratch on the device, the parameter block
+    (sizes filled, addresses written per call), and the prebuilt launch arguments."""
 
     def __init__(self, sizes, dev: torch.device):
         sms = torch.cuda.get_device_properties(dev).multi_processor_count
@@ -150,7 +150,6 @@ class _Plan:
         self.pdl = not self.ws and host.choose_pdl(sizes, sms)
         self.s8 = not self.ws and host.choose_s8(sizes, sms)
         self.predecode = self.s8 or host.choose_predecode(sizes, sms)
-        self.fused = self.s8 and host.choose_fused(sizes, sms)
         threads = 2 * host.THREADS if self.paired else host.THREADS
         if self.ws:
             threads, smem = host.WS_THREADS, host.WS_SMEM_BYTES
@@ -169,12 +168,10 @@ class _Plan:
         row_bytes = host.S8_ROW_BYTES if self.s8 else host.PRE_ROW_BYTES
         self.scratch = (torch.empty(host.scratch_offsets(sizes, row_bytes)[1], dtype=torch.uint8, device=dev)
                         if self.predecode else None)
-        self.flags = torch.zeros(host.FLAGS_INTS, dtype=torch.int32, device=dev) if self.s8 else None
-        slots = sms if self.paired else host.CTAS_PER_SM * sms
+        self.flags = torch.zeros(host.MAX_GROUPS, dtype=torch.int32, device=dev) if self.s8 else None
         self.params = host.make_params(sizes, self.tiles.data_ptr(), self.workspace.data_ptr(), self.cnt.data_ptr(),
                                        self.scratch.data_ptr() if self.predecode else 0,
-                                       self.flags.data_ptr() if self.s8 else 0,
-                                       host.fused_r(sizes, self.n_tiles, threads, slots) if self.fused else 0)
+                                       self.flags.data_ptr() if self.s8 else 0)
         self.addr = self.params.addr  # a view into params: slice writes land in the block
         self.groups = len(sizes)
         self.layout = None
@@ -195,16 +192,14 @@ class _Plan:
         else:
             self._head = (main, u(self.n_tiles), u(1), u(1), u(threads), u(1), u(1), u(smem))
         # The pre-pass is a plain launch even with PDL: it rewrites the scratch the previous call's main kernel reads.
-        # None when fused into the main kernel.
         prepass = funcs[host.PREPASS_S8_NAME if self.s8 else host.PREPASS_NAME]
-        separate = self.predecode and not self.fused
         self._pre_head = ((prepass, u(pre_blocks), u(1), u(1), u(host.PRE_THREADS), u(1), u(1),
-                           u(0)) if separate else None)
+                           u(0)) if self.predecode else None)
         self.device = dev
         self._dev = dev.index
         self._stream = torch._C._cuda_getCurrentRawStream
         module = _fast_module()
-        pre_func = prepass.value if separate else 0
+        pre_func = prepass.value if self.predecode else 0
         epoch = ctypes.addressof(self.params) + host.Params.epoch.offset if self.s8 else 0
         self.fast = module.FastCall(ctypes.addressof(self.params), host.MAX_GROUPS, main.value, self.n_tiles,
                                     threads, smem, pre_func, pre_blocks, host.PRE_THREADS,

@@ -111,13 +111,6 @@ PRE_ROW_BYTES = BK * 2
 S8_ROW_BYTES = BK
 #: bench.py's override of choose_s8 (None: the rule).
 S8_OVERRIDE: bool | None = None
-#: bench.py's override of choose_fused (None: the rule).
-FUSED_OVERRIDE: bool | None = None
-#: The fused int8 pre-pass's slices (kernel.cu s8_fused_prepass): R x blockDim (K step, row) pairs, R one of these.
-FUSED_R = (1, 2, 4)
-#: Ints of the int8 path's flags buffer (Params.flags): one flag per group, then the fused pre-pass's claim, done
-#: and exit counters (zero between launches).
-FLAGS_INTS = MAX_GROUPS + 3
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -345,30 +338,6 @@ def choose_s8(sizes, num_sms: int) -> bool:
     return True
 
 
-def choose_fused(sizes, num_sms: int) -> bool:
-    """True: the int8 path's pre-pass runs inside its main kernel (kernel.cu s8_fused_prepass: the CTAs take slices
-    of it, then wait until every slice is done), so a call is one launch instead of two and the pre-pass no longer
-    waits for the previous call's main kernel to end and then hands over to this call's across a launch. Only with
-    the int8 path."""
-    if FUSED_OVERRIDE is not None:
-        return FUSED_OVERRIDE
-    return True
-
-
-def fused_r(sizes, ctas: int, threads: int, slots: int) -> int:
-    """Params.fused for a plan of ``ctas`` CTAs of ``threads`` threads, ``slots`` of which fit on the GPU at once:
-    the smallest R of FUSED_R with which the first wave's CTAs, one slice of R x threads (K step, row) pairs each,
-    cover every group's predecoded A; else the largest (CTAs then take several slices)."""
-    pairs = sum(predecode_rows(m) * (k // BK) for m, _, k, _ in sizes)
-    wave = min(ctas, slots) * threads
-    return next((r for r in FUSED_R if r * wave >= pairs), FUSED_R[-1])
-
-
-def fused_slices(sizes, r: int, threads: int) -> int:
-    """Slices of the fused pre-pass (kernel.cu s8_fused_prepass): per group ceil(rows x K steps / (r x threads))."""
-    return sum(-(-predecode_rows(m) * (k // BK) // (r * threads)) for m, _, k, _ in sizes)
-
-
 def next_epoch(epoch: int) -> int:
     """The int8 path's epoch for the next call (Params.epoch): epoch + 1, wrapping to 1 past int32's largest, never 0
     (the flags start at 0). fast_call.cpp counts the same way."""
@@ -499,26 +468,24 @@ def load_fast_call(suffix: str = ""):
 class Params(ctypes.Structure):
     """kernel.cu ``struct Params``: addresses (a, b, c, sfa, sfb: kind-major, MAX_GROUPS each), the tile table's,
     split-K workspace's and counters' device addresses, each group's M, N, K and predecoded rows, the predecode
-    flag and each group's predecoded A address; the int8 path's per-group flags (device address: FLAGS_INTS), the
-    call's epoch (counted up per call; a flag equal to it sends the group to the fp16 fallback) and the fused
-    pre-pass's R (0: a separate pre-pass launch)."""
+    flag and each group's predecoded A address; the int8 path's per-group flags (device address) and the call's
+    epoch (counted up per call; a flag equal to it sends the group to the fp16 fallback)."""
 
     _fields_ = [("addr", ctypes.c_uint64 * (5 * MAX_GROUPS)), ("tiles", ctypes.c_uint64), ("ws", ctypes.c_uint64),
                 ("cnt", ctypes.c_uint64), ("m", ctypes.c_int32 * MAX_GROUPS), ("n", ctypes.c_int32 * MAX_GROUPS),
                 ("k", ctypes.c_int32 * MAX_GROUPS), ("mpad", ctypes.c_int32 * MAX_GROUPS),
                 ("predecode", ctypes.c_int32), ("pre", ctypes.c_uint64 * MAX_GROUPS), ("flags", ctypes.c_uint64),
-                ("epoch", ctypes.c_int32), ("fused", ctypes.c_int32)]
+                ("epoch", ctypes.c_int32)]
 
 
-def make_params(sizes, tiles: int, ws: int = 0, cnt: int = 0, scratch: int = 0, flags: int = 0,
-                fused: int = 0) -> Params:
+def make_params(sizes, tiles: int, ws: int = 0, cnt: int = 0, scratch: int = 0, flags: int = 0) -> Params:
     """A parameter block for ``sizes`` with every group address 0 (a call writes them), the tile table at device
     address ``tiles`` and the split-K workspace and counters at ``ws`` and ``cnt``. With a ``scratch`` address
     (scratch_offsets' size), the predecoded path: its flag set, each group's rows and scratch address; with
-    ``flags`` (the int8 path: FLAGS_INTS int32, zero, on the device), its rows int8 (S8_ROW_BYTES) and epoch 0 (a
-    call counts it up before it launches, so it never meets a zero flag); ``fused``: fused_r's R, or 0."""
+    ``flags`` (the int8 path: MAX_GROUPS int32, zero, on the device), its rows int8 (S8_ROW_BYTES) and epoch 0 (a
+    call counts it up before it launches, so it never meets a zero flag)."""
     p = Params()
-    p.tiles, p.ws, p.cnt, p.flags, p.fused = tiles, ws, cnt, flags, fused
+    p.tiles, p.ws, p.cnt, p.flags = tiles, ws, cnt, flags
     offsets, _ = scratch_offsets(sizes, S8_ROW_BYTES if flags else PRE_ROW_BYTES)
     for g, (m, n, k, _) in enumerate(sizes):
         p.m[g], p.n[g], p.k[g] = m, n, k

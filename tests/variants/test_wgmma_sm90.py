@@ -74,14 +74,14 @@ def test_params_block_matches_the_kernel_struct_layout():
     p = host.Params
     assert ctypes.sizeof(p) == 1072
     assert [getattr(p, f).offset for f in ("addr", "tiles", "ws", "cnt", "m", "n", "k", "mpad", "predecode",
-                                           "pre", "flags", "epoch", "fused")] == [0, 640, 648, 656, 664, 728, 792,
-                                                                                 856, 920, 928, 1056, 1064, 1068]
+                                           "pre", "flags", "epoch")] == [0, 640, 648, 656, 664, 728, 792, 856, 920,
+                                                                        928, 1056, 1064]
     src = KERNEL_CU.read_text()
     struct = re.search(r"struct Params \{(.*?)\};", src, re.S).group(1)
     assert [ln.strip() for ln in struct.strip().splitlines()] == [
         "uint64_t addr[5 * MAX_GROUPS];", "const int4* tiles;", "float* ws;", "int* cnt;", "int m[MAX_GROUPS];",
         "int n[MAX_GROUPS];", "int k[MAX_GROUPS];", "int mpad[MAX_GROUPS];", "int predecode;",
-        "uint64_t pre[MAX_GROUPS];", "int* flags;", "int epoch;", "int fused;"]
+        "uint64_t pre[MAX_GROUPS];", "int* flags;", "int epoch;"]
     sizes = [(96, 256, 512, 1), (40, 128, 256, 1)]
     block = host.make_params(sizes, tiles=0x1000, ws=0x2000, cnt=0x3000)
     assert (block.tiles, block.ws, block.cnt) == (0x1000, 0x2000, 0x3000)
@@ -93,8 +93,7 @@ def test_params_block_matches_the_kernel_struct_layout():
     assert (pre.predecode, list(pre.pre[:3])) == (1, [0x100000, 0x100000 + 98304, 0])
     s8 = host.make_params(sizes, tiles=0x1000, scratch=0x100000, flags=0x4000)
     # the int8 scratch: 96 rows x 8 steps x 64 bytes = 49152 for group 0
-    assert (s8.flags, s8.epoch, s8.fused, list(s8.pre[:2])) == (0x4000, 0, 0, [0x100000, 0x100000 + 49152])
-    assert host.make_params(sizes, tiles=0x1000, scratch=0x100000, flags=0x4000, fused=2).fused == 2
+    assert (s8.flags, s8.epoch, list(s8.pre[:2])) == (0x4000, 0, [0x100000, 0x100000 + 49152])
 
 
 def test_epoch_counts_up_and_never_meets_the_zero_flags():
@@ -117,91 +116,6 @@ def test_int8_path_on_by_default_and_its_scratch_halves(monkeypatch):
     assert host.S8_REGION == 8 * 128 * 64 + 6 * 4608 == 93184 > host.SMEM_BYTES - 1024
     assert "constexpr int S8P_SMEM_BYTES = S8P_ABUFS * S8_ABUF_BYTES + S8P_SLOTS * PRE_STAGE_BYTES;" in src
     assert (host.S8_SMEM_BYTES, host.S8_PAIRED_SMEM_BYTES) == (94208, 187392) and host.MAX_SMEM_BYTES == 201728
-
-
-def test_fused_prepass_on_by_default_with_one_slice_per_first_wave_cta(monkeypatch):
-    assert all(host.choose_fused(c.problem_sizes, 132) for c in BENCHMARK_CASES)
-    monkeypatch.setattr(host, "FUSED_OVERRIDE", False)
-    assert not host.choose_fused(BENCHMARK_CASES[0].problem_sizes, 132)
-    # (CTAs, threads, slots) of the four benchmarks' plans on 132 SMs: 528 and 728 CTAs two an SM, then paired
-    plans = [(528, 256, 264), (728, 256, 264), (120, 512, 132), (128, 512, 132)]
-    got = [host.fused_r(c.problem_sizes, *plan) for c, plan in zip(BENCHMARK_CASES, plans)]
-    # g8_n4096_k7168: 1088 rows x 112 steps = 121856 pairs; 264 x 256 = 67584 a wave, so R = 2
-    assert got == [2, 1, 1, 1]
-    assert [host.fused_slices(c.problem_sizes, r, plan[1]) for c, r, plan in zip(BENCHMARK_CASES, got, plans)] == \
-        [238, 148, 64, 24]
-    # one CTA alone: R = 4 and several slices each
-    sizes = [(128, 128, 7168, 1)]
-    assert host.fused_r(sizes, 1, 512, 132) == 4 and host.fused_slices(sizes, 4, 512) == 7
-    assert host.FLAGS_INTS == host.MAX_GROUPS + 3
-    src = KERNEL_CU.read_text()
-    assert "int* const claim = p.flags + MAX_GROUPS;" in src and "if (p.fused) s8_fused_prepass(p, smem);" in src
-
-
-def _fused_protocol_model(ctas: int, slots: int, slices: int, calls: int, rng, stall=None):
-    """kernel.cu s8_fused_prepass and s8_fused_exit, one step of one CTA's thread 0 at a time: at most ``slots`` CTAs
-    resident (a CTA is placed, in a random order, only when one has exited), each step a random resident CTA moves.
-    ``stall(cta)``: a CTA that is never scheduled while others can move (placed but starved). Checks that every
-    slice is decoded exactly once a call, that no CTA passes its wait before every slice is done, that every call
-    ends, and that the counters are zero after it. Returns the number of steps taken."""
-    claim = done = exit_ = 0
-    steps = 0
-    for _ in range(calls):
-        decoded = [0] * slices
-        waiting = list(range(ctas))
-        rng.shuffle(waiting)
-        state = {}  # cta -> (program counter, current slice, next claim)
-        finished = 0
-        while finished < ctas:
-            while waiting and len(state) < slots:
-                state[waiting.pop()] = ("start", None, None)
-            movable = [c for c in state if not (stall and stall(c)) or len(state) == 1]
-            cta = rng.choice(movable or list(state))
-            pc, cur, nxt = state[cta]
-            steps += 1
-            assert steps < 10**6, "no progress"
-            if pc == "start":  # next = done < slices ? atomicAdd(claim, 1) : slices
-                if done < slices:
-                    nxt, claim = claim, claim + 1
-                else:
-                    nxt = slices
-                state[cta] = ("loop", None, nxt)
-            elif pc == "loop":  # c = next; while (c < slices): claim the next, decode c
-                if nxt >= slices:
-                    state[cta] = ("wait", None, None)
-                else:
-                    cur, (nxt, claim) = nxt, (claim, claim + 1)
-                    state[cta] = ("decode", cur, nxt)
-            elif pc == "decode":
-                decoded[cur] += 1
-                state[cta] = ("done", cur, nxt)
-            elif pc == "done":  # __threadfence(); atomicAdd(done, 1)
-                done += 1
-                state[cta] = ("loop", None, nxt)
-            elif pc == "wait":
-                if done >= slices:
-                    assert decoded == [1] * slices  # every slice written before anyone reads A
-                    state[cta] = ("exit", None, None)
-            elif pc == "exit":  # the last to arrive resets the counters
-                if exit_ == ctas - 1:
-                    claim = done = exit_ = 0
-                else:
-                    exit_ += 1
-                del state[cta]
-                finished += 1
-        assert decoded == [1] * slices and (claim, done, exit_) == (0, 0, 0)
-    return steps
-
-
-@pytest.mark.parametrize("ctas,slots,slices", [(1, 1, 7), (4, 1, 3), (8, 3, 5), (30, 8, 8), (30, 30, 12), (5, 5, 0),
-                                               (12, 4, 40)])
-def test_fused_prepass_protocol_decodes_every_slice_once_and_ends_in_any_placement(ctas, slots, slices):
-    import random
-    for seed in range(25):
-        rng = random.Random(seed)
-        _fused_protocol_model(ctas, slots, slices, calls=2, rng=rng)
-        # CTA 0 starved while others can move: the others still finish every slice it has not claimed
-        _fused_protocol_model(ctas, slots, slices, calls=1, rng=rng, stall=lambda c: c == 0)
 
 
 # --- the A pre-pass: scratch, blocks, rule ---------------------------------------------------------------------
@@ -914,13 +828,11 @@ def fresh_plans(monkeypatch):
     yield
 
 
-@pytest.fixture(params=["raw", "predecode", "s8", "s8-separate"])
+@pytest.fixture(params=["raw", "predecode", "s8"])
 def predecode(request, fresh_plans, monkeypatch):
     """The path, in plans built inside the test: the fp16 loop with A decoded in it (raw) or copied from the fp16
-    pre-pass (predecode), or the int8 path with its pre-pass inside the main kernel (s8) or launched before it
-    (s8-separate). Returns whether A is predecoded."""
-    monkeypatch.setattr(host, "S8_OVERRIDE", request.param.startswith("s8"))
-    monkeypatch.setattr(host, "FUSED_OVERRIDE", request.param == "s8")
+    pre-pass (predecode), or the int8 path (s8, whose pre-pass is the int8 one). Returns whether A is predecoded."""
+    monkeypatch.setattr(host, "S8_OVERRIDE", request.param == "s8")
     monkeypatch.setattr(host, "PREDECODE_OVERRIDE", request.param != "raw")
     return request.param != "raw"
 
@@ -936,32 +848,7 @@ def _only_plan():
 def test_gpu_matches_reference(case, data, predecode):
     inputs = generate_input(case.m, case.n, case.k, case.g, seed=case.seed, data=data, device="cuda")
     assert _check(inputs) is None
-    plan = _only_plan()
-    assert plan.predecode is predecode and plan.s8 is host.S8_OVERRIDE and plan.fused is bool(host.FUSED_OVERRIDE)
-    if plan.s8:  # the fused pre-pass's claim, done and exit counters, reset by the last CTA
-        assert plan.flags[host.MAX_GROUPS:].tolist() == [0, 0, 0]
-        assert (plan.params.fused > 0) is plan.fused
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("sizes", [[(128, 128, 7168)], [(384, 256, 7168), (40, 128, 2048)], [(512, 4096, 1536)] * 3],
-                         ids=["one-cta", "few-ctas", "three-groups"])
-def test_gpu_fused_prepass_with_few_ctas_takes_several_slices_each(sizes, fresh_plans, monkeypatch):
-    # R = 4 where the grid is small (the first two cases), so one CTA (the first: one tile, paired) decodes all seven
-    # slices of A; the third, 384 CTAs, R = 1
-    monkeypatch.setattr(host, "S8_OVERRIDE", True)
-    monkeypatch.setattr(host, "FUSED_OVERRIDE", True)
-    m, n, k = (list(v) for v in zip(*sizes))
-    for seed in (3, 4):
-        inputs = generate_input(m, n, k, len(sizes), seed=seed, device="cuda")
-        assert _check(inputs) is None
-    plan = _only_plan()
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    expected = host.fused_r([(a, b, c, 1) for a, b, c in sizes], plan.n_tiles,
-                            2 * host.THREADS if plan.paired else host.THREADS,
-                            sms if plan.paired else host.CTAS_PER_SM * sms)
-    assert plan.fused and plan.params.fused == expected and (expected == 4) is (len(sizes) < 3)
-    assert plan.flags[host.MAX_GROUPS:].tolist() == [0, 0, 0]
+    assert _only_plan().predecode is predecode and _only_plan().s8 is host.S8_OVERRIDE
 
 
 def _s8_plan_call(case, seed, edit=None):
@@ -983,12 +870,10 @@ def _set_scale(data, g: int, which: int, row: int, col: int, code: int) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("which", [0, 1], ids=["sfa", "sfb"])
 @pytest.mark.parametrize("code", [0x30, 0x48, 0x00], ids=["0.5", "4", "0"])
-@pytest.mark.parametrize("fused", [True, False], ids=["fused", "separate"])
-def test_gpu_s8_scales_other_than_one_and_two_fall_back_exactly(which, code, fused, fresh_plans, monkeypatch):
+def test_gpu_s8_scales_other_than_one_and_two_fall_back_exactly(which, code, fresh_plans, monkeypatch):
     # One scale of official data changed: its group (sfa: the pre-pass's flag) or the tiles over its row of N (sfb:
     # the CTA's vote) run the fp16 fallback; every other tile stays int8, and every output matches.
     monkeypatch.setattr(host, "S8_OVERRIDE", True)
-    monkeypatch.setattr(host, "FUSED_OVERRIDE", fused)
     for case in (TEST_CASES[3], BENCHMARK_CASES[2], BENCHMARK_CASES[3]):
         g = case.g - 1
         rows = case.m[g] if which == 0 else case.n[g]

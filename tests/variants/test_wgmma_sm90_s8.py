@@ -157,10 +157,8 @@ def wgmma_s8_step(frags: dict, a_buf: np.ndarray, bm: int) -> np.ndarray:
 
 
 def test_kernel_cu_has_the_mirrored_int8_pre_pass_and_b_decoder():
-    entry = re.search(r"fp4_predecode_a_s8\(const __grid_constant__ Params p\) \{.*?\n\}", KERNEL, re.S).group(0)
-    assert "s8_prepass_rows<1>(p, g, b * PRE_THREADS, smem_u32(rows));" in entry  # the fused pre-pass's code too
-    body = re.search(r"void s8_prepass_rows\(.*?\n\}", KERNEL, re.S).group(0)
-    for line in ("swz = ((row[j] >> 1) & 3) << 4;", "s8_tables((sc[j] >> (8 * q)) & 0xff, t0, t1, bad);",
+    body = re.search(r"fp4_predecode_a_s8\(const __grid_constant__ Params p\) \{.*?\n\}", KERNEL, re.S).group(0)
+    for line in ("const uint32_t swz = ((r >> 1) & 3) << 4;", "s8_tables((sc >> (8 * q)) & 0xff, t0, t1, bad);",
                  "s8_word(w[2 * q], t0, t1, out[0][q], out[1][q]);",
                  "s8_word(w[2 * q + 1], t0, t1, out[2][q], out[3][q]);",
                  "for (int c = 0; c < 4; ++c) sts128(row_at + ((c << 4) ^ swz), out[c][0], out[c][1], out[c][2], "
