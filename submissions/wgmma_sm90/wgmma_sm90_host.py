@@ -37,8 +37,9 @@ KERNEL_WS_PRE_NAME = "fp4_group_gemm_sm90_ws_pre"
 
 #: nvcc flags: wgmma needs the architecture-specific sm_90a target (the -gencode form; see the device notes).
 NVCC_FLAGS = ("-cubin", "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-lineinfo")
-#: Extra nvcc arguments for experiments (bench.py): "-DWG_SKIP_MMA" or "-DWG_SKIP_DECODE" leave a stage out (the
-#: output is wrong; the time says what the rest costs); "-DWG_STAGES=N" changes the ring depth (STAGES follows).
+#: Extra nvcc arguments for experiments (bench.py): "-DWG_SKIP_MMA", "-DWG_SKIP_DECODE", or (the int8 loop)
+#: "-DWG_SKIP_ACOPY" / "-DWG_SKIP_BCOPY" (A's copies; B's rows) leave a stage out (the output is wrong; the time says
+#: what the rest costs); "-DWG_STAGES=N" changes the ring depth (STAGES follows).
 EXTRA_FLAGS = tuple(os.environ.get("WGMMA_SM90_NVCC_EXTRA", "").split())
 
 

@@ -268,8 +268,9 @@ def test_paired_ctas_for_grids_of_one_cta_per_sm_with_two_k_steps():
 
 # --- the predecoded pipeline's ring discipline (a model of kernel.cu pre_loop / PrePipe::step) -------------------
 
-def _pre_pipeline_model(steps: int, stages: int) -> None:
-    """Run pre_loop's schedule for one pipeline of ``steps`` K steps and assert, at every point, what its comments
+def _pre_pipeline_model(steps: int, stages: int, s8: bool = False) -> None:
+    """Run pre_loop's schedule for one pipeline of ``steps`` K steps (``s8``: the int8 path's prologue, B's groups
+    first and then A's, as issued around the wait for the pre-pass) and assert, at every point, what its comments
     claim: A of step s has landed (its cp.async group waited for) before the barrier that precedes step s's wgmma;
     B of step s + 1 has landed before it is decoded; a copy only overwrites an A buffer whose wgmmas every
     warpgroup finished before the previous barrier (step s - 2 or older) and a raw slot already decoded; each
@@ -304,13 +305,19 @@ def _pre_pipeline_model(steps: int, stages: int) -> None:
         assert ("B", j) in landed and b_owner[slot] == j, j
 
     # prologue
-    for i in range(stages):
-        g = []
-        if i < steps:
-            g.append(load_b(i, i))
-        if i < ahead and i < steps:
-            g.append(load_a(i, i))
-        groups.append(g)
+    if s8:
+        groups += [[load_b(i, i)] if i < steps else [] for i in range(2)]
+        for i in range(stages):
+            groups.append(([load_b(i, i)] if 2 <= i < steps else []) + ([load_a(i, i)] if i < min(ahead, steps)
+                                                                         else []))
+    else:
+        for i in range(stages):
+            g = []
+            if i < steps:
+                g.append(load_b(i, i))
+            if i < ahead and i < steps:
+                g.append(load_a(i, i))
+            groups.append(g)
     wait(stages - 2)
     decode_b(0, 0)
     ready_a = {j for k, j in landed if k == "A"}  # as of the prologue barrier
@@ -346,17 +353,19 @@ def _pre_pipeline_model(steps: int, stages: int) -> None:
     assert all(all(x in landed for x in g) for g in groups), "a copy in flight at the epilogue"
 
 
-@pytest.mark.parametrize("stages", [3, 4])
-def test_predecoded_pipeline_ring_discipline_holds_for_every_step_count(stages):
+@pytest.mark.parametrize("stages", [3, 4, 6])
+@pytest.mark.parametrize("s8", [False, True])
+def test_predecoded_pipeline_ring_discipline_holds_for_every_step_count(stages, s8):
     for steps in range(1, 41):
-        _pre_pipeline_model(steps, stages)
+        _pre_pipeline_model(steps, stages, s8)
     src = KERNEL_CU.read_text()
     for line in ("static constexpr int ST = S8 ? S8_STAGES : STAGES;", "static constexpr int AHEAD = ST - 1;",
                  "static constexpr int ABUFS = AHEAD + 2;", "constexpr int PRE_AHEAD = STAGES - 1;",
                  "if (STEADY || s + ST < steps) ld.load_b(load_slot);",
                  "if (STEADY || s + AHEAD < steps) ld.template load_a<BM>(a_load);",
                  "if (i < AHEAD && i < pipe.steps) pipe.ld.template load_a<BM>(pipe.dec + i * ABUF);",
-                 "cp_async_wait<ST - 2>();", "for (; s + 1 + ST < pipe.steps; s += 2) {"):
+                 "cp_async_wait<ST - 2>();", "for (; s + 1 + ST < pipe.steps; s += 2) {",
+                 "if (i >= 2 && i < pipe.steps) pipe.ld.load_b(pipe.ring() + i * PRE_STAGE_BYTES);"):
         assert line in src, line
 
 
@@ -407,10 +416,11 @@ def _pair_pipeline_model(steps: int) -> None:
         visible.update(landed)
         decoded_before_barrier, done_before_barrier = decoded_upto, done_upto
 
-    for g in range(3):  # prologue
-        grp = [load_b(i) for i in (2 * g, 2 * g + 1) if i < steps]
-        grp += [load_a(i) for i in (2 * g, 2 * g + 1) if g < 2 and i < steps]
-        groups.append(grp)
+    # prologue: {B0, B1} issued before the wait for the pre-pass, then {A0, A1}, {B2, B3, A2, A3}, {B4, B5}
+    groups.append([load_b(i) for i in (0, 1) if i < steps])
+    groups.append([load_a(i) for i in (0, 1) if i < steps])
+    groups.append([load_b(i) for i in (2, 3) if i < steps] + [load_a(i) for i in (2, 3) if i < steps])
+    groups.append([load_b(i) for i in (4, 5) if i < steps])
     wait(1)
     barrier(-1, -1)
     decode(0, 0)
@@ -462,7 +472,8 @@ def test_int8_pair_pipeline_discipline_holds_for_every_step_count():
                  "if (STEADY || s + 5 < steps) ld.template load_a<BM>(a_load + S8_ABUF_BYTES);",
                  "if (STEADY || s + 3 < steps) db.run(b_next + PRE_STAGE_BYTES, n1, bad);",
                  "if (!STEADY && s + 2 >= steps) return;", "for (; s + 9 < steps; s += 4) {",
-                 "if (g < 2 && i < steps) pipe.ld.template load_a<BM>(dec + i * S8_ABUF_BYTES);"):
+                 "if (g > 0 && i < steps) pipe.ld.template load_a<BM>(dec + i * S8_ABUF_BYTES);",
+                 "cp_async_wait<1>();  // B and A of steps 0..3"):
         assert line in src, line
 
 
