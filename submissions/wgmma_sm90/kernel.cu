@@ -1040,7 +1040,7 @@ __device__ __forceinline__ uint32_t pre_loop(const Params& p, int half, uint32_t
     // Prologue groups {B0}, {B1} before the wait for the pre-pass (s8_begin), then for i < ST: B of step i >= 2
     // and A of step i < AHEAD (the loop's group s brings B of s + ST and A of s + AHEAD). Only B0 and B1 go before
     // the wait: every group committed then is older than A0's, so the prologue's wait below would wait for it too
-    // (all ST steps of B there measured slower: g2_n3072_k4096 26.6 -> 27.5 us).
+    // (all ST steps of B there measured slower: g2_n3072_k4096 26.6 -> 27.6 us).
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       if (i < pipe.steps) pipe.ld.load_b(pipe.ring() + i * PRE_STAGE_BYTES);
