@@ -24,10 +24,14 @@ of them alike:
                     window opens, but the window still starts on an idle GPU, so a slow first host call still counts
     official_peer   the official loop while a second process holds an idle CUDA context on the same GPU (as
                     fp4bench's parent does while its worker is timed)
+    any of them + _hidden (e.g. fresh_idle_hidden): a GPU spin queued after the L2 clear and before the start
+                    event, so every call's host path is hidden: what is left above ``official_hidden`` is the
+                    GPU's own (cold inputs), what ``fresh_idle`` adds on top of ``fresh_idle_hidden`` is host time
 
 Per variant: mean and median per-call time over the window (events on a GPU, a monotonic clock on the CPU),
 the host time per call (time for the Python call to return), and on a GPU the first call's time against the
-mean of the rest (events between calls). Writes JSON and a markdown table.
+mean of the rest (events between calls; with ``--events ends`` only the window's two events, as the official
+loop records them, and the first/rest columns are then host times). Writes JSON and a markdown table.
 
     python benchmarks/timing_gap.py --submission triton_grouped --shapes benchmarks --samples 20 --out DIR
 """
@@ -53,7 +57,10 @@ from task.inputs import generate_many
 from task.spec import load_shapes
 
 CALLS = 15
-IDLE_S = 0.3
+IDLE_S = 0.3  # --idle-ms sets it
+#: GPU clock cycles a ``_hidden`` variant queues before its start event (about 2 ms at 1.98 GHz; the host queues 15
+#: calls well within it).
+HIDE_CYCLES = 4_000_000
 GPU_WARM_MS = 5.0
 VARIANTS = ("official", "official_idle", "official_l2", "official_l2limit", "official_l2reset", "fresh", "fresh_idle", "fresh_idle_gc", "fresh_idle_spin",
             "fresh_idle_warm", "fresh_idle_warmprev", "fresh_idle_gpuwarm", "official_peer")
@@ -76,19 +83,26 @@ def _sync(cuda: bool) -> None:
         torch.cuda.synchronize()
 
 
-def one_sample(kernel, inputs, flush) -> dict:
+def one_sample(kernel, inputs, flush, per_call: bool = True, hide: bool = False) -> dict:
     """Time ``kernel`` on every input back to back; per-call window time, host time per call, and the first
-    call's time against the mean of the others (events between calls on a GPU, the host clock on the CPU), ns."""
-    s = measure(kernel, inputs, 1, flush=flush, per_call=True)[0]
-    return {"per_call_ns": s.per_call_ns, "host_ns": s.host_ns / s.calls, "first_ns": s.call_ns[0],
-            "rest_ns": statistics.mean(s.call_ns[1:]) if s.calls > 1 else s.call_ns[0]}
+    call's time against the mean of the others (``per_call``: events between calls on a GPU, the host clock on
+    the CPU; else the host time of each call), ns. ``hide``: queue HIDE_CYCLES of GPU spin before the start
+    event."""
+    s = measure(kernel, inputs, 1, flush=flush, per_call=per_call, queue_behind_cycles=HIDE_CYCLES if hide else 0)[0]
+    each = s.call_ns if per_call else s.host_call_ns
+    return {"per_call_ns": s.per_call_ns, "host_ns": s.host_ns / s.calls, "first_ns": each[0],
+            "rest_ns": statistics.mean(each[1:]) if s.calls > 1 else each[0]}
 
 
 class Variant:
     """One variant's state across the interleaved samples: its fixed inputs, the last inputs it timed, its rows."""
 
-    def __init__(self, name: str, kernel, case, cuda: bool, flush):
-        self.name, self.kernel, self.case, self.cuda = name, kernel, case, cuda
+    def __init__(self, name: str, kernel, case, cuda: bool, flush, per_call: bool = True, idle_s: float = IDLE_S):
+        self.hide = name.endswith("_hidden")
+        name = name.removesuffix("_hidden")
+        self.label = name + ("_hidden" if self.hide else "")
+        self.name, self.kernel, self.case, self.cuda, self.per_call = name, kernel, case, cuda, per_call
+        self.idle_s = idle_s
         self.flush = flush[name.rsplit("_", 1)[-1]] if cuda else None  # a key of its own or the plain clear
         self.fixed = _draw(case, sample_seeds(case.seed, 0, CALLS)) if name.startswith("official") else None
         self.previous = None
@@ -103,11 +117,11 @@ class Variant:
             inputs = _draw(case, sample_seeds(case.seed, s + 1, CALLS))
         _sync(self.cuda)
         if name.endswith("_spin"):
-            end = time.perf_counter() + IDLE_S
+            end = time.perf_counter() + self.idle_s
             while time.perf_counter() < end:
                 pass
         elif "idle" in name:
-            time.sleep(IDLE_S)
+            time.sleep(self.idle_s)
         if name.endswith("_gc"):
             gc.collect()
         warm = re.fullmatch(r".*_gpuwarm(\d*)", name)
@@ -124,7 +138,7 @@ class Variant:
             inputs = _draw(case, sample_seeds(case.seed, s + 1, CALLS))
             _sync(self.cuda)
             self.previous = inputs[-1]
-        self.rows.append(one_sample(kernel, inputs, self.flush))
+        self.rows.append(one_sample(kernel, inputs, self.flush, self.per_call, self.hide and self.cuda))
 
     def summary(self) -> dict:
         per_call = [r["per_call_ns"] for r in self.rows]
@@ -132,13 +146,14 @@ class Variant:
                 | {"median_ns": statistics.median(per_call), "samples": len(self.rows)})
 
 
-def run_case(names: list[str], kernel, case, samples: int, cuda: bool, flush) -> dict:
+def run_case(names: list[str], kernel, case, samples: int, cuda: bool, flush, per_call: bool = True,
+             idle_s: float = IDLE_S) -> dict:
     """Interleaved samples of every variant on one case; returns {variant: summary}."""
-    variants = [Variant(n, kernel, case, cuda, flush) for n in names]
+    variants = [Variant(n, kernel, case, cuda, flush, per_call, idle_s) for n in names]
     for s in range(samples):
         for v in variants:
             v.sample(s)
-    return {v.name: v.summary() for v in variants}
+    return {v.label: v.summary() for v in variants}
 
 
 def main() -> None:
@@ -147,8 +162,12 @@ def main() -> None:
     parser.add_argument("--shapes", default="benchmarks")
     parser.add_argument("--samples", type=int, default=20)
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--events", choices=("per-call", "ends"), default="per-call",
+                        help="an event after every call (default), or only the window's two (the official loop's)")
+    parser.add_argument("--idle-ms", type=float, default=IDLE_S * 1e3, help="the _idle variants' sleep (ms)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    per_call = args.events == "per-call"
     kernel = load_submission(args.submission)[1].custom_kernel
     cuda = torch.cuda.is_available()
     flush = None
@@ -159,10 +178,12 @@ def main() -> None:
         flush = collections.defaultdict(lambda: plain, flush)
     names = args.variants.split(",")
     for name in names:
-        if re.sub(r"_gpuwarm\d+$", "_gpuwarm", name) not in VARIANTS:
+        if re.sub(r"_gpuwarm\d+$", "_gpuwarm", name.removesuffix("_hidden")) not in VARIANTS:
             raise SystemExit(f"unknown variant {name!r}; expected one of {', '.join(VARIANTS)}")
     results = []
-    lines = ["| shape | variant | per call us (mean) | median | host us per call | first call us | other calls us |",
+    first = "first call us" if per_call else "first call host us"
+    rest = "other calls us" if per_call else "other calls host us"
+    lines = [f"| shape | variant | per call us (mean) | median | host us per call | {first} | {rest} |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for case in load_shapes(args.shapes).cases:
         peer = None
@@ -170,7 +191,7 @@ def main() -> None:
             peer = subprocess.Popen([sys.executable, "-c", PEER], stdout=subprocess.PIPE, text=True)
             peer.stdout.readline()
         try:
-            summaries = run_case(names, kernel, case, args.samples, cuda, flush)
+            summaries = run_case(names, kernel, case, args.samples, cuda, flush, per_call, args.idle_ms / 1e3)
         finally:
             if peer is not None:
                 peer.kill()
@@ -183,6 +204,7 @@ def main() -> None:
             print(lines[-1], flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "timing_gap.json").write_text(json.dumps({"submission": args.submission, "cuda": cuda,
+                                                          "events": args.events, "idle_ms": args.idle_ms,
                                                           "device": torch.cuda.get_device_name() if cuda else "cpu",
                                                           "results": results}, indent=2))
     (args.out / "timing_gap.md").write_text("\n".join(lines) + "\n")

@@ -257,12 +257,15 @@ class Sample:
     ``host_ns``: host time for the calls to return (perf_counter_ns; with ``per_call`` on a GPU the event records
     between calls too; on the CPU the same interval as the window);
     ``call_ns``: each call's own time (events between calls on a GPU, the host clock on the CPU), only when
-    ``measure(per_call=True)``, else empty."""
+    ``measure(per_call=True)``, else empty; ``host_call_ns``: each call's host time (perf_counter_ns from the
+    previous call's return, or from the start mark's record for call 1; with ``per_call`` on a GPU the event
+    record after each call counts in the next call's)."""
 
     calls: int
     elapsed_ns: float
     host_ns: float
     call_ns: tuple[float, ...]
+    host_call_ns: tuple[float, ...] = ()
 
     @property
     def per_call_ns(self) -> float:
@@ -306,17 +309,18 @@ def _sample(kernel, inputs: Sequence, flush, queue_behind_cycles: int, per_call:
         _spin_cycles(queue_behind_cycles)
     marks = [_Event(enable_timing=True) for _ in range(len(inputs) + 1 if per_call else 2)]
     _record(marks[0])
-    host = _perf_ns()
+    stamps = [_perf_ns()]
     for i, x in enumerate(inputs):
+        if per_call and i:
+            _record(marks[i])
         kernel(x)
-        if per_call:
-            _record(marks[i + 1])
-    host = _perf_ns() - host
-    if not per_call:
-        _record(marks[1])
+        stamps.append(_perf_ns())
+    _record(marks[-1])
     _device_sync()
     calls = tuple(_elapsed_ms(a, b) * 1e6 for a, b in pairwise(marks)) if per_call else ()
-    return Sample(len(inputs), _elapsed_ms(marks[0], marks[-1]) * 1e6, float(host), calls)
+    host_calls = tuple(float(b - a) for a, b in pairwise(stamps))
+    return Sample(len(inputs), _elapsed_ms(marks[0], marks[-1]) * 1e6, float(stamps[-1] - stamps[0]), calls,
+                  host_calls)
 
 
 def _cpu_sample(kernel, inputs: Sequence, per_call: bool) -> Sample:
@@ -324,10 +328,7 @@ def _cpu_sample(kernel, inputs: Sequence, per_call: bool) -> Sample:
     stamps = [_perf_ns()]
     for x in inputs:
         kernel(x)
-        if per_call:
-            stamps.append(_perf_ns())
-    if not per_call:
         stamps.append(_perf_ns())
-    calls = tuple(float(b - a) for a, b in pairwise(stamps)) if per_call else ()
+    host_calls = tuple(float(b - a) for a, b in pairwise(stamps))
     elapsed = float(stamps[-1] - stamps[0])
-    return Sample(len(inputs), elapsed, elapsed, calls)
+    return Sample(len(inputs), elapsed, elapsed, host_calls if per_call else (), host_calls)
