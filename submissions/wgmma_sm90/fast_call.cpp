@@ -9,6 +9,7 @@
 // launch for the main kernel (PDL: it may start while the kernel before it on the stream ends; kernel.cu's
 // pdl_begin waits). The pre-pass is always a plain launch: it waits for the previous call's main kernel in full.
 #include <ATen/core/Tensor.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <cstdint>
@@ -89,35 +90,62 @@ class FastCall {
     }
   }
 
-  // Returns 0 after launching on `stream` when every tensor matches the remembered layout and every address is
-  // 16-byte aligned; 1, launching nothing, when one does not (the caller then validates in full); 1000 + the
-  // CUresult when a cuLaunchKernel fails (the main kernel is not launched after a failed pre-pass).
-  int64_t call(const std::vector<std::vector<at::Tensor>>& abc, const std::vector<std::vector<at::Tensor>>& sf,
-               uint64_t stream) {
-    const size_t groups = abc.size();
-    if (layouts_.size() != 5 * groups || sf.size() != groups) return 1;
+  // Launches on `stream` when every tensor matches the remembered layout and every address is 16-byte aligned,
+  // and returns the list of every group's c (the very objects in `abc`); returns 1, launching nothing, when one
+  // does not or the arguments are not sequences of the remembered lengths holding tensors (the caller then
+  // validates in full); 1000 + the CUresult when a cuLaunchKernel fails (the main kernel is not launched after a
+  // failed pre-pass). `abc` and `sf` are read in place (lists or tuples of tensors): no conversion to C++
+  // containers and no reference counting per tensor, which a cold first call of a timed window pays for in
+  // cache misses.
+  py::object run(py::handle abc, py::handle sf, uint64_t stream) {
+    const Py_ssize_t groups = static_cast<Py_ssize_t>(layouts_.size() / 5);
+    if (groups == 0 || !sized(abc.ptr(), groups) || !sized(sf.ptr(), groups)) return py::int_(1);
+    PyObject* out = PyList_New(groups);
+    if (out == nullptr) throw py::error_already_set();
+    py::object result = py::reinterpret_steal<py::object>(out);
     size_t i = 0;
-    for (size_t g = 0; g < groups; ++g) {
-      if (abc[g].size() != 3 || sf[g].size() != 2) return 1;
-      const at::Tensor* ts[5] = {&abc[g][0], &abc[g][1], &abc[g][2], &sf[g][0], &sf[g][1]};
+    for (Py_ssize_t g = 0; g < groups; ++g) {
+      PyObject* abc_g = item(abc.ptr(), g);
+      PyObject* sf_g = item(sf.ptr(), g);
+      if (!sized(abc_g, 3) || !sized(sf_g, 2)) return py::int_(1);
+      PyObject* ts[5] = {item(abc_g, 0), item(abc_g, 1), item(abc_g, 2), item(sf_g, 0), item(sf_g, 1)};
       for (int kind = 0; kind < 5; ++kind, ++i) {
-        const at::Tensor& t = *ts[kind];
-        if (!same(layouts_[i], t)) return 1;
+        if (!THPVariable_Check(ts[kind])) return py::int_(1);
+        const at::Tensor& t = THPVariable_Unpack(ts[kind]);
+        if (!same(layouts_[i], t)) return py::int_(1);
         const auto p = reinterpret_cast<uint64_t>(t.data_ptr());
-        if (p & 15) return 1;
+        if (p & 15) return py::int_(1);
         addr_[kind * max_groups_ + g] = p;
       }
+      Py_INCREF(ts[2]);
+      PyList_SET_ITEM(out, g, ts[2]);
     }
     if (epoch_ != nullptr) *epoch_ = *epoch_ >= INT32_MAX ? 1 : *epoch_ + 1;
     if (pre_func_ != nullptr) {
       const int err = launch(pre_func_, pre_grid_, pre_threads_, 0, stream, false);
-      if (err) return 1000 + err;
+      if (err) return py::int_(1000 + err);
     }
     const int err = launch(func_, grid_, threads_, smem_, stream, launch_ex_ != nullptr);
-    return err ? 1000 + err : 0;
+    if (err) return py::int_(1000 + err);
+    return result;
+  }
+
+  // run() as a status: 0 after launching, else run()'s code.
+  int64_t call(py::handle abc, py::handle sf, uint64_t stream) {
+    py::object r = run(abc, sf, stream);
+    return PyList_Check(r.ptr()) ? 0 : r.cast<int64_t>();
   }
 
  private:
+  // A list or tuple of exactly n items (anything else: the caller's full validation says what is wrong).
+  static bool sized(PyObject* o, Py_ssize_t n) {
+    return (PyList_Check(o) && PyList_GET_SIZE(o) == n) || (PyTuple_Check(o) && PyTuple_GET_SIZE(o) == n);
+  }
+  // Item i of a list or tuple that sized() accepted (a borrowed reference).
+  static PyObject* item(PyObject* o, Py_ssize_t i) {
+    return PyList_Check(o) ? PyList_GET_ITEM(o, i) : PyTuple_GET_ITEM(o, i);
+  }
+
   uint64_t* addr_;
   int64_t max_groups_;
   void* func_;
@@ -146,5 +174,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(py::init<uint64_t, int64_t, uint64_t, int64_t, int64_t, int64_t, uint64_t, int64_t, int64_t, uint64_t,
                     uint64_t, uint64_t>())
       .def("remember", &FastCall::remember)
+      .def("run", &FastCall::run)
       .def("call", &FastCall::call);
 }

@@ -257,14 +257,11 @@ def custom_kernel(data: input_t) -> output_t:
         key = tuple(map(tuple, sizes))
         plan = _PLANS.get(key)
     if plan is not None and plan.fast is not None:
-        try:
-            err = plan.fast.call(abc, sf_r, plan._stream(plan._dev))
-        except (TypeError, RuntimeError):  # not lists of tensors: the Python path says what is wrong
-            err = 1
-        if err == 0:
-            return [c for (_, _, c) in abc]
-        if err >= 1000:
-            _DRIVER.check(err - 1000, "cuLaunchKernel")
+        out = plan.fast.run(abc, sf_r, plan._stream(plan._dev))
+        if type(out) is list:
+            return out
+        if out >= 1000:
+            _DRIVER.check(out - 1000, "cuLaunchKernel")
     if plan is None:
         host.validate(data)
         if len(_PLANS) >= _MAX_PLANS:

@@ -628,6 +628,23 @@ def test_fast_call_launches_with_the_addresses_of_each_call(fast_module):
     assert fast.call(other[0], other[2], 5) == 0 and params.addr[16 + 1] == other[0][1][1].data_ptr()
 
 
+def test_fast_call_run_returns_the_c_tensors_themselves_and_reads_lists_or_tuples(fast_module):
+    abc, _, sf_r, sizes = _data()
+    params, rec = host.make_params(sizes, 0), _Recorder()
+    fast = _fast(fast_module, params, rec)
+    fast.remember(abc, sf_r)
+    out = fast.run(abc, sf_r, 5)
+    assert type(out) is list and [id(c) for c in out] == [id(c) for (_, _, c) in abc] and len(rec.calls) == 1
+    as_lists = [list(t) for t in abc], [list(t) for t in sf_r]
+    assert fast.run(*as_lists, 5)[1] is abc[1][2] and len(rec.calls) == 2
+    short = [abc[0]], sf_r  # a group missing
+    not_tensors = [(abc[0][0], abc[0][1], "c"), abc[1]], sf_r
+    not_sequences = abc, {0: sf_r[0], 1: sf_r[1]}
+    for bad in (short, not_tensors, not_sequences, (None, None)):
+        assert fast.run(*bad, 5) == 1
+    assert len(rec.calls) == 2  # none of them launched
+
+
 def test_fast_call_launches_the_pre_pass_first_on_the_same_stream_and_block(fast_module):
     abc, _, sf_r, sizes = _data()
     params, rec = host.make_params(sizes, 0, scratch=0x100000), _Recorder()
