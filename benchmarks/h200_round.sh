@@ -22,8 +22,11 @@
 #   cupti     benchmarks/cupti_cost.py: a kernel-time pass's profiler costs, three ways of driving torch.profiler
 #   wgtests   the GPU tests of wgmma_sm90 but the warp-specialised loop's (-k "not ws")
 #   early     wgmma_sm90's bench.py --time with -DWG_NO_EARLY and without (the prefetch before griddepcontrol.wait), 2 rounds
+#   ablb      leaderboards of submissions/wgmma_sm90_base (an older copy of the variant, laid there by the caller) and of
+#             wgmma_sm90, alternated, $AB_ROUNDS rounds (default 2), each with its geomean; both --sandbox off, since
+#             the copy builds into $FP4BENCH_CACHE/wgmma_sm90, which its sandbox (named by the folder) does not open
 # Wheels under .whl (carried: a dependency the device image lacks, e.g. msgspec) are installed first.
-# Usage: bash benchmarks/h200_round.sh [tests|timing|fidelity|spin|sandbox|cost|stages|timeline|percall|probe|reftile|lb|profile|torchcost|phases|early|cupti|wgtests|s8|s8tests|s8flags]...   (default: tests timing fidelity)
+# Usage: bash benchmarks/h200_round.sh [tests|timing|fidelity|spin|sandbox|cost|stages|timeline|percall|probe|reftile|lb|profile|torchcost|phases|early|cupti|wgtests|s8|s8tests|s8flags|ablb]...   (default: tests timing fidelity)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/h200}
@@ -124,6 +127,18 @@ for step in $steps; do
         for f in "-DWG_NO_EARLY" ""; do
           WGMMA_SM90_NVCC_EXTRA="$f" timeout 150 python3 submissions/wgmma_sm90/bench.py --time 2>&1 \
             | grep -E '^\{"case|geomean' | sed "s/^/early[$f] /" | tee -a "$OUT/early.txt"
+        done
+      done ;;
+    ablb)
+      for i in $(seq "${AB_ROUNDS:-2}"); do
+        for v in wgmma_sm90_base wgmma_sm90; do
+          timeout 200 python3 -m harness run --submission $v --shapes benchmarks --mode leaderboard --no-store \
+            --sandbox off --json "/tmp/ab_$v$i.json" > /dev/null 2>&1
+          summary "/tmp/ab_$v$i.json" | sed "s/^/$v[$i] /" | tee -a "$OUT/ablb.txt"
+          python3 -c "import json, statistics, sys; d = json.load(open(sys.argv[1])); print(sys.argv[2], 'geomean',
+round(statistics.geometric_mean([c['stats']['mean_ns'] / 1e3 for c in d['cases']]), 2), 'kernel',
+round(statistics.geometric_mean([c['kernel_ns'] / 1e3 for c in d['cases']]), 2))" "/tmp/ab_$v$i.json" "$v[$i]" \
+            | tee -a "$OUT/ablb.txt"
         done
       done ;;
     cupti)

@@ -46,7 +46,11 @@ constexpr int PRE_ABUFS = PRE_AHEAD + 2;
 constexpr int PRE_SFB = BN * ROW_BYTES;               // B's scale atom after its rows
 constexpr int PRE_STAGE_BYTES = PRE_SFB + 512;
 constexpr int PRE_SMEM_BYTES = PRE_ABUFS * DEC_BYTES + STAGES * PRE_STAGE_BYTES;
-constexpr int PRE_THREADS = 256;                      // the pre-pass: one thread per (K step, row)
+#ifndef WG_PRE_THREADS
+#define WG_PRE_THREADS 256
+#endif
+constexpr int PRE_THREADS = WG_PRE_THREADS;           // the pre-pass: one thread per (K step, row)
+static_assert(PRE_THREADS % 32 == 0 && PRE_THREADS >= 32 && PRE_THREADS <= 256, "whole warps, 32 KB of rows at most");
 static_assert(PRE_SMEM_BYTES + 1024 <= 113 * 1024, "two CTAs per SM");
 static_assert(PRE_SMEM_BYTES % 1024 == 0, "a paired CTA's second pipeline starts 1024-byte aligned");
 static_assert(THREADS * BM_MAX / 2 * 4 <= PRE_SMEM_BYTES, "a pipeline's fp32 sums fit in its shared memory");

@@ -39,7 +39,8 @@ KERNEL_WS_PRE_NAME = "fp4_group_gemm_sm90_ws_pre"
 NVCC_FLAGS = ("-cubin", "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-lineinfo")
 #: Extra nvcc arguments for experiments (bench.py): "-DWG_SKIP_MMA", "-DWG_SKIP_DECODE", or (the int8 loop)
 #: "-DWG_SKIP_ACOPY" / "-DWG_SKIP_BCOPY" (A's copies; B's rows) leave a stage out (the output is wrong; the time says
-#: what the rest costs); "-DWG_STAGES=N" changes the ring depth (STAGES follows).
+#: what the rest costs); "-DWG_STAGES=N" changes the ring depth (STAGES follows), "-DWG_PRE_THREADS=N" the pre-pass's
+#: block size (PRE_THREADS follows).
 EXTRA_FLAGS = tuple(os.environ.get("WGMMA_SM90_NVCC_EXTRA", "").split())
 
 
@@ -105,8 +106,9 @@ WS_SMEM_BYTES = -(-(WS_STAGES * WS_STAGE_BYTES + WS_RAW * WS_RAW_BYTES + 16 * WS
 WS_OVERRIDE: bool | None = None
 #: bench.py's override of choose_pdl (None: the rule).
 PDL_OVERRIDE: bool | None = None
-#: Threads per pre-pass block (kernel.cu PRE_THREADS): one per (K step, row of a group's tiles).
-PRE_THREADS = 256
+#: Threads per pre-pass block (kernel.cu PRE_THREADS; "-DWG_PRE_THREADS=N" sets both): one per (K step, row of a
+#: group's tiles).
+PRE_THREADS = _define("WG_PRE_THREADS", 256)
 #: Bytes of one predecoded row per K step: BK fp16 values, or BK int8 ones (the int8 path).
 PRE_ROW_BYTES = BK * 2
 S8_ROW_BYTES = BK
