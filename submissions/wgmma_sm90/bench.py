@@ -101,7 +101,7 @@ def time_benchmarks(samples: int) -> list[dict]:
         plan = sub._PLANS[tuple(case.problem_sizes)]
         row = {"case": _name(case), "split": list(plan.split), "paired": plan.paired, "predecode": plan.predecode,
                "s8": plan.s8,
-               "ws": plan.ws, "pdl": plan.pdl}
+               "ws": plan.ws, "pdl": plan.pdl, "pre_pdl": plan.pre_pdl}
         for mode in ("alone", "official"):
             alone = mode == "alone"
             runs = measure(sub.custom_kernel, inputs, samples, flush=None if alone else flush,
@@ -225,6 +225,8 @@ def main() -> None:
                     help="force the warp-specialised loop on or off (default: choose_ws's rule, off)")
     ap.add_argument("--pdl", type=int, choices=(0, 1),
                     help="force programmatic dependent launch on or off (default: choose_pdl's rule)")
+    ap.add_argument("--pre-pdl", type=int, choices=(0, 1),
+                    help="force the int8 pre-pass under PDL on or off (default: choose_pre_pdl's rule)")
     ap.add_argument("--classes", help="tile widths to cover M with, e.g. 64 or 64,128 (default: host.BM_CLASSES)")
     ap.add_argument("--profile-case", type=int, help="run benchmarks.yml case N three times (for ncu), nothing else")
     ap.add_argument("--out", type=Path)
@@ -236,6 +238,7 @@ def main() -> None:
     host.S8_OVERRIDE = None if args.s8 is None else bool(args.s8)
     host.WS_OVERRIDE = None if args.ws is None else bool(args.ws)
     host.PDL_OVERRIDE = None if args.pdl is None else bool(args.pdl)
+    host.PRE_PDL_OVERRIDE = None if args.pre_pdl is None else bool(args.pre_pdl)
     if args.classes:
         host.BM_CLASSES = tuple(sorted(int(c) for c in args.classes.split(",")))
         host.cover_m.cache_clear()

@@ -7,12 +7,14 @@
 // CPU, 2026-12-02), most of a leaderboard's wall time on a fresh machine; no CUDA headers: the driver's
 // cuLaunchKernel comes in as an address, and so does cuLaunchKernelEx when the plan uses programmatic dependent
 // launch for the main kernel (PDL: it may start while the kernel before it on the stream ends; kernel.cu's
-// pdl_begin waits). The pre-pass is always a plain launch: it waits for the previous call's main kernel in full.
+// pdl_begin waits). The pre-pass is a plain launch (it waits for the previous call's main kernel in full) unless
+// pre_pdl: the int8 pre-pass writes nothing before its own griddepcontrol.wait (wgmma_sm90_host.choose_pre_pdl).
 #include <ATen/core/Tensor.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 namespace {
@@ -63,7 +65,7 @@ class FastCall {
  public:
   FastCall(uint64_t params, int64_t max_groups, uint64_t func, int64_t grid, int64_t threads, int64_t smem,
            uint64_t pre_func, int64_t pre_grid, int64_t pre_threads, uint64_t launch, uint64_t launch_ex,
-           uint64_t epoch)
+           uint64_t epoch, bool pre_pdl)
       : addr_(reinterpret_cast<uint64_t*>(params)),
         max_groups_(max_groups),
         func_(reinterpret_cast<void*>(func)),
@@ -76,7 +78,9 @@ class FastCall {
         launch_(reinterpret_cast<LaunchFn>(launch)),
         launch_ex_(reinterpret_cast<LaunchExFn>(launch_ex)),
         epoch_(reinterpret_cast<int32_t*>(epoch)),
+        pre_pdl_(pre_pdl),
         kparams_{reinterpret_cast<void*>(params)} {
+    if (pre_pdl && (launch_ex == 0 || pre_func == 0)) throw std::invalid_argument("pre_pdl needs launch_ex and a pre-pass");
     pdl_.id = kProgrammaticStreamSerialization;
     pdl_.value[0] = 1;
   }
@@ -122,7 +126,7 @@ class FastCall {
     }
     if (epoch_ != nullptr) *epoch_ = *epoch_ >= INT32_MAX ? 1 : *epoch_ + 1;
     if (pre_func_ != nullptr) {
-      const int err = launch(pre_func_, pre_grid_, pre_threads_, 0, stream, false);
+      const int err = launch(pre_func_, pre_grid_, pre_threads_, 0, stream, pre_pdl_);
       if (err) return py::int_(1000 + err);
     }
     const int err = launch(func_, grid_, threads_, smem_, stream, launch_ex_ != nullptr);
@@ -162,6 +166,7 @@ class FastCall {
   LaunchFn launch_;
   LaunchExFn launch_ex_;
   int32_t* epoch_;
+  bool pre_pdl_;
   LaunchAttribute pdl_{};
   void* kparams_[1];
   std::vector<Layout> layouts_;
@@ -172,7 +177,7 @@ class FastCall {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<FastCall>(m, "FastCall")
       .def(py::init<uint64_t, int64_t, uint64_t, int64_t, int64_t, int64_t, uint64_t, int64_t, int64_t, uint64_t,
-                    uint64_t, uint64_t>())
+                    uint64_t, uint64_t, bool>())
       .def("remember", &FastCall::remember)
       .def("run", &FastCall::run)
       .def("call", &FastCall::call);

@@ -1786,10 +1786,11 @@ extern "C" __global__ void __launch_bounds__(2 * THREADS, 1) fp4_group_gemm_sm90
 
 // The int8 entry's start: the next kernel may be scheduled (as main_begin), but griddepcontrol.wait comes later, in
 // its loops' prologues (s8_wait), after the copies of B's first steps. Reading B and its scales (and the tile table)
-// before it is sound because this kernel always follows the plain-launched pre-pass (host.choose_s8 implies the
-// pre-pass): that launch began only once everything before it on the stream had finished, and this one starts only
-// once every CTA of the pre-pass has started, so only the pre-pass's own writes (A's scratch, the flags) are
-// pending, and those are read after the wait. Measured (H200, 2026-12-03, one leaderboard-like call, torch.profiler):
+// before it is sound because this kernel always follows the int8 pre-pass (host.choose_s8 implies it), and this one
+// starts only once every CTA of the pre-pass has started. Plain-launched, the pre-pass began only once everything
+// before it on the stream had finished, so only its own writes (A's scratch, the flags) are pending, and those are
+// read after the wait. Under PDL (host.choose_pre_pdl) the previous call's main kernel may still run too: it writes
+// only its c tensors and the plan's buffers, never this call's B (unless an input aliases the previous call's c). Measured (H200, 2026-12-03, one leaderboard-like call, torch.profiler):
 // the pre-pass took 5.8, 4.2, 3.1 and 2.7 us of the four benchmarks' 97.6, 63.8, 26.9 and 15.3.
 __device__ __forceinline__ void s8_begin() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
@@ -1892,7 +1893,7 @@ extern "C" __global__ void __launch_bounds__(PRE_THREADS) fp4_predecode_a(const 
 // A row whose four scales are not all 1 or 2 sets flags[g] = epoch (the group's tiles then take the fp16 fallback).
 extern "C" __global__ void __launch_bounds__(PRE_THREADS) fp4_predecode_a_s8(const __grid_constant__ Params p) {
   __shared__ __align__(128) uint8_t rows[PRE_THREADS * S8_ROW_BYTES];
-  pdl_begin();
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   int b = blockIdx.x;
   const int g = prepass_group(p, b);
   if (g == MAX_GROUPS) return;
@@ -1900,6 +1901,7 @@ extern "C" __global__ void __launch_bounds__(PRE_THREADS) fp4_predecode_a_s8(con
   const int lane = threadIdx.x & 31, first = idx - lane;
   if (first >= total) return;
   const uint32_t row_at = smem_u32(rows) + threadIdx.x * S8_ROW_BYTES;
+  uint32_t bad = 0;
   if (idx < total) {
     const int s = idx / mpad, r = idx - s * mpad;
     const uint32_t swz = ((r >> 1) & 3) << 4;
@@ -1914,7 +1916,7 @@ extern "C" __global__ void __launch_bounds__(PRE_THREADS) fp4_predecode_a_s8(con
       const uint32_t w[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
       const uint32_t sc = __ldg(reinterpret_cast<const uint32_t*>(
           sfa + ((size_t)(r >> 7) * (K / 64) + s) * 512 + (r & 31) * 16 + ((r >> 5) & 3) * 4));
-      uint32_t out[4][4], bad = 0;  // [chunk][register]
+      uint32_t out[4][4];  // [chunk][register]
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         uint32_t t0, t1;
@@ -1922,11 +1924,14 @@ extern "C" __global__ void __launch_bounds__(PRE_THREADS) fp4_predecode_a_s8(con
         s8_word(w[2 * q], t0, t1, out[0][q], out[1][q]);
         s8_word(w[2 * q + 1], t0, t1, out[2][q], out[3][q]);
       }
-      if (bad) p.flags[g] = p.epoch;
 #pragma unroll
       for (int c = 0; c < 4; ++c) sts128(row_at + ((c << 4) ^ swz), out[c][0], out[c][1], out[c][2], out[c][3]);
     }
   }
+  // Launched under PDL (host.choose_pre_pdl), everything above ran while the previous call's main kernel may still
+  // run (it reads the scratch and the flags): every global write comes after the wait. Plain-launched, a no-op.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (bad) p.flags[g] = p.epoch;
   __syncwarp();
   uint8_t* dst = reinterpret_cast<uint8_t*>(p.pre[g]) + (size_t)first * S8_ROW_BYTES + lane * 16;
   const uint32_t src = smem_u32(rows) + (threadIdx.x - lane) * S8_ROW_BYTES + lane * 16;

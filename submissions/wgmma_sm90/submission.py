@@ -150,6 +150,7 @@ class _Plan:
         self.pdl = not self.ws and host.choose_pdl(sizes, sms)
         self.s8 = not self.ws and host.choose_s8(sizes, sms)
         self.predecode = self.s8 or host.choose_predecode(sizes, sms)
+        self.pre_pdl = self.s8 and self.pdl and host.choose_pre_pdl(sizes, sms)
         threads = 2 * host.THREADS if self.paired else host.THREADS
         if self.ws:
             threads, smem = host.WS_THREADS, host.WS_SMEM_BYTES
@@ -191,10 +192,14 @@ class _Plan:
                                         ctypes.pointer(self._pdl), 1), main)
         else:
             self._head = (main, u(self.n_tiles), u(1), u(1), u(threads), u(1), u(1), u(smem))
-        # The pre-pass is a plain launch even with PDL: it rewrites the scratch the previous call's main kernel reads.
+        # The fp16 pre-pass is a plain launch: it rewrites the scratch the previous call's main kernel reads. The int8
+        # one may go under PDL (host.choose_pre_pdl): it writes nothing before its griddepcontrol.wait.
         prepass = funcs[host.PREPASS_S8_NAME if self.s8 else host.PREPASS_NAME]
         self._pre_head = ((prepass, u(pre_blocks), u(1), u(1), u(host.PRE_THREADS), u(1), u(1),
                            u(0)) if self.predecode else None)
+        if self.pre_pdl:
+            self._pre_config = _LaunchConfig((pre_blocks, 1, 1), (host.PRE_THREADS, 1, 1), 0, None,
+                                             ctypes.pointer(self._pdl), 1)
         self.device = dev
         self._dev = dev.index
         self._stream = torch._C._cuda_getCurrentRawStream
@@ -203,8 +208,8 @@ class _Plan:
         epoch = ctypes.addressof(self.params) + host.Params.epoch.offset if self.s8 else 0
         self.fast = module.FastCall(ctypes.addressof(self.params), host.MAX_GROUPS, main.value, self.n_tiles,
                                     threads, smem, pre_func, pre_blocks, host.PRE_THREADS,
-                                    _DRIVER.launch_address, _DRIVER.launch_ex_address if self.pdl else 0, epoch
-                                    ) if module else None
+                                    _DRIVER.launch_address, _DRIVER.launch_ex_address if self.pdl else 0, epoch,
+                                    self.pre_pdl) if module else None
 
     def remember(self, abc, sf_r, layout) -> None:
         """Record a validated call's layout for the per-call checks (Python's and the C++ path's)."""
@@ -224,7 +229,12 @@ class _Plan:
         stream = ctypes.c_void_p(self._stream(self._dev))
         if self.s8:
             self.params.epoch = host.next_epoch(self.params.epoch)
-        if self._pre_head is not None:
+        if self.pre_pdl:
+            self._pre_config.stream = stream
+            err = _DRIVER.launch_ex(ctypes.byref(self._pre_config), self._pre_head[0], self._kparams, None)
+            if err:
+                _DRIVER.check(err, "cuLaunchKernelEx (pre-pass)")
+        elif self._pre_head is not None:
             err = _DRIVER.launch(*self._pre_head, stream, self._kparams, None)
             if err:
                 _DRIVER.check(err, "cuLaunchKernel (pre-pass)")

@@ -106,6 +106,8 @@ WS_SMEM_BYTES = -(-(WS_STAGES * WS_STAGE_BYTES + WS_RAW * WS_RAW_BYTES + 16 * WS
 WS_OVERRIDE: bool | None = None
 #: bench.py's override of choose_pdl (None: the rule).
 PDL_OVERRIDE: bool | None = None
+#: bench.py's override of choose_pre_pdl (None: the rule).
+PRE_PDL_OVERRIDE: bool | None = None
 #: Threads per pre-pass block (kernel.cu PRE_THREADS; "-DWG_PRE_THREADS=N" sets both): one per (K step, row of a
 #: group's tiles).
 PRE_THREADS = _define("WG_PRE_THREADS", 256)
@@ -319,16 +321,36 @@ def choose_ws(sizes, num_sms: int) -> bool:
 def choose_pdl(sizes, num_sms: int) -> bool:
     """True: launch the main kernel with programmatic stream serialisation (PDL, sm_90): it may be scheduled while
     the kernel before it on the stream (the pre-pass, or the previous call's main kernel) finishes, and waits
-    (kernel.cu pdl_begin) before it reads or writes anything. The pre-pass is always a plain launch. Not for the
-    warp-specialised loop, whose entry points do not wait.
+    (kernel.cu pdl_begin) before it reads or writes anything. The fp16 pre-pass is always a plain launch, the int8
+    one by choose_pre_pdl. Not for the warp-specialised loop, whose entry points do not wait.
 
     H200, 2026-12-01, ``bench.py --time``, two rounds each in one call, us per call alone, the rule against
     ``--pdl 0``: 112.5 / 112.7, 68.4 / 68.9, 31.2 / 32.4, 16.3 / 17.3 on the four benchmarks (the first three
     predecode). With the pre-pass also launched under PDL it had lost on the shapes that predecode (111.6 -> 113.6,
-    68.8 -> 69.0, 32.5 -> 34.6), hence the plain pre-pass."""
+    68.8 -> 69.0, 32.5 -> 34.6), hence the plain fp16 pre-pass (that one waited at its start, holding its slots)."""
     if PDL_OVERRIDE is not None:
         return PDL_OVERRIDE
     return True
+
+
+#: Launch the int8 pre-pass under PDL when the grid runs at least this many K steps per CTA slot (choose_pre_pdl).
+#: H200, 2026-12-03, ``bench.py --time --pre-pdl 0`` / ``1``, two rounds each in one call, kernels alone, us:
+#: 96.19 / 93.42, 61.47 / 58.93, 25.60 / 24.24, 15.23 / 16.70 (second round 96.06 / 93.39, 61.40 / 58.99, 25.48 /
+#: 24.20, 15.18 / 16.77): a gain at 149, 88 and 29 steps per slot, a loss at 12.
+MIN_PRE_PDL_STEPS_PER_SLOT: float = 20
+
+
+def choose_pre_pdl(sizes, num_sms: int) -> bool:
+    """True: launch the int8 pre-pass (kernel.cu fp4_predecode_a_s8) under PDL too, when the main kernel is (the
+    caller checks both), for grids of at least MIN_PRE_PDL_STEPS_PER_SLOT K steps per CTA slot. It may then start
+    once every CTA of the previous call's main kernel has started, load and decode its A while that kernel finishes,
+    and write the scratch and flags only after its griddepcontrol.wait (the previous main kernel done); the main
+    kernel's own wait then covers both. The previous call's main kernel writes only its c tensors and this plan's
+    own buffers, so the early reads of this call's A, sfa (and the main kernel's of B, sfb) see final inputs unless
+    an input aliases the previous call's c (not an input_t the task makes)."""
+    if PRE_PDL_OVERRIDE is not None:
+        return PRE_PDL_OVERRIDE
+    return steps_per_slot(sizes, num_sms) >= MIN_PRE_PDL_STEPS_PER_SLOT
 
 
 def choose_s8(sizes, num_sms: int) -> bool:
@@ -376,9 +398,14 @@ def choose_predecode(sizes, num_sms: int) -> bool:
     and the second launch."""
     if PREDECODE_OVERRIDE is not None:
         return PREDECODE_OVERRIDE
-    split = choose_split(sizes, num_sms)
-    steps = sum(t[5] for t in plan_tiles(sizes, split))
-    return steps / (CTAS_PER_SM * num_sms) >= MIN_PREDECODE_STEPS_PER_SLOT
+    return steps_per_slot(sizes, num_sms) >= MIN_PREDECODE_STEPS_PER_SLOT
+
+
+def steps_per_slot(sizes, num_sms: int) -> float:
+    """The grid's K steps (every CTA's, with the split rule's tiles) per CTA slot (CTAS_PER_SM x num_sms; the
+    pipelines of paired CTAs count as slots): how long the main kernel runs against one pre-pass. The benchmarks:
+    149, 88, 29 and 12 on 132 SMs."""
+    return sum(t[5] for t in plan_tiles(sizes, choose_split(sizes, num_sms))) / (CTAS_PER_SM * num_sms)
 
 
 # ----------------------------------------------------------------------------------------------------------

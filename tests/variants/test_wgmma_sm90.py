@@ -147,8 +147,8 @@ def test_predecode_follows_steps_per_slot(monkeypatch):
 
 
 def test_pdl_for_the_main_kernel_of_every_plan(monkeypatch):
-    """Programmatic dependent launch for the main kernel whether or not a pre-pass comes first (the pre-pass itself
-    is never launched with it: test_fast_call_with_pdl_launches_only_the_main_kernel_through_cuLaunchKernelEx)."""
+    """Programmatic dependent launch for the main kernel whether or not a pre-pass comes first (the fp16 pre-pass
+    itself never, the int8 one by its own rule: test_pre_pdl_rule_takes_the_grids_of_at_least_20_steps_per_slot_...)."""
     assert [host.choose_pdl(c.problem_sizes, 132) for c in BENCHMARK_CASES] == [True] * 4
     monkeypatch.setattr(host, "PDL_OVERRIDE", False)
     assert host.choose_pdl(BENCHMARK_CASES[3].problem_sizes, 132) is False
@@ -576,10 +576,10 @@ def fast_module():
     return host.load_fast_call()
 
 
-def _fast(module, params, recorder, grid=77, pre_func=0, pre_grid=0, ex=None, epoch=False):
+def _fast(module, params, recorder, grid=77, pre_func=0, pre_grid=0, ex=None, epoch=False, pre_pdl=False):
     return module.FastCall(ctypes.addressof(params), host.MAX_GROUPS, 0xF00, grid, host.THREADS, host.SMEM_BYTES,
                            pre_func, pre_grid, host.PRE_THREADS, recorder.address, ex.address if ex else 0,
-                           ctypes.addressof(params) + host.Params.epoch.offset if epoch else 0)
+                           ctypes.addressof(params) + host.Params.epoch.offset if epoch else 0, pre_pdl)
 
 
 _LAUNCH_EX = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(sub._LaunchConfig), ctypes.c_void_p, ctypes.c_void_p,
@@ -691,6 +691,31 @@ def test_fast_call_with_pdl_launches_only_the_main_kernel_through_cuLaunchKernel
         0xE00, [6, 1, 1, 256, 1, 1, 0], 5, addr, None)
     pdl = [(6, 1)]  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, allowed
     assert ex.calls == [(0xF00, [77, 1, 1], [256, 1, 1], 89088, 5, pdl, addr, None)]
+
+
+def test_fast_call_with_pre_pdl_launches_both_kernels_through_cuLaunchKernelEx_pre_pass_first(fast_module):
+    abc, _, sf_r, sizes = _data()
+    params, rec, ex = host.make_params(sizes, 0, scratch=0x100000), _Recorder(), _ExRecorder()
+    fast = _fast(fast_module, params, rec, pre_func=0xE00, pre_grid=6, ex=ex, pre_pdl=True)
+    fast.remember(abc, sf_r)
+    assert fast.call(abc, sf_r, 5) == 0 and rec.calls == []
+    addr, pdl = ctypes.addressof(params), [(6, 1)]
+    assert ex.calls == [(0xE00, [6, 1, 1], [256, 1, 1], 0, 5, pdl, addr, None),
+                        (0xF00, [77, 1, 1], [256, 1, 1], 89088, 5, pdl, addr, None)]
+    with pytest.raises(ValueError, match="pre_pdl needs launch_ex and a pre-pass"):
+        _fast(fast_module, params, rec, pre_func=0xE00, pre_grid=6, pre_pdl=True)  # no cuLaunchKernelEx
+
+
+def test_pre_pdl_rule_takes_the_grids_of_at_least_20_steps_per_slot_and_its_override_wins():
+    # the benchmarks run 149, 88, 29 and 12 K steps per CTA slot on 132 SMs
+    per_slot = [host.steps_per_slot(c.problem_sizes, 132) for c in BENCHMARK_CASES]
+    assert [round(x) for x in per_slot] == [149, 88, 29, 12]
+    assert [host.choose_pre_pdl(c.problem_sizes, 132) for c in BENCHMARK_CASES] == [True, True, True, False]
+    try:
+        host.PRE_PDL_OVERRIDE = True
+        assert host.choose_pre_pdl(BENCHMARK_CASES[3].problem_sizes, 132) is True
+    finally:
+        host.PRE_PDL_OVERRIDE = None
 
 
 @pytest.mark.parametrize("kind", ["a dtype", "c strides", "b shape", "sfa layout"])
@@ -1344,3 +1369,56 @@ def test_gpu_pdl_calls_queued_back_to_back_match_reference(case, split, predecod
     assert _only_plan().fast is not None
     for d in inputs:
         assert check_outputs([c for (_, _, c) in d[0]], ref_kernel(d)) is None
+
+
+# --- on a Hopper GPU, the int8 pre-pass launched under PDL as well (host.choose_pre_pdl) ---------------------------
+
+@pytest.fixture
+def pre_pdl_on(fresh_plans, monkeypatch):
+    """The int8 path with both its kernels launched under PDL, in plans built inside the test. Returns True (the
+    ``predecode`` argument of the tests reused below)."""
+    for name in ("S8_OVERRIDE", "PREDECODE_OVERRIDE", "PDL_OVERRIDE", "PRE_PDL_OVERRIDE"):
+        monkeypatch.setattr(host, name, True)
+    yield True
+    assert sub._PLANS and all(plan.pre_pdl and plan.s8 for plan in sub._PLANS.values())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("data", ["official", "full-range"])
+@pytest.mark.parametrize("case", TEST_CASES + BENCHMARK_CASES, ids=lambda c: c.name or c.text())
+def test_gpu_pre_pdl_matches_reference(case, data, pre_pdl_on):
+    test_gpu_matches_reference(case, data, pre_pdl_on)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split", GPU_SPLITS, ids=lambda s: f"{s.parts}:{s.full}")
+@pytest.mark.parametrize("case", TEST_CASES[:4] + BENCHMARK_CASES, ids=lambda c: c.name or c.text())
+def test_gpu_pre_pdl_split_k_matches_reference(case, split, pre_pdl_on, monkeypatch):
+    test_gpu_split_k_matches_reference(case, split, pre_pdl_on, monkeypatch)
+
+
+@pytest.mark.gpu
+def test_gpu_pre_pdl_python_per_call_path_matches_reference(pre_pdl_on, monkeypatch):
+    test_gpu_python_per_call_path_matches_reference(pre_pdl_on, monkeypatch)
+
+
+@pytest.mark.gpu
+def test_gpu_pre_pdl_edge_sizes_match_reference(pre_pdl_on):
+    test_gpu_edge_sizes_match_reference(pre_pdl_on)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split", [host.NO_SPLIT] + GPU_SPLITS, ids=lambda s: f"{s.parts}:{s.full}")
+@pytest.mark.parametrize("case", BENCHMARK_CASES, ids=lambda c: c.name)
+def test_gpu_pre_pdl_calls_queued_back_to_back_match_reference(case, split, pre_pdl_on, monkeypatch):
+    # Each call's pre-pass may load and decode while the previous call's main kernel still reads the scratch and
+    # the flags it will rewrite: official and full-range inputs alternate, so a call's flags (set, then not) and
+    # its scratch must each land only after the previous main kernel is done.
+    test_gpu_pdl_calls_queued_back_to_back_match_reference(case, split, pre_pdl_on, None, monkeypatch)
+    inputs = [generate_input(case.m, case.n, case.k, case.g, seed=case.seed + 7 * i, device="cuda",
+                             data="full-range" if i % 2 else "official") for i in range(6)]
+    for d in inputs:
+        sub.custom_kernel(d)
+    torch.cuda.synchronize()
+    for i, d in enumerate(inputs):
+        assert check_outputs([c for (_, _, c) in d[0]], ref_kernel(d)) is None, f"call {i}"
