@@ -58,7 +58,8 @@ def test_host_constants_mirror_kernel_cu():
     assert host.SMEM_BYTES == 3 * 128 * 128 + 4 * 9728 + 1024 == 89088
     assert host.PAIRED_SMEM_BYTES == 2 * 88064 + 1024 <= 227 * 1024  # Hopper's most per CTA
     # predecoded path: 5 fp16 A buffers (A copied 3 steps ahead), 4 raw stages of B rows and B's atom
-    assert _constexpr("PRE_THREADS") == host.PRE_THREADS == 256
+    assert re.search(r"#define WG_PRE_THREADS (\d+)", KERNEL_CU.read_text()).group(1) == str(host.PRE_THREADS) == "256"
+    assert "constexpr int PRE_THREADS = WG_PRE_THREADS;" in KERNEL_CU.read_text()
     assert "constexpr int PRE_AHEAD = STAGES - 1;" in KERNEL_CU.read_text()
     assert "constexpr int PRE_ABUFS = PRE_AHEAD + 2;" in KERNEL_CU.read_text()
     assert (host.PRE_AHEAD, host.PRE_ABUFS, host.PRE_STAGE_BYTES) == (3, 5, 128 * 32 + 512)
