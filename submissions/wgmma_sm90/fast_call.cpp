@@ -80,7 +80,8 @@ class FastCall {
         epoch_(reinterpret_cast<int32_t*>(epoch)),
         pre_pdl_(pre_pdl),
         kparams_{reinterpret_cast<void*>(params)} {
-    if (pre_pdl && (launch_ex == 0 || pre_func == 0)) throw std::invalid_argument("pre_pdl needs launch_ex and a pre-pass");
+    if (pre_pdl && (launch_ex == 0 || pre_func == 0))
+      throw std::invalid_argument("pre_pdl needs launch_ex and a pre-pass");
     pdl_.id = kProgrammaticStreamSerialization;
     pdl_.value[0] = 1;
   }

@@ -1790,7 +1790,8 @@ extern "C" __global__ void __launch_bounds__(2 * THREADS, 1) fp4_group_gemm_sm90
 // starts only once every CTA of the pre-pass has started. Plain-launched, the pre-pass began only once everything
 // before it on the stream had finished, so only its own writes (A's scratch, the flags) are pending, and those are
 // read after the wait. Under PDL (host.choose_pre_pdl) the previous call's main kernel may still run too: it writes
-// only its c tensors and the plan's buffers, never this call's B (unless an input aliases the previous call's c). Measured (H200, 2026-12-03, one leaderboard-like call, torch.profiler):
+// only its c tensors and the plan's buffers, never this call's B (unless an input aliases the previous call's c).
+// Measured (H200, 2026-12-03, one leaderboard-like call, torch.profiler):
 // the pre-pass took 5.8, 4.2, 3.1 and 2.7 us of the four benchmarks' 97.6, 63.8, 26.9 and 15.3.
 __device__ __forceinline__ void s8_begin() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
