@@ -222,9 +222,10 @@ def load_yaml(path: Path) -> ShapeSet:
     return ShapeSet(Path(path).stem, tuple(cases))
 
 
-def load_shapes(spec: str) -> ShapeSet:
+def load_shapes(spec: str, aliases: tuple[str, ...] = ()) -> ShapeSet:
     """Resolve ``--shapes``: a name in configs/shapes (``tests``), a .yml/.yaml path, a text file (one case a
-    line), or one inline case in the text format (contains ``:``).
+    line), or one inline case in the text format (contains ``:``). ``aliases``: names the caller resolves before
+    calling (the CLI's ``auto``), listed among the names when nothing matches.
 
     Raises SpecError when nothing matches, naming what was tried.
     """
@@ -245,7 +246,7 @@ def load_shapes(spec: str) -> ShapeSet:
         raise SpecError(f"shape file {spec}: expected a .yml or text file, got a folder")
     if path.suffix in (".yml", ".yaml", ".txt") or "/" in spec:
         raise SpecError(f"shape file {spec} does not exist")
-    known = sorted(p.stem for p in CONFIG_DIR.glob("*.yml"))
+    known = [*aliases, *sorted(p.stem for p in CONFIG_DIR.glob("*.yml"))]
     raise SpecError(
         f"--shapes {spec!r}: expected a shape-set name ({', '.join(known)}), a .yml or text file, "
         f"or an inline case like 'm: [96]; n: [128]; k: [256]; g: 1; seed: 1'"

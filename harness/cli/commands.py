@@ -166,7 +166,7 @@ def _prepare(specs, shapes, settings_path, timeout, seed, mode, data, workers=1)
         cuda = device_facts().cuda
         if shapes == "auto":
             shapes = "benchmarks" if cuda else "smoke"
-        shape_set = load_shapes(shapes)
+        shape_set = load_shapes(shapes, aliases=("auto",))
         settings = load_settings(settings_path)
         secret = seed if seed is not None else seeds.secret_from_env()
         for case in shape_set.cases:  # a combined seed torch cannot take fails here, not mid-run
