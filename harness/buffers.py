@@ -43,7 +43,9 @@ def _cuda():
         for name, args in (("cuMemAlloc_v2", [u64p, ctypes.c_size_t]), ("cuMemFree_v2", [ctypes.c_uint64]),
                            ("cuIpcGetMemHandle", [ctypes.POINTER(_Handle), ctypes.c_uint64]),
                            ("cuIpcOpenMemHandle_v2", [u64p, _Handle, ctypes.c_uint]),
-                           ("cuIpcCloseMemHandle", [ctypes.c_uint64])):
+                           ("cuIpcCloseMemHandle", [ctypes.c_uint64]),
+                           ("cuStreamWaitValue32_v2", [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]),
+                           ("cuStreamWriteValue32_v2", [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint])):
             fn = getattr(lib, name)
             fn.argtypes, fn.restype = args, ctypes.c_int
         _driver = lib
@@ -53,6 +55,25 @@ def _cuda():
 def _check(code: int, what: str) -> None:
     if code != 0:
         raise SharedBufferError(f"{what} failed with CUDA driver error {code}")
+
+
+#: CU_STREAM_WAIT_VALUE_GEQ (cuda.h, CUstreamWaitValue_flags): wait until (int32)(*addr - value) >= 0.
+_WAIT_GEQ = 0x0
+#: How many 32-bit flag words the bracket uses (harness.parent.bracket: ready, go, end_calls, end_copy).
+FLAG_WORDS = 4
+READY, GO, END_CALLS, END_COPY = range(FLAG_WORDS)
+
+
+def stream_wait_flag(stream: int, flags_ptr: int, word: int, value: int) -> None:
+    """Queue on ``stream`` (a CUstream handle) a wait until flag word ``word`` at ``flags_ptr`` (device memory)
+    holds ``value`` or more (cuStreamWaitValue32). Raises SharedBufferError when the driver refuses."""
+    _check(_cuda().cuStreamWaitValue32_v2(stream, flags_ptr + 4 * word, value, _WAIT_GEQ), "cuStreamWaitValue32")
+
+
+def stream_write_flag(stream: int, flags_ptr: int, word: int, value: int) -> None:
+    """Queue on ``stream`` a write of ``value`` to flag word ``word`` (cuStreamWriteValue32), after the work queued
+    before it. Raises SharedBufferError when the driver refuses."""
+    _check(_cuda().cuStreamWriteValue32_v2(stream, flags_ptr + 4 * word, value, 0), "cuStreamWriteValue32")
 
 
 class _CudaArray:
@@ -114,6 +135,11 @@ class SharedBuffer:
             if pin and torch.cuda.is_available():
                 self._pinned = torch.cuda.cudart().cudaHostRegister(self.tensor.data_ptr(), self.nbytes, 0) == 0
 
+    @property
+    def ptr(self) -> int | None:
+        """The device address (CUDA buffers), else None."""
+        return self._ptr
+
     def ref(self) -> BufferRef:
         """What the worker needs to map this buffer (plus, for memfd, ``fd`` sent alongside)."""
         if self._ptr is not None:
@@ -154,6 +180,7 @@ class MappedBuffer:
             _check(_cuda().cuIpcOpenMemHandle_v2(ctypes.byref(ptr), handle, 1), "cuIpcOpenMemHandle")
             self._ptr = ptr.value
             self.tensor = _wrap_cuda(self._ptr, ref.nbytes, ref.device)
+            self.ptr = self._ptr
         elif ref.kind == "memfd":
             if fd is None:
                 raise SharedBufferError("a memfd buffer arrived without its descriptor")

@@ -1,15 +1,17 @@
 """The messages between the trusted parent and the untrusted worker, as frozen records, validated on decode.
 
 Parent -> worker: one JSON line per request on the worker's stdin (``encode``/``decode``). Worker -> parent: the
-same JSON as the header of an authenticated frame (harness.channel). The worker reports facts (times, what came
-back, what it saw outside the window); every verdict sentence is written by the parent.
+same JSON as the header of a frame (harness.channel). Everything the worker sends is a claim: the submission can
+rewrite any of it. The parent decides every verdict from what it measures itself (harness.parent.bracket: the
+time bracket and the outputs read at its end; harness.parent.watch: CPU used outside the window) and uses the
+worker's claims only where it checks them (the window's time) or where a lie gains nothing (a description of what
+came back, for the message of a case that fails anyway).
 
-A request's flow: ``Load`` once, ``Map`` whenever the parent (re)allocates the sample buffers, then ``Run`` per
-sample: the inputs are already in the mapped buffers when it arrives (the worker never draws inputs and never
-sees a seed), and the worker answers ``RunReply`` after copying what each call returned into the output buffer.
-A ``Run`` with ``ahead`` is answered ``Closed`` first, as soon as the timed window has closed and the device is
-idle: the parent then prepares the next sample (into the buffers this run no longer reads) while the worker
-finishes its checks.
+A worker's flow: ``Calibrate`` a few times before any submission code runs (the bracket's honest gap is measured
+then), ``Load`` once, ``Map`` whenever the parent (re)allocates the sample buffers, then ``Run`` per sample: the
+inputs are in the buffers when it arrives, with a few secret bytes wrong until the parent fixes them inside its
+bracket (harness.parent.bracket), and the worker answers ``Closed`` once the window has closed and its outputs are
+in the output buffer (the parent's end mark on the CPU), then ``RunReply``.
 """
 from __future__ import annotations
 
@@ -55,19 +57,34 @@ class ProtocolError(ValueError):
 RUN_KINDS = ("check", "time", "kernels", "profile")
 
 
-@dataclass(frozen=True)
-class Load:
-    """Import the submission at ``path``. ``profiler``: start the CUDA profiler (CUPTI) up first, while no
-    submission code has run, so that its threads are the worker's own and its start-up (5-8 s on an H200 host,
-    benchmarks/cupti_cost.py) is not paid in the first kernel-time pass; the parent asks for it in the modes that
-    take one."""
+NO_BUFFER = BufferRef("none", 0)
 
-    path: str
+
+@dataclass(frozen=True)
+class Calibrate:
+    """Before ``Load``: one empty window through the whole bracket protocol (``seq`` as in ``Run``), so the parent
+    measures the gap an honest worker leaves between its window and the parent's bracket. ``flags``: the parent's
+    flag words (CUDA; mapped on the first request and kept); ``profiler``: start the CUDA profiler (CUPTI) up
+    first, so its threads are born before any submission code runs (its start-up, 5-8 s on an H200 host, is not
+    paid in the first kernel-time pass)."""
+
+    seq: int
+    flags: BufferRef = NO_BUFFER
     profiler: bool = False
 
 
 @dataclass(frozen=True)
+class Load:
+    """Import the submission at ``path``."""
+
+    path: str
+
+
+@dataclass(frozen=True)
 class Map:
+    """The sample buffers. ``device``: kind ``alloc`` on CUDA (the worker allocates ``nbytes`` of its own device
+    memory, which its kernels read at full speed, and answers its IPC handle in ``Mapped``), else the parent's."""
+
     device: BufferRef
     host: BufferRef
     output: BufferRef
@@ -75,10 +92,12 @@ class Map:
 
 @dataclass(frozen=True)
 class Run:
-    """``m``/``n``/``k`` per group (the worker lays out the buffers with task.arena.Layout); ``watch``: judge
-    threads and hooks outside the window (timed samples); ``host_offset``: where this sample's host scales start
-    in the host buffer (bytes; the parent fills two slots in turn); ``ahead``: send ``Closed`` once the window
-    has closed (kind ``time`` only)."""
+    """``m``/``n``/``k`` per group (the worker lays out the buffers with task.arena.Layout); ``watch``: report
+    hooks left outside the window (timed samples); ``host_offset``: where this sample's host scales start in the
+    host buffer (bytes; the parent fills two slots in turn); ``seq``: this request's number in the flag words
+    (CUDA: the worker writes it to ``ready`` before its window, waits until ``go`` holds it, and writes it to
+    ``end_calls`` after its end mark and to ``end_copy`` once its outputs are in the output buffer); ``ahead``:
+    kept for compatibility, every timed run is answered ``Closed`` first."""
 
     m: tuple[int, ...]
     n: tuple[int, ...]
@@ -88,6 +107,7 @@ class Run:
     watch: bool = True
     host_offset: int = 0
     ahead: bool = False
+    seq: int = 0
 
 
 @dataclass(frozen=True)
@@ -119,12 +139,26 @@ class Failed:
 
 @dataclass(frozen=True)
 class Closed:
-    """The timed window of a ``Run`` with ``ahead`` has closed and the device is idle; the ``RunReply`` follows."""
+    """The window of a timed ``Run`` (or a ``Calibrate``) has closed, its outputs are in the output buffer and the
+    device is idle; the ``RunReply`` follows a ``Run``. ``elapsed_ns``: the window the worker claims (start mark to
+    end mark, all calls)."""
+
+    elapsed_ns: float = 0.0
 
 
 @dataclass(frozen=True)
 class Mapped:
-    pass
+    """``device``: the worker's own device buffer (Map.device of kind ``alloc``), else NO_BUFFER."""
+
+    device: BufferRef = NO_BUFFER
+
+
+@dataclass(frozen=True)
+class Oversized:
+    """Made by the parent's reader (harness.channel), never sent: a frame whose header was ``bytes`` long, over the
+    channel's limit, was skipped."""
+
+    bytes: int
 
 
 @dataclass(frozen=True)
@@ -139,28 +173,16 @@ class Container:
 
 
 @dataclass(frozen=True)
-class ThreadUse:
-    """A thread other than the worker's own that used CPU outside the timed window (``tid`` 0: threads that have
-    exited, whose time shows only in the process clock)."""
-
-    name: str
-    tid: int
-    cpu_ns: int
-
-
-@dataclass(frozen=True)
 class RunReply:
-    """Facts of one run request. ``elapsed_ns``: the window, all calls (0 for untimed kinds); ``containers``:
+    """Claims about one run request. ``elapsed_ns``: the window, all calls (0 for untimed kinds); ``containers``:
     each call's returned container (its type, ``Container``); ``metas`` per call per
     item; ``copied`` per call per group: whether that output was copied to the output buffer (a plain fp16
     tensor of the expected shape on the expected device); ``late_streams``: torch pool streams whose queued work
-    finished after the end event; ``changed``: 1-based calls whose outputs changed after the end event;
-    ``threads``: CPU used outside the window by threads not ours; ``hooks``: trace/profile/monitoring hooks and
+    finished after the end event; ``hooks``: trace/profile/monitoring hooks and
     signal handlers found and removed after the calls; ``refused``: hooks the guard refused to install (they
     never ran, e.g. ``sys.addaudithook``); ``modes``: torch function/dispatch modes left active;
-    ``guard``: timing attributes the submission replaced (we measure with captured ones); ``tampered``:
-    measurement objects that changed identity; ``kernel_ns``: the GPU's busy time per call, overlapping kernels
-    counted once (``kernels``);
+    ``guard``: timing attributes the submission replaced (the worker measures with captured ones);
+    ``kernel_ns``: the GPU's busy time per call, overlapping kernels counted once (``kernels``);
     ``profile``: the profiler's table (``profile``)."""
 
     elapsed_ns: float
@@ -169,18 +191,16 @@ class RunReply:
     metas: tuple[tuple[OutputMeta, ...], ...]
     copied: tuple[tuple[bool, ...], ...]
     late_streams: int = 0
-    changed: tuple[int, ...] = ()
-    threads: tuple[ThreadUse, ...] = ()
     hooks: tuple[str, ...] = ()
     refused: tuple[str, ...] = ()
     modes: tuple[str, ...] = ()
     guard: tuple[str, ...] = ()
-    tampered: tuple[str, ...] = ()
     kernel_ns: float | None = None
     profile: str = ""
 
 
-MESSAGES = {cls.__name__: cls for cls in (Load, Map, Run, Exit, Loaded, Failed, Mapped, Closed, RunReply)}
+MESSAGES = {cls.__name__: cls for cls in (Calibrate, Load, Map, Run, Exit, Loaded, Failed, Mapped, Closed, RunReply,
+                                          Oversized)}
 
 
 def to_dict(msg) -> dict:

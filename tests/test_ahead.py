@@ -10,6 +10,7 @@ import torch
 from conftest import SHARED_CASES
 
 from harness import protocol as P
+from harness.parent.bracket import CALIBRATION_WINDOWS
 from harness.parent.cases import CaseFailed, CaseRunner, Observer, RunOptions, Session
 from harness.parent.registry import read_variant
 from harness.parent.runner import run
@@ -33,9 +34,9 @@ def test_timed_samples_are_prepared_ahead_in_alternating_host_slots(monkeypatch)
     requests, ahead, between = [], [], []
     session_run, prepare_ahead, ready = Session.run, CaseRunner._prepare_ahead, CaseRunner._ready
 
-    def record_run(self, req, on_closed=None):
+    def record_run(self, req, sample, on_closed=None):
         requests.append(req)
-        return session_run(self, req, on_closed)
+        return session_run(self, req, sample, on_closed)
 
     monkeypatch.setattr(Session, "run", record_run)
     monkeypatch.setattr(CaseRunner, "_prepare_ahead", lambda self, *a: ahead.append(a[1]) or prepare_ahead(self, *a))
@@ -81,6 +82,8 @@ def test_a_sample_prepared_ahead_serves_only_its_own_seeds(monkeypatch):
 def session():
     s = Session(read_variant(HONEST), SETTINGS)
     s.buffers_for(Layout.of(CASE, 15))
+    s.sample = Sample(CASE, 15, "official", s.device, s.shared)
+    s.sample.prepare(list(range(15)), False)
     yield s
     s.release()
 
@@ -95,7 +98,7 @@ def test_the_worker_refuses_a_host_offset_outside_its_buffer(session):
     total = session.shared.buffers["host"].nbytes
     for offset in (100, total):
         with pytest.raises(CaseFailed) as failed:
-            session.run(_run_req(host_offset=offset))
+            session.run(_run_req(host_offset=offset), session.sample)
         assert failed.value.message.splitlines()[0] == (
             f"harness error: the worker refused the request: Run.host_offset: expected a 4096-byte multiple with {need} bytes after it in "
             f"the {total}-byte host buffer, got {offset}")
@@ -111,21 +114,25 @@ def test_what_the_closed_callback_raises_comes_after_the_reply(session):
         raise RuntimeError("no memory for the next sample")
 
     with pytest.raises(RuntimeError, match="^no memory for the next sample$"):
-        session.run(_run_req(ahead=True), boom)
+        session.run(_run_req(ahead=True), session.sample, boom)
     assert seen == ["closed"]
-    reply = session.run(_run_req(ahead=True), lambda: seen.append("again"))
+    reply, measured, outside = session.run(_run_req(ahead=True), session.sample, lambda: seen.append("again"))
     assert isinstance(reply, P.RunReply) and reply.calls == 15 and seen == ["closed", "again"]
-    assert session.run(_run_req(kind="check")).calls == 15 and seen == ["closed", "again"]
+    assert measured.bracket_ns >= reply.elapsed_ns > 0 and outside is None
+    assert session.run(_run_req(kind="check"), session.sample)[0].calls == 15 and seen == ["closed", "again"]
 
 
-def test_without_ahead_no_closed_is_sent(session):
-    """A timed request without ``ahead`` gets its reply alone: on_closed never runs."""
-    assert session.run(_run_req(), lambda: pytest.fail("Closed without ahead")).calls == 15
+def test_an_untimed_request_gets_no_closed_and_no_bracket(session):
+    """Only a timed request runs inside the parent's bracket and is answered ``Closed``: on_closed never runs."""
+    reply, measured, outside = session.run(_run_req(kind="check"), session.sample,
+                                           lambda: pytest.fail("Closed for an untimed request"))
+    assert reply.calls == 15 and measured is None and outside is None
 
 
-def test_start_sends_load_and_load_waits_for_its_reply(monkeypatch):
-    """Session.start spawns the worker and sends Load without reading a reply; load() reads it (once), and a
-    second start or load while the worker is up sends nothing. The profiler flag travels only on CUDA."""
+def test_start_calibrates_then_load_sends_load_and_waits_for_its_reply(monkeypatch):
+    """Session.start spawns the worker and sends its first empty window without reading a reply; load() reads it,
+    runs the other calibration windows, then sends Load and reads its reply (once); a second start or load while
+    the worker is up sends nothing. The profiler flag travels only on CUDA."""
     s = Session(read_variant(HONEST), SETTINGS, profiler=True)
     assert s.profiler is False  # this machine's default device is the CPU: no kernel-time passes
     try:
@@ -138,7 +145,9 @@ def test_start_sends_load_and_load_waits_for_its_reply(monkeypatch):
         s.load()
         s.start()
         s.load()
-        assert sent == [] and received == [(P.Loaded, P.Failed)] and s._loading is None
+        assert [type(m).__name__ for m in sent] == ["Calibrate"] * (CALIBRATION_WINDOWS - 1) + ["Load"]
+        assert received == [(P.Closed,)] * CALIBRATION_WINDOWS + [(P.Loaded, P.Failed)] and s._loading is None
+        assert s.bracket.margin is not None and s.bracket.margin.windows == CALIBRATION_WINDOWS - 1
     finally:
         s.release()
 

@@ -217,17 +217,13 @@ def test_lazy_tensor_subclass_rejected():
     assert r.message.startswith("output 0: expected torch.Tensor, got submission.LazyTensor (a tensor subclass)")
 
 
-def test_module_tamper_detected():
-    r = _only(_run(ADVERSARIAL / "module_tamper.py", "benchmark"))
-    assert r.status is Status.FAIL
-    assert "modified fp4bench's measurement code or objects: " in r.message
-    assert "harness.worker.timing._perf_ns" in r.message
-
-
-def test_gc_reach_into_worker_detected():
-    r = _only(_run(ADVERSARIAL / "gc_flush.py", "benchmark"))
-    assert r.status is Status.FAIL
-    assert "modified fp4bench's measurement code or objects: " in r.message and "worker.send" in r.message
+@pytest.mark.parametrize("name", ["module_tamper.py", "gc_flush.py"])
+def test_tampering_with_the_workers_objects_gains_nothing(name):
+    """Rewriting the worker's timing module or its objects changes nothing the parent judges: every sample's
+    window agreed with the parent's bracket (a pass is that), and the run records the margin it was held to."""
+    rec = _run(ADVERSARIAL / name, "benchmark")
+    assert _only(rec).status is Status.PASS, _only(rec).message
+    assert any(n.startswith("time bracket: the worker's window is accepted when") for n in rec.notes), rec.notes
 
 
 def test_content_replay_gets_no_hits(tmp_path, monkeypatch):

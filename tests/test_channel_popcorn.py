@@ -1,59 +1,60 @@
-"""The result channel ignores forged and stray bytes; the POPCORN key stream and exit codes."""
+"""The result channel frames claims and skips stray bytes; the POPCORN key stream and exit codes."""
 import os
 
 import pytest
 
-from harness.channel import MAGIC, ChannelClosed, ChannelTimeout, Reader, Writer, encode
+from harness.channel import MAGIC, MAX_HEADER, ChannelClosed, ChannelTimeout, Reader, Writer, encode
 from harness.protocol import ExitCode
 from harness.report.popcorn import lines, write_stream
 from harness.results.record import CaseResult, Environment, RunRecord, Stats, Status, SubmissionInfo, exit_code
 from task.spec import Case
 
 
-def test_channel_skips_strays_and_forgeries():
+def test_channel_skips_strays_and_delivers_any_frame_as_a_claim():
+    """No key: a frame is a claim whoever wrote it (the parent checks what decides a verdict itself); bytes that are
+    not a frame, and a header that is not a JSON object, are skipped and counted."""
     r, w = os.pipe()
-    key = os.urandom(32)
-    writer = Writer(w, key)
+    writer = Writer(w)
     os.write(w, b"check: pass\nbenchmark.0.mean: 1.0\n")
-    os.write(w, encode(os.urandom(32), {"ok": True, "forged": True}))   # right format, wrong key
     writer.send({"ok": True, "n": 1}, b"\x01\x02")
-    os.write(w, MAGIC + b"\xff" * 80)
+    os.write(w, MAGIC + (3).to_bytes(8, "little") + (0).to_bytes(8, "little") + b"[1]")  # a frame, not an object
+    os.write(w, encode({"ok": True, "forged": True}))
     writer.send({"ok": True, "n": 2})
     os.close(w)
-    reader = Reader(r, key)
+    reader = Reader(r)
     assert reader.receive(2) == ({"ok": True, "n": 1}, b"\x01\x02")
+    assert reader.receive(2) == ({"ok": True, "forged": True}, b"")
     assert reader.receive(2) == ({"ok": True, "n": 2}, b"")
-    assert reader.stray_bytes > 30
+    assert reader.stray_bytes >= len(b"check: pass\nbenchmark.0.mean: 1.0\n") + 1
     with pytest.raises(ChannelClosed):
         reader.receive(2)
 
 
-def test_channel_large_frames_and_a_corrupted_body_between_them():
-    """Payloads larger than the pipe and the read size arrive whole; a frame whose lengths are authentic but whose
-    body was altered (bytes injected into the stream) is skipped, and the frame after it is still found."""
+def test_channel_large_frames_whole_and_an_oversized_header_cut():
+    """Payloads larger than the pipe and the read size arrive whole; a header over MAX_HEADER (a 17 MB exception
+    message) is read through and reported by its size, and the frame after it is still found."""
     import threading
 
     r, w = os.pipe()
-    key = os.urandom(32)
     big = os.urandom(1 << 20) * 9
-    tampered = bytearray(encode(key, {"n": "tampered"}, b"x" * 100))
-    tampered[-1] ^= 1
+    huge = {"msg": "Failed", "message": "x" * (MAX_HEADER + 10)}
 
     def write():
-        writer = Writer(w, key)
+        writer = Writer(w)
         writer.send({"n": 1}, [big[:5 << 20], big[5 << 20:]])
-        os.write(w, b"junk" + bytes(tampered))
+        writer.send(huge)
         writer.send({"n": 2}, big)
         os.close(w)
 
     thread = threading.Thread(target=write)
     thread.start()
-    reader = Reader(r, key)
+    reader = Reader(r)
     header, payload = reader.receive(30)
     assert header == {"n": 1} and payload == big
     header, payload = reader.receive(30)
+    assert header["msg"] == "Oversized" and header["bytes"] > MAX_HEADER and payload == b""
+    header, payload = reader.receive(30)
     assert header == {"n": 2} and payload == big
-    assert reader.stray_bytes >= 4 + len(tampered)
     thread.join()
     with pytest.raises(ChannelClosed):
         reader.receive(2)
@@ -62,7 +63,7 @@ def test_channel_large_frames_and_a_corrupted_body_between_them():
 def test_channel_timeout():
     r, w = os.pipe()
     with pytest.raises(ChannelTimeout):
-        Reader(r, b"k").receive(0.2)
+        Reader(r).receive(0.2)
     os.close(w)
 
 

@@ -46,9 +46,9 @@ def test_threads_from_thread_module_are_seen_by_the_os(name):
     r = _only(_run(SHARED_CASES / name, "benchmark"))
     assert r.status is Status.FAIL
     assert r.message.startswith("work outside the timed window: thread '"), r.message
-    assert " of CPU between samples or around the window" in r.message
-    # one clause per thread (its time before and after the window summed), in a unit that shows it
-    tids = re.findall(r"\(tid (\d+)\) used", r.message)
+    assert " of CPU between samples (read by the parent from /proc)" in r.message
+    # one clause per thread, in a unit that shows it
+    tids = re.findall(r"\(pid \d+, tid (\d+)\) used", r.message)
     assert len(tids) == len(set(tids)) and " used 0.0 ms" not in r.message, r.message
 
 
@@ -88,3 +88,11 @@ def test_exception_whose_str_raises_is_reported_and_the_worker_survives():
 def test_broadcast_blowup_is_judged_by_its_shape():
     r = _only(_run(SHARED_CASES / "broadcast_blowup.py"))
     assert (r.status, r.message) == (Status.FAIL, "output 0: shape [64, 128, 128] (expected [64, 128, 1])")
+
+
+def test_a_time_forged_on_the_reply_path_fails_on_the_parents_bracket():
+    """The worker's reply is a claim: dividing every reported window by 8 (the encoder replaced through
+    sys.modules) disagrees with the bracket the parent took itself, sample after sample."""
+    r = _only(_run(ADVERSARIAL / "reply_forge.py", "benchmark"))
+    assert r.status is Status.FAIL, r.message
+    assert r.message.startswith("the time the worker reported disagrees with the parent's bracket: window "), r.message

@@ -10,21 +10,21 @@ from task.returned import OutputMeta
 
 def test_round_trip_keeps_types():
     reply = P.RunReply(1500.0, 15, (P.Container("builtins.list", True),),
-                       ((OutputMeta("torch.Tensor", True, "torch.float16", (4, 8, 1), "cuda:0"),),), ((True,),), 0, (3,),
-                       (P.ThreadUse("python", 123, 4000),), ("sys.setprofile hook",), ("sys.addaudithook",), (), (),
-                       (), 120.5, "")
+                       ((OutputMeta("torch.Tensor", True, "torch.float16", (4, 8, 1), "cuda:0"),),), ((True,),), 0,
+                       ("sys.setprofile hook",), ("sys.addaudithook",), (), (), 120.5, "")
     back = P.decode(P.encode(reply), (P.RunReply,))
-    assert back == reply and back.metas[0][0].shape == (4, 8, 1) and back.threads[0].cpu_ns == 4000
+    assert back == reply and back.metas[0][0].shape == (4, 8, 1) and back.kernel_ns == 120.5
     assert back.containers[0] == P.Container("builtins.list", True, "") and back.refused == ("sys.addaudithook",)
     failed = P.Failed("entry", "MissingEntryPoint", "", callables=("kernel", "helper"))
     assert P.decode(P.encode(failed), (P.Failed,)) == failed
     m = P.Map(BufferRef("cuda", 10, 0, "ab" * 64), BufferRef("memfd", 5), BufferRef("memfd", 2))
     assert P.decode(P.encode(m)) == m
-    run = P.Run((64, 40), (128, 256), (256, 512), 15, "time", watch=False, host_offset=8192, ahead=True)
-    assert P.decode(P.encode(run), (P.Run,)) == run and P.encode(P.Closed()) == '{"msg":"Closed"}'
-    assert P.decode('{"msg": "Closed"}', (P.Closed,)) == P.Closed()
-    assert P.decode(P.encode(P.Load("/s.py", profiler=True)), (P.Load,)) == P.Load("/s.py", True)
-    assert P.decode('{"msg": "Load", "path": "/s.py"}', (P.Load,)).profiler is False  # an older parent's Load
+    run = P.Run((64, 40), (128, 256), (256, 512), 15, "time", watch=False, host_offset=8192, ahead=True, seq=7)
+    assert P.decode(P.encode(run), (P.Run,)) == run and P.encode(P.Closed(2.5)) == '{"msg":"Closed","elapsed_ns":2.5}'
+    assert P.decode('{"msg": "Closed"}', (P.Closed,)) == P.Closed(0.0)
+    cal = P.Calibrate(3, BufferRef("cuda", 16, 0, "cd" * 64), profiler=True)
+    assert P.decode(P.encode(cal), (P.Calibrate,)) == cal
+    assert P.decode('{"msg": "Calibrate", "seq": 1}', (P.Calibrate,)).flags == P.NO_BUFFER
 
 
 @pytest.mark.parametrize("line, message", [
@@ -32,8 +32,9 @@ def test_round_trip_keeps_types():
      "Run.calls: expected int, got str"),
     ('{"msg": "Run", "m": [1], "n": [8], "k": [64], "kind": "time"}', "Run: object missing required field calls"),
     ('{"msg": "Load", "path": "x", "evil": 1}', "Load: unknown field(s) ['evil']"),
-    ('{"msg": "Load", "path": "x", "profiler": "yes"}', "Load.profiler: expected bool, got str"),
-    ('{"msg": "Nope"}', "expected one of Load, Map, Run, Exit, Loaded, Failed, Mapped, Closed, RunReply, got 'Nope'"),
+    ('{"msg": "Calibrate", "seq": 1, "profiler": "yes"}', "Calibrate.profiler: expected bool, got str"),
+    ('{"msg": "Nope"}', "expected one of Calibrate, Load, Map, Run, Exit, Loaded, Failed, Mapped, Closed, RunReply, "
+                        "Oversized, got 'Nope'"),
     ('[1, 2]', "expected a message object with a 'msg' name, got '[1, 2]'"),
     ('not json', "expected a JSON message, got 'not json'"),
 ])

@@ -9,14 +9,15 @@ the order of phases across cases and variants.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
 from harness import protocol as P
-from harness.parent import judge
+from harness.parent import judge, watch
 from harness.parent import seeds as seedlib
+from harness.parent.bracket import CALIBRATION_WINDOWS, Bracket, Measured
 from harness.parent.environment import device_facts
 from harness.parent.judge import CaseFailed, Verdict
 from harness.parent.process import EXIT_WAIT_S, WorkerDied, WorkerProcess, WorkerTimeout
@@ -70,25 +71,51 @@ class Session:
         self.first_call = True
         self.stray_bytes = 0
         self.shared = SharedSet(self.device)
+        self.bracket = Bracket(self.device)
+        self.trusted: frozenset = frozenset()   # (pid, tid) of the worker's tasks before the import (watch)
+        self._since: watch.Snapshot | None = None  # the worker tree at the last timed window's close
         self._mapped = -1
 
     def start(self) -> None:
-        """Start a worker and ask it to import the submission, without waiting (``load`` waits); no-op while one
-        is up."""
+        """Start a worker and send its first calibration window, without waiting (``load`` waits); no-op while
+        one is up."""
         if self.proc is not None:
             return
         self.proc = WorkerProcess(sandbox=self.sandbox, log=self.worker_log, label=self.variant.name)
         self.first_call = True
-        self._mapped = -1
-        self.proc.send(P.Load(str(self.variant.path), profiler=self.profiler))
+        self._mapped, self._since = -1, None
+        self._gaps: list[float] = []
+        self._calibrate(profiler=self.profiler)
         self._loading = time.monotonic()
 
+    def _calibrate(self, profiler: bool = False) -> None:
+        """Send one empty window through the bracket (bracket.open + P.Calibrate); ``_calibrated`` reads it."""
+        seq = self.bracket.open()
+        self.proc.send(P.Calibrate(seq, self.bracket.flags_ref(), profiler))
+
+    def _calibrated(self, timeout_s: float) -> None:
+        """The calibration window's answer: its gap (bracket - window) joins ``_gaps``."""
+        try:
+            closed = self._receive(timeout_s, (P.Closed,))
+        finally:
+            self.bracket.settle(0.0 if self.proc is None else 5.0)
+        self.bracket.closed()
+        self._gaps.append(self.bracket.measured().bracket_ns - closed.elapsed_ns)
+
     def load(self) -> None:
-        """Start a worker (``start``) and wait until the submission is imported, the import time limit counted from
-        the request. Raises CaseFailed(ERROR) if the import fails (TIMEOUT, CRASH as ``_receive``)."""
+        """Start a worker (``start``), measure the bracket's honest gap on empty windows, take the worker's trusted
+        tasks, then import the submission and wait for it, the import time limit counted from the first request.
+        Raises CaseFailed(ERROR) if the import fails (TIMEOUT, CRASH as ``_receive``)."""
         self.start()
         if self._loading is None:
             return
+        self._calibrated(max(self.settings.import_s - (time.monotonic() - self._loading), 0.001))
+        for _ in range(CALIBRATION_WINDOWS - 1):
+            self._calibrate()
+            self._calibrated(self.settings.call_s)
+        self.bracket.calibrate(self._gaps)
+        self.trusted = frozenset(watch.snapshot(self.proc.proc.pid).tasks)
+        self.proc.send(P.Load(str(self.variant.path)))
         left = self.settings.import_s - (time.monotonic() - self._loading)
         self._loading = None
         reply = self._receive(max(left, 0.001), (P.Loaded, P.Failed))
@@ -99,6 +126,11 @@ class Session:
     def _receive(self, timeout_s: float, expect: tuple):
         try:
             header, _payload = self.proc.receive(timeout_s)
+            if header.get("msg") == "Oversized":
+                self.close()
+                raise CaseFailed(Status.FAIL, f"the worker's reply was {header.get('bytes')} bytes, over the "
+                                              f"channel's limit; it was cut (a submission's message that large "
+                                              f"cannot be shown)")
             return P.from_dict(header, expect)
         except WorkerTimeout as exc:
             self.close()
@@ -128,32 +160,63 @@ class Session:
             if isinstance(reply, P.Failed):
                 self.close()
                 raise judge.map_failed(reply)
+            try:
+                self.shared.attach_device(reply.device)
+            except (ValueError, RuntimeError) as exc:
+                self.close()
+                raise CaseFailed(Status.ERROR, f"harness error: the worker's device buffer: {exc}") from None
             self._mapped = self.shared.generation
             self.shared.free_retired()
         return self.shared
 
-    def run(self, req: P.Run, on_closed=None) -> P.RunReply:
-        """One run request on inputs already in the buffers. The first request after a (re)start gets the
-        first-call time limit (compiles happen there). With ``req.ahead`` the worker says ``Closed`` once its
-        window has closed: ``on_closed()`` runs then (its time does not count against the call's limit, and what
-        it raises is raised after the reply). Raises CaseFailed for the submission's faults."""
+    def run(self, req: P.Run, sample: Sample, on_closed=None) -> tuple[P.RunReply, Measured | None, str | None]:
+        """One run request on ``sample``'s inputs, already in the buffers but for its canaries. A timed request
+        (kind ``time``) runs inside the parent's bracket (harness.parent.bracket): the canaries are fixed and the
+        outputs copied into the parent's snapshot there; other kinds get the canaries fixed first and the outputs
+        copied after the reply. The first request after a (re)start gets the first-call time limit (compiles
+        happen there). Once a timed window has closed, ``on_closed()`` runs (its time does not count against the
+        call's limit, and what it raises is raised after the reply).
+
+        Returns (the worker's reply, the bracket's measurement or None, the watch's verdict on CPU used outside
+        the window since the last timed window or None). Raises CaseFailed for the submission's faults."""
         timeout = self.settings.first_call_s if self.first_call else self.settings.call_s
         self.first_call = False
+        timed = req.kind == "time"
+        pid = self.proc.proc.pid
+        outside = None
+        if timed:
+            now = watch.snapshot(pid)
+            if req.watch and self._since is not None:
+                outside = watch.verdict(watch.foreign(self._since, now, self.trusted))
+            req = replace(req, seq=self.bracket.open(sample.fix, sample.take_snapshot))
+        else:
+            before = watch.snapshot(pid)
+            sample.fix()
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+        self._since = None
         self.proc.send(req)
-        expect = (P.RunReply, P.Failed, P.Closed) if req.ahead else (P.RunReply, P.Failed)
-        started, raised = time.monotonic(), None
-        while True:
-            reply = self._receive(max(timeout - (time.monotonic() - started), 0.001), expect)
-            if not isinstance(reply, P.Closed):
-                break
-            expect = (P.RunReply, P.Failed)  # one Closed per request
-            paused = time.monotonic()
-            try:
-                if on_closed is not None:
-                    on_closed()
-            except Exception as exc:  # noqa: BLE001 - raised once the worker's reply is in
-                raised = exc
-            started += time.monotonic() - paused
+        expect = (P.RunReply, P.Failed, P.Closed) if timed else (P.RunReply, P.Failed)
+        started, raised, measured = time.monotonic(), None, None
+        try:
+            while True:
+                reply = self._receive(max(timeout - (time.monotonic() - started), 0.001), expect)
+                if not isinstance(reply, P.Closed):
+                    break
+                expect = (P.RunReply, P.Failed)  # one Closed per request
+                paused = time.monotonic()
+                self.bracket.closed()
+                measured = self.bracket.measured()
+                self._since = watch.snapshot(pid)
+                try:
+                    if on_closed is not None:
+                        on_closed()
+                except Exception as exc:  # noqa: BLE001 - raised once the worker's reply is in
+                    raised = exc
+                started += time.monotonic() - paused
+        finally:
+            if timed:
+                self.bracket.settle(0.0 if measured is None else 5.0)
         if raised is not None:
             raise raised
         if isinstance(reply, P.Failed):
@@ -161,22 +224,33 @@ class Session:
             if failed.cuda:  # the worker exits: its context is gone
                 self.close()
             raise failed
-        return reply
+        if timed and measured is None:
+            raise CaseFailed(Status.FAIL, "the worker answered a timed sample without saying its window had closed")
+        if not timed:
+            sample.take_snapshot()
+            if req.kind in ("kernels", "profile"):  # the profiler's own threads, born in this pass
+                self.trusted |= frozenset(watch.snapshot(pid).tasks) - frozenset(before.tasks)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return reply, measured, outside
 
     def close(self, wait_s: float = EXIT_WAIT_S) -> None:
         """End the worker (WorkerProcess.close: asked to exit, killed after ``wait_s``)."""
+        self.bracket.settle()
         if self.proc is not None:
             self.stray_bytes += self.proc.stray_bytes
             self.proc.close(wait_s)
             self.proc = None
-            self._mapped = -1
+            self._mapped, self._since = -1, None
             self._loading = None
+        self.shared.detach_device()
         self.shared.free_retired()
 
     def release(self, wait_s: float = EXIT_WAIT_S) -> None:
         """Close the worker and free the shared buffers; ``wait_s`` as for close (0 after Ctrl-C)."""
         self.close(wait_s)
         self.shared.close()
+        self.bracket.close()
 
 
 class CaseRunner:
@@ -231,9 +305,12 @@ class CaseRunner:
         ahead = then is not None and kind == "time"
         on_closed = (lambda: self._prepare_ahead(case, then, 1 - sample.slot)) if ahead else None
         try:
-            reply = self.session.run(P.Run(case.m, case.n, case.k, len(seeds), kind, watch=watch,
-                                           host_offset=sample.host_offset, ahead=ahead), on_closed)
-            judge.reply(sample, reply)
+            reply, measured, outside = self.session.run(
+                P.Run(case.m, case.n, case.k, len(seeds), kind, watch=watch, host_offset=sample.host_offset,
+                      ahead=ahead), sample, on_closed)
+            judge.reply(sample, reply, outside)
+            if measured is not None:
+                judge.bracket(self.session.bracket, case, reply, measured, sample)
         except CaseFailed:
             self._ahead = None
             raise

@@ -1,9 +1,11 @@
 """Every verdict on a case, in one trusted place: the worker reports facts (harness.protocol), this module turns
 them into a status and the sentence a user reads.
 
-What is judged: a failed load, map or call (``Failed``); the facts of a run reply (tampering, work outside the
-timed window, the outputs against the reference: ``reply``); a time below the GPU's physical floor (``floor``);
-the notes a passing run carries (``notes``); and the messages of cases that a schedule did not run.
+What is judged: a failed load, map or call (``Failed``); a run reply (work outside the timed window as the parent's
+/proc watch saw it, the outputs the parent copied at its bracket's end against the reference: ``reply``); the
+worker's claimed time against the parent's bracket (``bracket``); a time below the GPU's physical floor
+(``floor``); the notes a passing run carries (``notes``); and the messages of cases that a schedule did not run.
+The worker's reply is a claim: a description of what came back words a failure, never passes one.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from harness import protocol as P
+from harness.parent.bracket import Bracket, Measured
 from harness.parent.samples import Sample
 from harness.results.record import Status
 from task.check import ReferenceError, all_finite_fp16, check_outputs, compare, validate_container
@@ -39,11 +42,6 @@ class CaseFailed(Exception):
     @property
     def verdict(self) -> Verdict:
         return Verdict(self.status, self.message, self.cuda)
-
-
-def _ms(ns: float) -> str:
-    """CPU time as read: ms with one decimal, or whole us below 0.1 ms (never "0.0 ms" for time that counted)."""
-    return f"{ns / 1e6:.1f} ms" if ns >= 100_000 else f"{max(ns / 1e3, 1):.0f} us"
 
 
 def exception_text(reply: P.Failed) -> str:
@@ -84,14 +82,8 @@ def protocol_broken(exc: P.ProtocolError) -> CaseFailed:
 
 
 def outside_window(reply: P.RunReply) -> str | None:
-    """The verdict on what the worker saw around the window, or None: threads that used CPU outside it, hooks
-    and modes that run submission code inside ours, work left on other streams, outputs changed after it."""
-    if reply.threads:
-        shown = [f"thread '{t.name}' (tid {t.tid}) used {_ms(t.cpu_ns)}" if t.tid
-                 else f"threads that have since exited used {_ms(t.cpu_ns)}" for t in reply.threads[:3]]
-        more = f" and {len(reply.threads) - 3} more thread(s) did too" if len(reply.threads) > 3 else ""
-        return (f"work outside the timed window: {'; '.join(shown)}{more} of CPU between samples or around the "
-                f"window; a submission's threads must be idle outside its custom_kernel calls")
+    """The verdict on what the worker says it saw around the window, or None: hooks and modes that run submission
+    code inside ours, work left on other streams."""
     active = list(reply.hooks) + list(reply.modes)
     if active:
         return ("the submission left code that runs outside its calls: " + ", ".join(active)
@@ -99,9 +91,6 @@ def outside_window(reply: P.RunReply) -> str | None:
     if reply.late_streams:
         return (f"{reply.late_streams} other CUDA stream(s) still had work queued when the timed window closed; "
                 f"the call must be complete when its end event fires (join side streams to the current one)")
-    if reply.changed:
-        return (f"call {reply.changed[0]}: outputs changed after the timed window closed (work on another stream "
-                f"or finished after the end event); the call must be complete when its end event fires")
     return None
 
 
@@ -144,13 +133,11 @@ def outputs(sample: Sample, reply: P.RunReply) -> str | None:
     return "outputs differ from the reference"  # only reachable if the flat and per-group checks disagree
 
 
-def reply(sample: Sample, run: P.RunReply) -> None:
-    """Judge one run reply on ``sample``: tampering, then work outside the window, then the outputs.
-    Raises CaseFailed (FAIL for the submission's doing, ERROR for a reference that is not finite)."""
-    if run.tampered:
-        raise CaseFailed(Status.FAIL, "the submission modified fp4bench's measurement code or objects: "
-                                      + ", ".join(run.tampered))
-    complaint = outside_window(run)
+def reply(sample: Sample, run: P.RunReply, outside: str | None = None) -> None:
+    """Judge one run reply on ``sample``: work outside the window (``outside``: the parent's watch, then what the
+    worker reports), then the outputs. Raises CaseFailed (FAIL for the submission's doing, ERROR for a reference
+    that is not finite)."""
+    complaint = outside or outside_window(run)
     if complaint:
         raise CaseFailed(Status.FAIL, complaint)
     try:
@@ -159,6 +146,18 @@ def reply(sample: Sample, run: P.RunReply) -> None:
         raise CaseFailed(Status.ERROR, f"harness error: {exc}") from None
     if mismatch:
         raise CaseFailed(Status.FAIL, mismatch)
+
+
+def bracket(br: Bracket, case: Case, run: P.RunReply, measured: Measured, sample: Sample) -> None:
+    """Judge a timed sample against the parent's bracket: outputs written after its end, then the worker's
+    claimed window against the bracket (harness.parent.bracket). Raises CaseFailed(FAIL)."""
+    if sample.changed():
+        raise CaseFailed(Status.FAIL, "outputs changed after the timed window closed (work on another stream, or "
+                                      "finished after the end the worker signalled); the call must be complete "
+                                      "when its end event fires")
+    fail, sentence = br.judge(case, run.elapsed_ns, measured)
+    if fail:
+        raise CaseFailed(Status.FAIL, sentence)
 
 
 def floor(case: Case, per_call_ns: float, peaks: GpuPeaks | None) -> None:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import functools
 import os
-import secrets
 import signal
 import socket
 import subprocess
@@ -65,7 +64,8 @@ EXIT_WAIT_S = 10.0
 
 
 class WorkerProcess:
-    """``python -m harness.worker`` in its own session, talking JSON on stdin and authenticated frames back."""
+    """``python -m harness.worker`` in its own session, talking JSON on stdin and frames back (claims: the parent
+    checks them, harness.parent.bracket)."""
 
     def __init__(self, env: dict | None = None, sandbox: Plan | None = None, log: Path | None = None,
                  label: str = "worker"):
@@ -74,7 +74,6 @@ class WorkerProcess:
         (the parent writes it: the worker gets no right to)."""
         native_window()
         self._log, self._label = log, label
-        self._key = secrets.token_bytes(32)
         read_fd, write_fd = os.pipe()
         self._fd_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         child_env = {k: v for k, v in (env or os.environ).items() if k not in _HIDDEN_ENV}
@@ -89,13 +88,12 @@ class WorkerProcess:
             env=self._launch.env, pass_fds=(write_fd, child_sock.fileno()), start_new_session=True)
         os.close(write_fd)
         child_sock.close()
-        self._reader = Reader(read_fd, self._key)
+        self._reader = Reader(read_fd)
         self._read_fd = read_fd
-        self._send_line(self._key.hex())
 
     @property
     def stray_bytes(self) -> int:
-        """Bytes on the result channel that were not authentic frames (a submission writing to descriptors)."""
+        """Bytes on the result channel that were not frames (a submission writing to descriptors)."""
         return self._reader.stray_bytes
 
     def _send_line(self, text: str) -> None:

@@ -125,6 +125,8 @@ def close_record(record: RunRecord, results: list[CaseResult], observer: Observe
     per-case means when every case passed with timings; ``started``: time.monotonic() at the start, for the
     run's wall time. Tells the observer ``on_finish``."""
     notes = list(runner.notes) if runner is not None else []
+    if session is not None and session.bracket.margin is not None:
+        notes.append(session.bracket.margin.describe())
     if session is not None and session.stray_bytes:
         notes.append(judge.stray_note(session.stray_bytes))
     wall = time.monotonic() - started if started is not None else 0.0

@@ -1,10 +1,15 @@
 """The trusted parent's side of a case's samples: inputs drawn once and the expected outputs (judge.py judges).
 
 Per sample: the inputs are drawn into the parent's own device buffer (task.arena), the expected outputs are
-computed from that copy (task.reference), and only then are the inputs copied into the buffer the worker maps
-(harness.buffers): nothing the worker does to shared memory can change what it is judged against. After the
-worker's reply, harness.parent.judge compares every output of every call with one flat comparison on the
-device, through ``got``/``expected``; ``views`` gives the evidence of the first mismatch only when there is one.
+computed from that copy (task.reference), and only then are the inputs copied into the buffer the worker's calls
+read (on CUDA the worker's own device memory, which the parent maps: kernels read memory mapped through CUDA IPC
+more slowly, 180 against 151 us a call on g8_n4096_k7168 on an H200), with canaries: a few bytes of A and B in
+every call and group, at places and with values drawn from the OS's randomness, are wrong until ``fix`` writes the
+true ones inside the parent's bracket (harness.parent.bracket). Work on the inputs before then computes wrong
+outputs. The outputs are judged from ``snapshot``, the parent's own copy of the output buffer taken at the
+bracket's end; nothing the worker does to shared memory can change what it is judged against. harness.parent.judge
+compares every output of every call with one flat comparison on the device, through ``got``/``expected``;
+``views`` gives the evidence of the first mismatch only when there is one.
 
 The host buffer (the plain scales the calls read on the CPU) has two slots, and a case has one Sample per slot:
 the next sample can be prepared while the worker still finishes the previous one (harness.parent.cases) without
@@ -17,28 +22,48 @@ warm-up and timed samples draw the same distribution with a few kernels per grou
 """
 from __future__ import annotations
 
+import secrets
+
 import torch
 
 from harness import protocol as P
-from harness.buffers import SharedBuffer
+from harness.buffers import MappedBuffer, SharedBuffer
+from harness.parent.bracket import secret_generator
 from task.arena import Layout, Views, copy_plain, draw_official, reference_inputs, write_input
 from task.inputs import generate_input
 from task.reference import ReferencePlan, ref_kernel_many
 from task.spec import Case
 
 
+_shuffle = secrets.SystemRandom().shuffle
+
+#: Canary bytes per call, group and operand (A, B): each one changes two e2m1 values of a row of A (or a column of
+#: B), so every output row (column) it feeds is wrong by far more than the tolerance.
+CANARIES = 16
+#: The parent copies the output buffer in chunks of this many bytes, in a secret order, so a worker that signals
+#: the end early cannot race the copy by finishing the outputs in address order.
+SNAPSHOT_CHUNK = 1 << 20
+
+
 class SharedSet:
-    """The three buffers the worker maps (device inputs, host scales, outputs), grown when a case needs more."""
+    """The buffers of a sample: device inputs (CUDA: the worker's own memory, mapped here once the worker answers
+    ``Mapped``; CPU: a memory file), host scales, outputs (both the parent's, mapped by the worker), and
+    ``snapshot``, the parent's private copy of the outputs. Grown when a case needs more."""
 
     def __init__(self, device: torch.device):
         self.device = device
-        self.buffers: dict[str, SharedBuffer] = {}
+        self.cuda = device.type == "cuda"
+        self.buffers: dict[str, SharedBuffer | MappedBuffer] = {}
         self.retired: list[SharedBuffer] = []
         self.generation = 0
+        self.device_bytes = 0
+        self.snapshot: torch.Tensor | None = None
 
     def fits(self, *layouts: Layout) -> bool:
         need = self._sizes(layouts)
-        return bool(self.buffers) and all(self.buffers[k].nbytes >= v for k, v in need.items())
+        have = {k: b.nbytes for k, b in self.buffers.items() if isinstance(b, SharedBuffer)}
+        have["device"] = self.device_bytes
+        return self.snapshot is not None and all(have.get(k, 0) >= v for k, v in need.items())
 
     @staticmethod
     def _sizes(layouts) -> dict[str, int]:
@@ -48,14 +73,37 @@ class SharedSet:
     def grow(self, *layouts: Layout) -> None:
         """New buffers as large as the largest of ``layouts`` needs (and no smaller than today's). The old ones
         are kept in ``retired`` until ``free_retired`` (call it once no worker maps them)."""
-        sizes = {k: max(v, self.buffers[k].nbytes if k in self.buffers else 0)
-                 for k, v in self._sizes(layouts).items()}
-        self.retired += self.buffers.values()
+        old = {"device": self.device_bytes, **{k: b.nbytes for k, b in self.buffers.items()
+                                               if isinstance(b, SharedBuffer) and k != "device"}}
+        sizes = {k: max(v, old.get(k, 0)) for k, v in self._sizes(layouts).items()}
+        self.detach_device()
+        self.retired += [b for b in self.buffers.values() if isinstance(b, SharedBuffer)]
         cpu = torch.device("cpu")
-        self.buffers = {"device": SharedBuffer(sizes["device"], self.device),
-                        "host": SharedBuffer(sizes["host"], cpu, pin=self.device.type == "cuda"),
+        self.buffers = {"host": SharedBuffer(sizes["host"], cpu, pin=self.cuda),
                         "output": SharedBuffer(sizes["output"], self.device)}
+        if not self.cuda:
+            self.buffers["device"] = SharedBuffer(sizes["device"], self.device)
+        self.device_bytes = sizes["device"]
+        self.snapshot = None
+        self.snapshot = torch.empty(sizes["output"], dtype=torch.uint8, device=self.device)
         self.generation += 1
+
+    def attach_device(self, ref: P.BufferRef) -> None:
+        """CUDA: map the device buffer a new worker allocated (its ``Mapped`` answer). Raises SharedBufferError,
+        or ValueError when it is not the size asked for."""
+        if not self.cuda:
+            return
+        if ref.kind != "cuda" or ref.nbytes < self.device_bytes:
+            raise ValueError(f"expected the worker's device buffer of {self.device_bytes} bytes, got {ref.kind} of "
+                             f"{ref.nbytes}")
+        self.detach_device()
+        self.buffers["device"] = MappedBuffer(ref)
+
+    def detach_device(self) -> None:
+        """CUDA: unmap the current worker's device buffer (call before that worker is gone or a new one maps)."""
+        mapped = self.buffers.pop("device", None) if self.cuda else None
+        if mapped is not None:
+            mapped.close()
 
     def free_retired(self) -> None:
         for b in self.retired:
@@ -65,14 +113,18 @@ class SharedSet:
     def map_request(self) -> tuple[P.Map, list[int]]:
         """The Map message and the descriptors to send with it (memfd buffers, in field order)."""
         b = self.buffers
-        fds = [x.fd for x in (b["device"], b["host"], b["output"]) if x.fd is not None]
-        return P.Map(b["device"].ref(), b["host"].ref(), b["output"].ref()), fds
+        device = P.BufferRef("alloc", self.device_bytes) if self.cuda else b["device"].ref()
+        fds = [x.fd for x in (b.get("device"), b["host"], b["output"])
+               if isinstance(x, SharedBuffer) and x.fd is not None]
+        return P.Map(device, b["host"].ref(), b["output"].ref()), fds
 
     def close(self) -> None:
+        self.detach_device()
         self.free_retired()
         for b in self.buffers.values():
             b.close()
         self.buffers = {}
+        self.snapshot = None
 
 
 class Sample:
@@ -90,6 +142,10 @@ class Sample:
         self._views: tuple[int, Views, list] | None = None  # (buffer generation, views, [ReferencePlan])
         self._plain: list[list[torch.Tensor]] | None = None
         self._c_drawn = False
+        self._secret = secret_generator(device)
+        self._regions = self._canary_regions()
+        self._canary: tuple[torch.Tensor, torch.Tensor] | None = None  # (byte positions, true bytes)
+        self._order: list[int] = []
 
     def _private_views(self) -> Views:
         """Views of the parent's buffers, built once per buffer generation (their Python objects cost ms)."""
@@ -128,8 +184,59 @@ class Sample:
                 src.append(out)
         torch._foreach_copy_(dst, src)
         sh["device"].tensor[:L.device_bytes].copy_(self._private)
+        self._plant()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+    def _canary_regions(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(start, length) in bytes of every call's and group's A and B in the device buffer."""
+        L = self.layout
+        starts, lengths = [], []
+        for j in range(L.calls):
+            for g in L.groups:
+                for off, size in ((g.a, g.m * g.k // 2), (g.b, g.n * g.k // 2)):
+                    starts.append(j * L.device_stride + off)
+                    lengths.append(size)
+        as_t = lambda v: torch.tensor(v, dtype=torch.int64, device=self.device).repeat_interleave(CANARIES)  # noqa
+        return as_t(starts), as_t(lengths)
+
+    def _plant(self) -> None:
+        """Make CANARIES secret bytes of every call's and group's A and B wrong in the worker's buffer: each
+        nibble's magnitude bits flip by a nonzero amount, so both e2m1 values change (e2m1's eight magnitudes are
+        distinct; only its sign bit could leave a zero a zero)."""
+        starts, lengths = self._regions
+        r = torch.rand(starts.shape, generator=self._secret, device=self.device)
+        pos = starts + (r * lengths).long().clamp_max(lengths - 1)
+        true = self._private[pos]
+        flip = torch.randint(0, 256, pos.shape, generator=self._secret, device=self.device, dtype=torch.int32)
+        flip = ((flip | 0x11) & 0x77).to(torch.uint8)
+        dev = self.shared.buffers["device"].tensor
+        dev[pos] = true ^ flip
+        self._canary = (pos, true)
+        self._order = list(range(-(-self.layout.output_bytes // SNAPSHOT_CHUNK)))
+        _shuffle(self._order)
+
+    def fix(self) -> None:
+        """Write the canaries' true bytes (on the current stream); the inputs are then exactly the drawn ones."""
+        if self._canary is not None:
+            pos, true = self._canary
+            self.shared.buffers["device"].tensor[pos] = true
+
+    def take_snapshot(self) -> None:
+        """Copy the output buffer into the parent's ``snapshot`` (on the current stream), chunks in a secret
+        order."""
+        n = self.layout.output_bytes
+        out, snap = self.shared.buffers["output"].tensor, self.shared.snapshot
+        order = self._order or [0]
+        dst = [snap[i * SNAPSHOT_CHUNK:min(n, (i + 1) * SNAPSHOT_CHUNK)] for i in order]
+        src = [out[i * SNAPSHOT_CHUNK:min(n, (i + 1) * SNAPSHOT_CHUNK)] for i in order]
+        torch._foreach_copy_(dst, src)
+
+    def changed(self) -> bool:
+        """Whether the output buffer differs from the snapshot now (the device idle): outputs written after the
+        bracket's end."""
+        n = self.layout.output_bytes
+        return not torch.equal(self.shared.buffers["output"].tensor[:n], self.shared.snapshot[:n])
 
     def _copy_plain_aside(self, private: Views, plain) -> None:
         """The plain scales to the host buffer; on a GPU on a second stream, so the copy engine moves them while
@@ -145,8 +252,9 @@ class Sample:
         return self.shared.buffers["host"].tensor[self.host_offset:]
 
     def got(self) -> torch.Tensor:
-        """What the worker wrote to the output buffer for this sample: fp16, flat, the outputs' layout."""
-        return self.shared.buffers["output"].tensor[:self.layout.output_bytes].view(torch.float16)
+        """What the worker's outputs were at the end of the parent's bracket (``snapshot``): fp16, flat, the
+        outputs' layout."""
+        return self.shared.snapshot[:self.layout.output_bytes].view(torch.float16)
 
     def expected(self) -> torch.Tensor:
         """The reference outputs ``prepare`` computed: fp16, flat, the same layout as ``got``."""
@@ -155,7 +263,7 @@ class Sample:
     def views(self) -> tuple[Views, Views]:
         """(got, expected) as per-call, per-group views, for the evidence of a mismatch."""
         host = self._host()
-        return (Views(self.layout, self._private, host, self.shared.buffers["output"].tensor),
+        return (Views(self.layout, self._private, host, self.shared.snapshot),
                 Views(self.layout, self._private, host, self._expected))
 
 

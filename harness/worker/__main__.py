@@ -1,10 +1,12 @@
 """Worker process: ``python -m harness.worker``, the only code that imports a submission (UNTRUSTED side).
 
 Requests (harness.protocol, one JSON line each) arrive on stdin, read by the window guard, which removes any
-trace/profile/monitoring hook or signal handler a thread planted before our Python code runs; the first line is
-the channel key. Replies go out as authenticated frames on FP4BENCH_RESULT_FD; memory-file descriptors of the
-sample buffers arrive on the Unix socket FP4BENCH_FD_SOCKET. The worker reports facts, never verdicts: the parent
-judges. Exit code 110 after a CUDA error that poisons the context (the parent then starts a fresh worker).
+trace/profile/monitoring hook or signal handler a thread planted before our Python code runs. Replies go out as
+frames on FP4BENCH_RESULT_FD; memory-file descriptors of the sample buffers arrive on the Unix socket
+FP4BENCH_FD_SOCKET. Once the submission is imported, everything here is the submission's to rewrite: the worker
+times its window the way the official loop does and reports what came back, but every reply is a claim the parent
+checks against its own bracket (harness.parent.bracket) or uses only to word a failure. Exit code 110 after a CUDA
+error that poisons the context (the parent then starts a fresh worker).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import traceback
 from harness.worker import timing  # first: captures the measurement functions before any submission import
 from harness.worker import native, threads  # noqa: E402 - after timing
 from harness import protocol as P
-from harness.buffers import MappedBuffer, recv_fds
+from harness.buffers import MappedBuffer, SharedBuffer, recv_fds
 from harness.channel import Writer
 from task.arena import Layout, Views
 from task.returned import OutputMeta
@@ -34,7 +36,8 @@ _type_qualname = type.__dict__["__qualname__"].__get__
 _Tensor, _list, _tuple = torch.Tensor, list, tuple
 _f16 = torch.float16
 _foreach_copy = torch._foreach_copy_
-_equal = torch.equal
+#: The longest exception text and traceback a reply carries (characters; the parent caps again).
+_MESSAGE_CHARS, _TRACEBACK_CHARS = 64 << 10, 8000
 #: How the window guard names a hook it refused to install (native.cleared()): the hook never ran.
 _REFUSED = " refused"
 
@@ -45,15 +48,18 @@ def _failed(kind: str, exc: BaseException) -> P.Failed:
     try:
         text = str(exc)
         if type(text) is str:
-            message = text
+            message = text if len(text) <= _MESSAGE_CHARS else (
+                f"{text[:_MESSAGE_CHARS // 2]}\n[... {len(text) - _MESSAGE_CHARS} characters cut ...]\n"
+                f"{text[-_MESSAGE_CHARS // 2:]}")
         else:
             nonstring = True
     except BaseException as inner:  # noqa: BLE001 - its __str__ is submission code
         raised = _type_name(type(inner))
     try:
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:]
-    except BaseException:  # noqa: BLE001 - formatting calls the exception's __str__
-        tb = "".join(traceback.format_tb(exc.__traceback__))[-8000:]
+        tb = "".join(traceback.format_tb(exc.__traceback__))[-_TRACEBACK_CHARS:]
+        tb = f"Traceback (most recent call last):\n{tb}{_type_name(type(exc))}: {message[-_TRACEBACK_CHARS:]}"
+    except BaseException:  # noqa: BLE001 - formatting may call submission code
+        tb = ""
     return P.Failed(kind, _type_name(type(exc)), message, tb, raised, nonstring)
 
 
@@ -111,15 +117,14 @@ class Worker:
         self.flush = timing.L2Flush(self.device) if cuda else None
         self.watch = timing.StreamWatch(self.device) if cuda else None
         self.buffers: dict[str, MappedBuffer] = {}
-        self.scratch: torch.Tensor | None = None
-        self.private: torch.Tensor | None = None
+        self.own_device: SharedBuffer | None = None  # the device inputs in our own memory (CUDA)
+        self.flags: MappedBuffer | None = None        # the parent's flag words (CUDA)
+        self.profiler_started = False
+        self._views: dict[tuple, tuple] = {}          # (layout key, host offset) -> (Views, inputs)
         # Diagnostics (FP4BENCH_PER_CALL_LOG, read before any submission code runs): an event after every timed
         # call, the calls' times printed to the worker log (benchmarks/per_call_probe.py reads them).
         self.per_call_log = cuda and bool(os.environ.get("FP4BENCH_PER_CALL_LOG"))
         threads.prestart_torch_pool()
-        self.trusted = frozenset(threads.snapshot().threads)
-        self.profiler_threads: frozenset[int] = frozenset()
-        self.last = threads.snapshot()
 
     # -- requests
     def load(self, req: P.Load) -> None:
@@ -133,6 +138,7 @@ class Worker:
         except BaseException as exc:  # noqa: BLE001 - report whatever the import raised
             self.send(P.to_dict(_failed("import", exc)))
             return
+        self._views = {}
         kernel = getattr(module, "custom_kernel", None)
         if not callable(kernel):
             found = sorted(n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n)))
@@ -145,91 +151,90 @@ class Worker:
     def map(self, req: P.Map) -> None:
         for b in self.buffers.values():
             b.close()
-        self.buffers = {}
+        self.buffers, self._views = {}, {}
         refs = {"device": req.device, "host": req.host, "output": req.output}
         fds = recv_fds(self.fd_sock, sum(r.kind == "memfd" for r in refs.values()))
+        mine = P.NO_BUFFER
         for name, ref in refs.items():
-            self.buffers[name] = MappedBuffer(ref, fds.pop(0) if ref.kind == "memfd" else None)
-        self.scratch = None
-        self.send(P.to_dict(P.Mapped()))
+            if ref.kind == "alloc":
+                if self.own_device is not None:
+                    self.own_device.close()
+                self.own_device = SharedBuffer(ref.nbytes, self.device)
+                self.buffers[name] = self.own_device
+                mine = self.own_device.ref()
+            else:
+                self.buffers[name] = MappedBuffer(ref, fds.pop(0) if ref.kind == "memfd" else None)
+        self.send(P.to_dict(P.Mapped(mine)))
 
-    def run(self, req: P.Run, tampered) -> None:
+    def calibrate(self, req: P.Calibrate) -> None:
+        """An empty window through the bracket protocol, before any submission code has run (P.Calibrate)."""
+        cuda = self.device.type == "cuda"
+        if cuda and req.flags.kind != "none" and self.flags is None:
+            self.flags = MappedBuffer(req.flags)
+        if req.profiler and cuda and not self.profiler_started:
+            self.start_profiler()
+            self.profiler_started = True
+        gate = timing.Gate(self.flags.ptr, req.seq) if cuda and self.flags is not None else None
+        result = timing.run_window(self.window, _nothing, [], _nothing, cuda, gate=gate)
+        self.send(P.to_dict(P.Closed(result.elapsed_ns)))
+        self.window.cleared()
+        self.window.release()
+
+    def run(self, req: P.Run) -> None:
         case = Case(req.m, req.n, req.k, len(req.m), 0)
         layout = Layout.of(case, req.calls)
         host = self.buffers["host"].tensor
         if req.host_offset < 0 or req.host_offset + layout.host_bytes > host.numel() or req.host_offset % 4096:
             raise P.ProtocolError(f"Run.host_offset: expected a 4096-byte multiple with {layout.host_bytes} bytes "
                                   f"after it in the {host.numel()}-byte host buffer, got {req.host_offset}")
-        host = host[req.host_offset:]
-        views = Views(layout, self._inputs(layout.device_bytes), host, self.buffers["output"].tensor)
-        if self.scratch is None or self.scratch.numel() < layout.output_bytes:
-            self.scratch = torch.empty(layout.output_bytes, dtype=torch.uint8, device=self.device)
-        scratch = Views(layout, self.buffers["device"].tensor, host, self.scratch)
-        inputs = views.inputs()
+        key = (req.m, req.n, req.k, req.calls, req.host_offset)
+        if key not in self._views:  # the views' Python objects cost ms; the buffers stay until the next Map
+            views = Views(layout, self.buffers["device"].tensor, host[req.host_offset:], self.buffers["output"].tensor)
+            self._views[key] = (views, views.inputs())
+        views, inputs = self._views[key]
         copied = [[False] * len(req.m) for _ in range(req.calls)]
-        copy_out = self._copier(layout, views, scratch, copied)
+        copy_out = self._copier(layout, views, copied)
         profiled = req.kind in ("profile", "kernels")
-        before = threads.snapshot() if profiled else None  # run_window takes its own, right before its flush
+        timed = req.kind == "time"
+        cuda = self.device.type == "cuda"
         try:
             if profiled:
                 result, table, kernel_ns = self._profile(inputs, copy_out, table=req.kind == "profile")
             else:
-                timed = req.kind == "time"
-                closed = (lambda: self.send(P.to_dict(P.Closed()))) if timed and req.ahead else None
                 kernel, marks = self.kernel, []
                 if timed and self.per_call_log:
                     kernel = timing.marking(self.kernel, marks)
-                result = timing.run_window(self.window, kernel, inputs, copy_out, self.flush is not None,
-                                           self.flush if timed else None, self.watch, threads.snapshot, closed)
+                gate = timing.Gate(self.flags.ptr, req.seq) if timed and cuda and self.flags is not None else None
+                result = timing.run_window(self.window, kernel, inputs, copy_out, cuda, None,
+                                           self.watch if timed else None, gate)
+                if timed:
+                    self.send(P.to_dict(P.Closed(result.elapsed_ns)))
                 if marks:
                     print(timing.per_call_line(self.window, marks, req.n[0], req.k[0]), file=sys.stderr, flush=True)
                 table, kernel_ns = "", None
         except BaseException as exc:  # noqa: BLE001 - the submission's exception is the case's result
             self._report(exc)
             return
-        before, after = result.before or before, result.after or threads.snapshot()
         found = self.window.cleared()
         hooks = tuple(h for h in found if not h.endswith(_REFUSED))
         refused = tuple(h[:-len(_REFUSED)] for h in found if h.endswith(_REFUSED))
         outputs = result.outputs
         containers = tuple(_container(o) for o in outputs)
         metas = tuple(tuple(_meta(x) for x in o) if type(o) is _list else () for o in outputs)
-        end = threads.snapshot()
-        used = []
-        if req.watch:
-            used = threads.merged(threads.foreign_cpu(self.last, before, self.trusted)
-                                  + threads.foreign_cpu(after, end, self.trusted))
         reply = P.RunReply(
-            result.elapsed_ns if req.kind == "time" else 0.0, len(inputs), containers, metas,
-            tuple(tuple(c) for c in copied), result.late_streams, result.changed,
-            tuple(P.ThreadUse(f.name, f.tid or 0, f.cpu_ns) for f in used), hooks, refused,
-            tuple(_torch_modes()), tuple(timing.guard_report()), tuple(tampered()), kernel_ns, table)
+            result.elapsed_ns if timed else 0.0, len(inputs), containers, metas,
+            tuple(tuple(c) for c in copied), result.late_streams, hooks if req.watch else (), refused,
+            tuple(_torch_modes()), tuple(timing.guard_report()), kernel_ns, table)
         self.send(P.to_dict(reply))
         del outputs, result
         self.window.release()
-        self.trusted, self.profiler_threads = self.trusted | self.profiler_threads, frozenset()
-        self.last = threads.snapshot()
 
-    def _inputs(self, nbytes: int) -> torch.Tensor:
-        """The device inputs in the worker's own memory: on a GPU the shared buffer is copied first, because
-        kernels read memory mapped through CUDA IPC more slowly (H200: 180 against 151 us per call on
-        g8_n4096_k7168, benchmarks/prepare_probe.py). The copy happens before the L2 flush, outside the window."""
-        shared = self.buffers["device"].tensor
-        if self.device.type != "cuda":
-            return shared
-        if self.private is None or self.private.numel() < nbytes:
-            self.private = None
-            self.private = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
-        self.private[:nbytes].copy_(shared[:nbytes])
-        return self.private
-
-    def _copier(self, layout: Layout, views: Views, scratch: Views, copied: list[list[bool]]):
-        """``copy_out(outputs, into_scratch)`` for run_window: the plain fp16 [M, N, 1] tensors on our device
-        that each call returned go to the output buffer (or the scratch buffer); returns the 1-based calls whose
-        scratch copy differs from the output buffer's."""
+    def _copier(self, layout: Layout, views: Views, copied: list[list[bool]]):
+        """``copy_out(outputs)`` for run_window: the plain fp16 [M, N, 1] tensors on our device that each call
+        returned go to the output buffer; ``copied`` records which."""
         expect = [(g.m, g.n, 1) for g in layout.groups]
 
-        def pairs(outputs, target: Views):
+        def copy_out(outputs):
             dst, src = [], []
             for j, out in enumerate(outputs):
                 if type(out) is not _list or len(out) != len(expect):
@@ -237,36 +242,22 @@ class Worker:
                 for g, o in enumerate(out):
                     if (type(o) is _Tensor and o.dtype == _f16 and tuple(o.shape) == expect[g]
                             and o.device == self.device):
-                        dst.append(target.out[g][j])
+                        dst.append(views.out[g][j])
                         src.append(o)
                         copied[j][g] = True
-            return dst, src
-
-        def copy_out(outputs, into_scratch: bool):
-            dst, src = pairs(outputs, scratch if into_scratch else views)
             if dst:
                 _foreach_copy(dst, src)
-            if not into_scratch:
-                return ()
-            n = layout.output_bytes
-            if _equal(self.scratch[:n], self.buffers["output"].tensor[:n]):
-                return ()
-            return tuple(j + 1 for j in range(layout.calls)
-                         if not all(_equal(scratch.out[g][j], views.out[g][j])
-                                    for g in range(len(expect)) if copied[j][g]))
 
         return copy_out
 
     def start_profiler(self) -> None:
         """One empty pass of the profiler: CUPTI's start-up (5-8 s on an H200 host, however the profiler is
         driven; benchmarks/cupti_cost.py). Runs before the submission is imported, so every thread born here is
-        ours and joins the trusted set (a kernel-time pass later trusts only the threads born while its own
-        profiler starts and stops, a window of milliseconds once CUPTI is up)."""
+        born before the parent takes the worker's trusted threads (harness.parent.watch)."""
         import warnings
 
         from torch.profiler import ProfilerActivity, profile
 
-        ours = set(threads.snapshot().threads)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # "Profiler clears events at the end of each cycle": none kept
@@ -275,7 +266,6 @@ class Worker:
         except Exception as exc:  # noqa: BLE001 - only a head start: the first pass starts it up (and reports)
             print(f"fp4bench worker: the profiler did not start up at load ({type(exc).__name__}: {exc}); the "
                   f"first kernel-time pass starts it", file=sys.stderr, flush=True)
-        self.trusted = self.trusted | (set(threads.snapshot().threads) - ours)
 
     def _profile(self, inputs, copy_out, table: bool = True):
         """The calls once under torch.profiler (CPU and CUDA activity): (Window, the profiler's table or "",
@@ -288,22 +278,17 @@ class Worker:
         if cuda:
             torch.cuda.synchronize()
             self.flush()
-        # The profiler starts threads of its own (CUPTI, Kineto) on entry and exit: those join the trusted set;
-        # a thread born while the calls run does not. Only the calls are profiled; the copies come after.
-        ours = set(threads.snapshot().threads)
+        # Only the calls are profiled; the copies come after.
         prof = profile(activities=acts)
         prof.__enter__()
-        entered = set(threads.snapshot().threads)
         try:
             outputs = self.window.run_calls(self.kernel, inputs, torch.cuda.current_stream().cuda_stream
                                             if cuda else None)
             if cuda:
                 torch.cuda.synchronize()
         finally:
-            called = set(threads.snapshot().threads)
             prof.__exit__(None, None, None)
-            self.profiler_threads = frozenset((entered - ours) | (set(threads.snapshot().threads) - called))
-        copy_out(outputs, False)
+        copy_out(outputs)
         if cuda:
             torch.cuda.synchronize()
         result = timing.Window(0.0, outputs)
@@ -328,19 +313,9 @@ class Worker:
             os._exit(P.ExitCode.CUDA_FAILURE)
 
 
-def _measurement_objects(worker: Worker) -> dict:
-    """Everything the measurement depends on, by name: timing's globals, the worker's and the L2 flush's
-    attributes, and the code of the timing functions. Compared by identity after every request."""
-    objects = {f"harness.worker.timing.{k}": v for k, v in vars(timing).items() if not k.startswith("__")}
-    objects.update({f"worker.{k}": v for k, v in vars(worker).items()
-                    if k not in ("buffers", "scratch", "private", "last", "profiler_threads")})
-    if worker.flush is not None:
-        objects.update({f"L2Flush.{k}": v for k, v in vars(worker.flush).items()})
-    for fn in (timing.run_window, timing.L2Flush.__call__, timing.StreamWatch.mark_pending, timing.StreamWatch.late,
-               Worker.run, Worker._copier, Worker._report, Writer.send, threads.snapshot, threads.foreign_cpu,
-               threads.merged):
-        objects[f"{fn.__qualname__}.__code__"] = fn.__code__
-    return objects
+def _nothing(*_args):
+    """The calibration window's kernel and copy: nothing at all."""
+    return None
 
 
 def _spin_until_readable(fd: int, limit_s: float) -> None:
@@ -357,7 +332,6 @@ def main() -> None:
     except native.NativeUnavailable as exc:
         window = native.PythonWindow(str(exc))
     window.arm()
-    key = bytes.fromhex(window.read_line(0).decode().strip())
     fd = int(os.environ.pop("FP4BENCH_RESULT_FD"))
     sock_fd = os.environ.pop("FP4BENCH_FD_SOCKET", None)
     fd_sock = socket.socket(fileno=int(sock_fd)) if sock_fd else None
@@ -365,12 +339,7 @@ def main() -> None:
         # Descriptors only come in: a submission writing to this socket gets EPIPE instead of filling a buffer
         # nobody reads and blocking the worker (fd_writer.py hung benchmark runs that way).
         fd_sock.shutdown(socket.SHUT_WR)
-    worker = Worker(Writer(fd, key), window, fd_sock)
-    snapshot = _measurement_objects(worker)  # before any submission code runs, import included
-
-    def tampered() -> list[str]:
-        now = _measurement_objects(worker)
-        return sorted(k for k in snapshot.keys() | now.keys() if snapshot.get(k) is not now.get(k))
+    worker = Worker(Writer(fd), window, fd_sock)
 
     spin_s = float(os.environ.get("FP4BENCH_SPIN_WAIT_MS", "0")) / 1e3
     while True:
@@ -380,18 +349,16 @@ def main() -> None:
         if not line:
             return
         try:
-            req = P.decode(line, (P.Load, P.Map, P.Run, P.Exit))
+            req = P.decode(line, (P.Calibrate, P.Load, P.Map, P.Run, P.Exit))
         except P.ProtocolError as exc:
             worker.send(P.to_dict(P.Failed("protocol", "ProtocolError", str(exc))))
             continue
         if isinstance(req, P.Exit):
             return
-        if isinstance(req, P.Load):
-            if req.profiler and worker.device.type == "cuda":
-                worker.start_profiler()
-                snapshot["worker.trusted"] = worker.trusted  # its threads, taken before any submission code runs
+        if isinstance(req, P.Calibrate):
+            worker.calibrate(req)
+        elif isinstance(req, P.Load):
             worker.load(req)
-            snapshot["worker.kernel"] = worker.kernel
         elif isinstance(req, P.Map):
             try:
                 worker.map(req)
@@ -399,10 +366,9 @@ def main() -> None:
                 worker.send(P.to_dict(_failed("map", exc)))
         else:
             try:
-                worker.run(req, tampered)
+                worker.run(req)
             except P.ProtocolError as exc:
                 worker.send(P.to_dict(P.Failed("protocol", "ProtocolError", str(exc))))
-            snapshot["worker.trusted"] = worker.trusted  # grows after a profiler pass (its own threads)
 
 
 if __name__ == "__main__":

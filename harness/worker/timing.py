@@ -154,50 +154,64 @@ class StreamWatch:
 @dataclass(frozen=True)
 class Window:
     """One pass over a sample's inputs: ``elapsed_ns`` between the start and end marks (all calls), the returned
-    ``outputs`` in call order, ``late_streams`` (pool streams whose queued work finished after the end mark) and
-    ``changed`` (1-based calls whose copied outputs differ from the same outputs read after every stream
-    finished: work outside the window)."""
+    ``outputs`` in call order, ``late_streams`` (pool streams whose queued work finished after the end mark)."""
 
     elapsed_ns: float
     outputs: list
     late_streams: int = 0
-    changed: tuple[int, ...] = ()
-    before: object = None   # snapshot() right before the start mark
-    after: object = None    # snapshot() right after the end mark
+
+
+class Gate:
+    """The worker's half of the parent's bracket on a CUDA stream (harness.parent.bracket): ``open`` queues the
+    write of ``ready`` and a wait until the parent writes ``go`` (after its L2 clear and its fix of the inputs);
+    ``calls_done`` and ``copied`` queue the writes of ``end_calls`` and ``end_copy``. ``flags_ptr``: the device
+    address of the parent's flag words as mapped here; ``seq``: the request's number."""
+
+    def __init__(self, flags_ptr: int, seq: int):
+        from harness import buffers
+        self._buffers, self.ptr, self.seq = buffers, flags_ptr, seq
+
+    def open(self, stream: int) -> None:
+        b = self._buffers
+        b.stream_write_flag(stream, self.ptr, b.READY, self.seq)
+        b.stream_wait_flag(stream, self.ptr, b.GO, self.seq)
+
+    def calls_done(self, stream: int) -> None:
+        self._buffers.stream_write_flag(stream, self.ptr, self._buffers.END_CALLS, self.seq)
+
+    def copied(self, stream: int) -> None:
+        self._buffers.stream_write_flag(stream, self.ptr, self._buffers.END_COPY, self.seq)
 
 
 def run_window(window, kernel, inputs: list, copy_out, cuda: bool, flush: L2Flush | None = None,
-               watch: StreamWatch | None = None, snapshot=lambda: None, closed=None) -> Window:
+               watch: StreamWatch | None = None, gate: Gate | None = None) -> Window:
     """Run ``kernel`` on every input back to back between the marks ``window`` (the native guard, or its Python
-    fallback) holds; L2 flushed first on CUDA. ``copy_out(outputs, into_scratch)`` copies what each call returned
-    to the output buffer (right after the end mark, on the same stream: the state at the end of the window) and,
-    after every stream has finished, to a scratch buffer; it returns the calls whose two copies differ.
-    ``flush``: clear the L2 first (timed samples); ``watch``: look for work left on other streams; ``snapshot``
-    (the threads' CPU clocks) is taken before the device sync and the flush, and right after the end mark, so
-    only the flush's launch and the calls lie between them (taking it after the flush let the GPU finish the
-    flush and idle before the start mark, exposing the first call's host path, which the official loop hides).
-    ``closed()`` (optional) runs once the window's work is done and judged for late streams, before the scratch
-    copy: the device is free again.
+    fallback) holds, then ``copy_out(outputs)`` (what each call returned, to the parent's output buffer, on the same
+    stream). ``flush``: clear the L2 first (untimed passes; a timed sample's clear is the parent's, inside its
+    bracket); ``watch``: look for work left on other streams; ``gate``: the bracket's flags around the window
+    (CUDA timed samples: ``ready``/``go`` before the start mark, ``end_calls`` after the end mark, ``end_copy``
+    after the copy). Returns once the device is idle.
 
     Raises whatever a call raised (the marks are closed first)."""
-    before = snapshot()
     if cuda:
         _device_sync()
     if flush is not None:
         flush()
     stream = _current_stream().cuda_stream if cuda else None
+    if gate is not None:
+        gate.open(stream)
     outputs = window.run_calls(kernel, inputs, stream)
     marks = watch.mark_pending() if watch is not None else []  # first: a side stream's tail must still be queued
-    after = snapshot()
-    copy_out(outputs, False)
+    if gate is not None:
+        gate.calls_done(stream)
+    copy_out(outputs)
+    if gate is not None:
+        gate.copied(stream)
     if cuda:
         _device_sync()
     elapsed = window.elapsed_ns()
     late = watch.late(marks, window, elapsed) if watch is not None else 0
-    if closed is not None:
-        closed()
-    changed = copy_out(outputs, True) if cuda else ()
-    return Window(elapsed, outputs, late, tuple(changed), before, after)
+    return Window(elapsed, outputs, late)
 
 
 def marking(kernel, marks: list):

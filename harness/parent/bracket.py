@@ -1,0 +1,211 @@
+"""The parent's own measurement of every timed sample: a bracket around the worker's window, taken where the
+submission cannot write.
+
+The worker's window (its start and end marks, the figure the official loop reports) is a claim: the submission can
+rewrite anything in the worker's process. The parent checks it against a bracket of its own:
+
+- The inputs the worker maps hold a few secret wrong bytes (harness.parent.samples: canaries) until the parent
+  fixes them, inside the bracket. Work on the inputs before the bracket opens computes wrong outputs.
+- CUDA: everything is queued on the parent's own stream before the request is sent, ordered against the worker's
+  stream through flag words in the parent's memory (harness.buffers: cuStreamWaitValue32 / cuStreamWriteValue32):
+  wait until the worker writes ``ready`` -> T0 -> the L2 clear -> the fix of the inputs -> Tg -> write ``go`` ->
+  wait for ``end_calls`` -> T1 -> wait for ``end_copy`` -> T2 -> a copy of the output buffer into the parent's own
+  memory, chunks in a secret order -> T3. The bracket is T2 - Tg: the worker's window, its copy of the outputs and
+  the crossings between the two CUDA contexts. A worker that signals early is judged on outputs read at that point.
+- CPU: the parent's monotonic clock: the fix of the inputs -> tg -> the request -> the worker's ``Closed`` (its
+  outputs already in the output buffer) -> t1 and the copy of the outputs.
+
+Before the submission is imported the parent runs empty windows through the same protocol (``calibrate``): their
+bracket minus their window is the honest gap (CUDA: two context switches, about 0.3 ms on an H200; CPU: a pipe
+round trip). A timed sample's claim is accepted when bracket - window <= gap + twice the parent's own copy of the
+outputs + a tolerance (``Margin``); a sample past it is a strike, and a case fails once its strikes are both at
+least ``STRIKES`` and at least ``STRIKE_SHARE`` of its timed samples (an honest sample's bracket can catch a rare
+scheduling hiccup; a forged time fails every sample).
+"""
+from __future__ import annotations
+
+import secrets
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+from harness import buffers as B
+from harness.buffers import SharedBuffer
+from harness.protocol import NO_BUFFER, BufferRef
+
+#: Empty windows measured before the import (the first is dropped: it pays one-off costs).
+CALIBRATION_WINDOWS = 9
+#: Tolerance beyond the calibrated gap (ns, per sample) and relative to the window: CUDA, CPU.
+TOLERANCE_NS = {"cuda": 30_000.0, "cpu": 3_000_000.0}
+TOLERANCE_REL = {"cuda": 0.03, "cpu": 0.25}
+#: A case fails once it has at least this many strikes, and they are at least this share of its timed samples.
+STRIKES, STRIKE_SHARE = 3, 0.05
+#: How long the parent waits for its queued bracket to finish once the worker says its window closed (s).
+SIGNAL_GRACE_S = 2.0
+
+
+@dataclass(frozen=True)
+class Margin:
+    """What an honest worker's window may fall short of the parent's bracket: ``gap_ns`` (the largest calibrated
+    gap), ``tolerance_ns`` and ``rel`` (of the window); the copy allowance is per sample (``allowed_ns``)."""
+
+    gap_ns: float
+    tolerance_ns: float
+    rel: float
+    windows: int
+
+    def allowed_ns(self, window_ns: float, snapshot_ns: float) -> float:
+        """The largest honest bracket - window (ns) for a window of ``window_ns`` whose outputs the parent copied
+        in ``snapshot_ns``."""
+        return self.gap_ns + 2 * snapshot_ns + self.tolerance_ns + self.rel * window_ns
+
+    def describe(self) -> str:
+        """One line for the run's notes."""
+        return (f"time bracket: the worker's window is accepted when the parent's bracket exceeds it by at most "
+                f"{self.gap_ns / 1e3:.0f} us (honest gap, largest of {self.windows} empty windows before the "
+                f"import) + twice the parent's copy of the outputs + {self.tolerance_ns / 1e3:.0f} us + "
+                f"{self.rel:.0%} of the window")
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The parent's bracket of one sample (ns): ``bracket_ns`` (the fix of the inputs to the outputs in place),
+    ``snapshot_ns`` (the parent's copy of the outputs), ``signalled`` (False: the worker never signalled the end,
+    and the parent ended its own wait)."""
+
+    bracket_ns: float
+    snapshot_ns: float
+    signalled: bool = True
+
+
+class Bracket:
+    """The parent's bracket on ``device`` (one per worker session; the flag words outlive workers)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.seq = 0
+        self.margin: Margin | None = None
+        self.strikes: dict[object, int] = {}
+        self.judged: dict[object, int] = {}
+        self._ended_by_parent = False
+        self._t: dict[str, float] = {}
+        if self.cuda:
+            from harness.worker.timing import L2Flush  # the official clear, sized from the device
+            self.flags = SharedBuffer(4 * B.FLAG_WORDS, device)
+            self.flags.tensor.zero_()
+            self.stream = torch.cuda.Stream(device)    # torch's pool streams are non-blocking
+            self.spare = torch.cuda.Stream(device)     # ends a wait the worker never ended
+            self.clear = L2Flush(device)
+            self.events = {k: torch.cuda.Event(enable_timing=True) for k in ("t0", "tg", "t1", "t2", "t3")}
+            torch.cuda.synchronize(device)
+
+    def flags_ref(self) -> BufferRef:
+        return self.flags.ref() if self.cuda else NO_BUFFER
+
+    def open(self, fix=None, snapshot=None) -> int:
+        """Open the bracket for the next request and return its ``seq``. ``fix()`` writes the true input bytes
+        (queued on the parent's stream on CUDA), ``snapshot()`` copies the output buffer into the parent's memory
+        (CUDA: queued after ``end_copy``; CPU: run by ``closed``)."""
+        self.seq += 1
+        self._snapshot, self._ended_by_parent = snapshot, False
+        if not self.cuda:
+            if fix is not None:
+                fix()
+            self._t = {"tg": time.monotonic_ns()}
+            return self.seq
+        s, ev, ptr = self.stream, self.events, self.flags.ptr
+        h = s.cuda_stream
+        with torch.cuda.stream(s):
+            B.stream_wait_flag(h, ptr, B.READY, self.seq)
+            ev["t0"].record(s)
+            self.clear()
+            if fix is not None:
+                fix()
+            ev["tg"].record(s)
+            B.stream_write_flag(h, ptr, B.GO, self.seq)
+            B.stream_wait_flag(h, ptr, B.END_CALLS, self.seq)
+            ev["t1"].record(s)
+            B.stream_wait_flag(h, ptr, B.END_COPY, self.seq)
+            ev["t2"].record(s)
+            if snapshot is not None:
+                snapshot()
+            ev["t3"].record(s)
+        return self.seq
+
+    def closed(self) -> None:
+        """The worker says its window closed: CPU, take the end mark and the outputs now; CUDA, make sure the
+        parent's queued bracket can finish (after SIGNAL_GRACE_S, the parent writes the flags itself)."""
+        if not self.cuda:
+            self._t["t1"] = time.monotonic_ns()
+            if self._snapshot is not None:
+                self._snapshot()
+            self._t["t3"] = time.monotonic_ns()
+            return
+        self.settle(SIGNAL_GRACE_S)
+
+    def settle(self, grace_s: float = 0.0) -> None:
+        """Wait up to ``grace_s`` for the parent's queued bracket; then end its waits itself (a worker that died,
+        failed or never signalled), so nothing on the parent's stream blocks. Idempotent."""
+        if not self.cuda:
+            return
+        end = time.monotonic() + grace_s
+        while not self.events["t3"].query():
+            if time.monotonic() >= end:
+                with torch.cuda.stream(self.spare):
+                    for word in range(B.FLAG_WORDS):
+                        B.stream_write_flag(self.spare.cuda_stream, self.flags.ptr, word, self.seq)
+                self._ended_by_parent = True
+                break
+            time.sleep(0.0002)
+        self.events["t3"].synchronize()
+
+    def measured(self) -> Measured:
+        """The last bracket (after ``closed``)."""
+        if not self.cuda:
+            t = self._t
+            return Measured(float(t["t1"] - t["tg"]), float(t["t3"] - t["t1"]))
+        ev = self.events
+        return Measured(ev["tg"].elapsed_time(ev["t2"]) * 1e6, ev["t2"].elapsed_time(ev["t3"]) * 1e6,
+                        not self._ended_by_parent)
+
+    def calibrate(self, gaps_ns: list[float]) -> Margin:
+        """The margin from the empty windows' gaps (bracket - window, ns; the first dropped)."""
+        kept = gaps_ns[1:] or gaps_ns
+        kind = "cuda" if self.cuda else "cpu"
+        spread = statistics.pstdev(kept) if len(kept) > 1 else 0.0
+        self.margin = Margin(max(kept), max(TOLERANCE_NS[kind], 3 * spread), TOLERANCE_REL[kind], len(kept))
+        return self.margin
+
+    def judge(self, key, window_ns: float, measured: Measured) -> tuple[bool, str]:
+        """Judge one timed sample of case ``key``: the worker's ``window_ns`` against ``measured``. Returns (fail
+        the case now, the sentence); a strike fails only once the case's strikes reach max(STRIKES, STRIKE_SHARE
+        of its samples judged so far)."""
+        if not measured.signalled:
+            return True, ("the worker never signalled the end of its window (its stream did not write the bracket's "
+                          "end flags); the parent ended its own wait")
+        if self.margin is None:
+            return False, ""
+        judged = self.judged[key] = self.judged.get(key, 0) + 1
+        allowed = self.margin.allowed_ns(window_ns, measured.snapshot_ns)
+        excess = measured.bracket_ns - window_ns
+        if excess <= allowed:
+            return False, ""
+        strikes = self.strikes[key] = self.strikes.get(key, 0) + 1
+        return strikes >= max(STRIKES, STRIKE_SHARE * judged), (
+            f"the time the worker reported disagrees with the parent's bracket: window {window_ns / 1e3:.1f} us, "
+            f"bracket {measured.bracket_ns / 1e3:.1f} us, more than the {allowed / 1e3:.1f} us an honest worker "
+            f"leaves ({strikes} sample(s) so far); work was done outside the reported window or the time was forged")
+
+    def close(self) -> None:
+        if self.cuda:
+            self.settle()
+            self.flags.close()
+
+
+def secret_generator(device: torch.device) -> torch.Generator:
+    """A generator seeded from the OS's randomness (the canaries' places and values: nothing the worker can
+    derive from the run's seeds)."""
+    return torch.Generator(device=device).manual_seed(secrets.randbits(63))
