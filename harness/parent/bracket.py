@@ -39,9 +39,10 @@ from harness.protocol import NO_BUFFER, BufferRef
 CALIBRATION_WINDOWS = 9
 #: Tolerance beyond the calibrated gap (ns, per sample) and relative to the window: CUDA, CPU.
 TOLERANCE_NS = {"cuda": 30_000.0, "cpu": 3_000_000.0}
-TOLERANCE_REL = {"cuda": 0.03, "cpu": 0.25}
-#: A case fails once it has at least this many strikes, and they are at least this share of its timed samples.
-STRIKES, STRIKE_SHARE = 3, 0.05
+TOLERANCE_REL = {"cuda": 0.03, "cpu": 0.5}
+#: A case fails once it has at least this many strikes, and they are at least this share of its timed samples
+#: (a CPU's bracket holds the scheduler's pauses of a busy host; a forged time strikes every sample).
+STRIKES, STRIKE_SHARE = 3, {"cuda": 0.05, "cpu": 0.25}
 #: How long the parent waits for its queued bracket to finish once the worker says its window closed (s).
 SIGNAL_GRACE_S = 2.0
 
@@ -194,7 +195,7 @@ class Bracket:
         if excess <= allowed:
             return False, ""
         strikes = self.strikes[key] = self.strikes.get(key, 0) + 1
-        return strikes >= max(STRIKES, STRIKE_SHARE * judged), (
+        return strikes >= max(STRIKES, STRIKE_SHARE["cuda" if self.cuda else "cpu"] * judged), (
             f"the time the worker reported disagrees with the parent's bracket: window {window_ns / 1e3:.1f} us, "
             f"bracket {measured.bracket_ns / 1e3:.1f} us, more than the {allowed / 1e3:.1f} us an honest worker "
             f"leaves ({strikes} sample(s) so far); work was done outside the reported window or the time was forged")
