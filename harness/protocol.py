@@ -63,7 +63,8 @@ NO_BUFFER = BufferRef("none", 0)
 @dataclass(frozen=True)
 class Calibrate:
     """Before ``Load``: one empty window through the whole bracket protocol (``seq`` as in ``Run``), so the parent
-    measures the gap an honest worker leaves between its window and the parent's bracket. ``flags``: the parent's
+    measures the gap an honest worker leaves between its window and the parent's bracket (``seq`` 0: no bracket, the
+    first request, answered once the worker is up). ``flags``: the parent's
     flag words (CUDA; mapped on the first request and kept); ``profiler``: start the CUDA profiler (CUPTI) up
     first, so its threads are born before any submission code runs (its start-up, 5-8 s on an H200 host, is not
     paid in the first kernel-time pass)."""

@@ -145,8 +145,8 @@ def test_start_calibrates_then_load_sends_load_and_waits_for_its_reply(monkeypat
         s.load()
         s.start()
         s.load()
-        assert [type(m).__name__ for m in sent] == ["Calibrate"] * (CALIBRATION_WINDOWS - 1) + ["Load"]
-        assert received == [(P.Closed,)] * CALIBRATION_WINDOWS + [(P.Loaded, P.Failed)] and s._loading is None
+        assert [type(m).__name__ for m in sent] == ["Calibrate"] * CALIBRATION_WINDOWS + ["Load"]
+        assert received == [(P.Closed,)] * (CALIBRATION_WINDOWS + 1) + [(P.Loaded, P.Failed)] and s._loading is None
         assert s.bracket.margin is not None and s.bracket.margin.windows == CALIBRATION_WINDOWS - 1
     finally:
         s.release()

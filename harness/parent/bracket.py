@@ -119,10 +119,11 @@ class Bracket:
             return self.seq
         s, ev, ptr = self.stream, self.events, self.flags.ptr
         h = s.cuda_stream
+        self.clear.drop_persisting()  # before any wait is queued: these driver calls may wait for the context
         with torch.cuda.stream(s):
             B.stream_wait_flag(h, ptr, B.READY, self.seq)
             ev["t0"].record(s)
-            self.clear()
+            self.clear.zero()
             if fix is not None:
                 fix()
             ev["tg"].record(s)

@@ -85,7 +85,7 @@ class Session:
         self.first_call = True
         self._mapped, self._since = -1, None
         self._gaps: list[float] = []
-        self._calibrate(profiler=self.profiler)
+        self.proc.send(P.Calibrate(0, self.bracket.flags_ref(), self.profiler))  # no bracket: nothing waits on it
         self._loading = time.monotonic()
 
     def _calibrate(self, profiler: bool = False) -> None:
@@ -109,8 +109,8 @@ class Session:
         self.start()
         if self._loading is None:
             return
-        self._calibrated(max(self.settings.import_s - (time.monotonic() - self._loading), 0.001))
-        for _ in range(CALIBRATION_WINDOWS - 1):
+        self._receive(max(self.settings.import_s - (time.monotonic() - self._loading), 0.001), (P.Closed,))
+        for _ in range(CALIBRATION_WINDOWS):
             self._calibrate()
             self._calibrated(self.settings.call_s)
         self.bracket.calibrate(self._gaps)

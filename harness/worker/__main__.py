@@ -174,7 +174,7 @@ class Worker:
         if req.profiler and cuda and not self.profiler_started:
             self.start_profiler()
             self.profiler_started = True
-        gate = timing.Gate(self.flags.ptr, req.seq) if cuda and self.flags is not None else None
+        gate = timing.Gate(self.flags.ptr, req.seq) if cuda and self.flags is not None and req.seq > 0 else None
         result = timing.run_window(self.window, _nothing, [], _nothing, cuda, gate=gate)
         self.send(P.to_dict(P.Closed(result.elapsed_ns)))
         self.window.cleared()

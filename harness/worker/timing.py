@@ -108,10 +108,19 @@ class L2Flush:
                 self._reset = lib.cuCtxResetPersistingL2Cache
 
     def __call__(self) -> None:
+        self.drop_persisting()
+        self.zero()
+
+    def drop_persisting(self) -> None:
+        """The persisting-L2 limit to 0 and the persisting lines reset (each a driver call that may wait for the
+        whole context: never while the context has a stream waiting on another process)."""
         if self._set_limit is not None:
             self._set_limit(_CU_LIMIT_PERSISTING_L2, 0)
         if self._reset is not None:
             self._reset()
+
+    def zero(self) -> None:
+        """Zero the buffer on the current stream."""
         _zero_(self._buf)
 
 
