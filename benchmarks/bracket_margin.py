@@ -45,9 +45,10 @@ def main() -> int:
     real = bracket_mod.Bracket.judge
 
     def judge(self, key, window_ns, measured):
-        allowed = self.margin.allowed_ns(window_ns, measured.snapshot_ns) if self.margin else float("nan")
+        allowed = self.margin.allowed_ns(window_ns) if self.margin else float("nan")
         seen.append({"case": key.name or str(key.n[0]), "window_ns": window_ns,
-                     "bracket_ns": measured.bracket_ns, "snapshot_ns": measured.snapshot_ns, "allowed_ns": allowed,
+                     "bracket_ns": measured.bracket_ns, "snapshot_ns": measured.snapshot_ns, "copy_ns": measured.copy_ns,
+                     "allowed_ns": allowed,
                      "gap_ns": self.margin.gap_ns if self.margin else None})
         real(self, key, window_ns, measured)
         return False, ""  # record every sample: the case never fails on the bracket here
@@ -66,6 +67,7 @@ def main() -> int:
                "gap_us": mine[0]["gap_ns"] / 1e3 if mine and mine[0]["gap_ns"] else None,
                **_quantiles([(s["bracket_ns"] - s["window_ns"]) / 1e3 for s in mine], "excess"),
                **_quantiles([s["snapshot_ns"] / 1e3 for s in mine], "snapshot"),
+               **_quantiles([s["copy_ns"] / 1e3 for s in mine], "copy"),
                "share_of_allowance_max": max(used) if used else None, "samples": len(mine)}
         out["cases"].append(row)
         print(json.dumps(row), flush=True)

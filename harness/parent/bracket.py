@@ -9,18 +9,20 @@ rewrite anything in the worker's process. The parent checks it against a bracket
 - CUDA: everything is queued on the parent's own stream before the request is sent, ordered against the worker's
   stream through flag words in the parent's memory (harness.buffers: cuStreamWaitValue32 / cuStreamWriteValue32):
   wait until the worker writes ``ready`` -> T0 -> the L2 clear -> the fix of the inputs -> Tg -> write ``go`` ->
-  wait for ``end_calls`` -> T1 -> wait for ``end_copy`` -> T2 -> a copy of the output buffer into the parent's own
-  memory, chunks in a secret order -> T3. The bracket is T2 - Tg: the worker's window, its copy of the outputs and
-  the crossings between the two CUDA contexts. A worker that signals early is judged on outputs read at that point.
+  wait for ``end_calls`` (the worker writes it right behind its end mark) -> T1 -> wait for ``end_copy`` -> T2 -> a
+  copy of the output buffer into the parent's own memory, chunks in a secret order -> T3. Two checks: the calls
+  phase, T1 - Tg against the worker's window (the window plus two crossings between the CUDA contexts); and the
+  copy phase, T2 - T1, the worker's copy of its outputs, against the parent's own copy of the same bytes (T3 - T2).
+  A worker that signals early is judged on outputs read at that point.
 - CPU: the parent's monotonic clock: the fix of the inputs -> tg -> the request -> the worker's ``Closed`` (its
-  outputs already in the output buffer) -> t1 and the copy of the outputs.
+  outputs already in the output buffer) -> t1 and the copy of the outputs; one check, t1 - tg against the window.
 
 Before the submission is imported the parent runs empty windows through the same protocol (``calibrate``): their
 bracket minus their window is the honest gap (CUDA: two context switches, about 0.3 ms on an H200; CPU: a pipe
-round trip). A timed sample's claim is accepted when bracket - window <= gap + twice the parent's own copy of the
-outputs + a tolerance (``Margin``); a sample past it is a strike, and a case fails once its strikes are both at
-least ``STRIKES`` and at least ``STRIKE_SHARE`` of its timed samples (an honest sample's bracket can catch a rare
-scheduling hiccup; a forged time fails every sample).
+round trip). A timed sample is a strike when its calls phase exceeds the window by more than the gap plus a
+tolerance, or its copy phase takes more than COPY_FACTOR times the parent's copy plus COPY_HOST_NS (``Margin``);
+a case fails once its strikes are both at least ``STRIKES`` and at least ``STRIKE_SHARE`` of its timed samples (an
+honest sample's bracket can catch a rare scheduling hiccup; a forged time strikes every sample).
 """
 from __future__ import annotations
 
@@ -37,9 +39,13 @@ from harness.protocol import NO_BUFFER, BufferRef
 
 #: Empty windows measured before the import (the first is dropped: it pays one-off costs).
 CALIBRATION_WINDOWS = 9
-#: Tolerance beyond the calibrated gap (ns, per sample) and relative to the window: CUDA, CPU.
-TOLERANCE_NS = {"cuda": 30_000.0, "cpu": 3_000_000.0}
-TOLERANCE_REL = {"cuda": 0.03, "cpu": 0.5}
+#: Tolerance beyond the calibrated gap (ns, per sample; at least 3 spreads of the calibration) and relative to the
+#: window: CUDA, CPU (a CPU's bracket also holds the worker's copy of the outputs and the scheduler's pauses).
+TOLERANCE_NS = {"cuda": 10_000.0, "cpu": 3_000_000.0}
+TOLERANCE_REL = {"cuda": 0.01, "cpu": 0.5}
+#: CUDA copy phase: the worker's copy of its outputs may take this many times the parent's copy of the same bytes,
+#: plus this much host time (its Python, when the GPU has already caught up with it).
+COPY_FACTOR, COPY_HOST_NS = 2.0, 100_000.0
 #: A case fails once it has at least this many strikes, and they are at least this share of its timed samples
 #: (a CPU's bracket holds the scheduler's pauses of a busy host; a forged time strikes every sample).
 STRIKES, STRIKE_SHARE = 3, {"cuda": 0.05, "cpu": 0.25}
@@ -57,26 +63,35 @@ class Margin:
     rel: float
     windows: int
 
-    def allowed_ns(self, window_ns: float, snapshot_ns: float) -> float:
-        """The largest honest bracket - window (ns) for a window of ``window_ns`` whose outputs the parent copied
-        in ``snapshot_ns``."""
-        return self.gap_ns + 2 * snapshot_ns + self.tolerance_ns + self.rel * window_ns
+    cuda: bool = True
+
+    def allowed_ns(self, window_ns: float) -> float:
+        """The largest honest calls phase - window (ns) for a window of ``window_ns``."""
+        return self.gap_ns + self.tolerance_ns + self.rel * window_ns
+
+    @staticmethod
+    def copy_allowed_ns(snapshot_ns: float) -> float:
+        """The longest honest copy phase (CUDA, ns) for outputs the parent copied in ``snapshot_ns``."""
+        return COPY_FACTOR * snapshot_ns + COPY_HOST_NS
 
     def describe(self) -> str:
         """One line for the run's notes."""
+        copy = (f"; the worker's copy of its outputs within {COPY_FACTOR:g}x the parent's + "
+                f"{COPY_HOST_NS / 1e3:.0f} us" if self.cuda else "")
         return (f"time bracket: the worker's window is accepted when the parent's bracket exceeds it by at most "
                 f"{self.gap_ns / 1e3:.0f} us (honest gap, largest of {self.windows} empty windows before the "
-                f"import) + twice the parent's copy of the outputs + {self.tolerance_ns / 1e3:.0f} us + "
-                f"{self.rel:.0%} of the window")
+                f"import) + {self.tolerance_ns / 1e3:.0f} us + {self.rel:.0%} of the window{copy}")
 
 
 @dataclass(frozen=True)
 class Measured:
-    """The parent's bracket of one sample (ns): ``bracket_ns`` (the fix of the inputs to the outputs in place),
-    ``snapshot_ns`` (the parent's copy of the outputs), ``signalled`` (False: the worker never signalled the end,
-    and the parent ended its own wait)."""
+    """The parent's bracket of one sample (ns): ``bracket_ns`` (the fix of the inputs to the end of the calls:
+    CUDA T1 - Tg; CPU the worker's Closed, its outputs copied), ``copy_ns`` (CUDA: the worker's copy of its
+    outputs, T2 - T1; CPU 0), ``snapshot_ns`` (the parent's copy of the outputs), ``signalled`` (False: the worker
+    never signalled the end, and the parent ended its own wait)."""
 
     bracket_ns: float
+    copy_ns: float
     snapshot_ns: float
     signalled: bool = True
 
@@ -168,17 +183,18 @@ class Bracket:
         """The last bracket (after ``closed``)."""
         if not self.cuda:
             t = self._t
-            return Measured(float(t["t1"] - t["tg"]), float(t["t3"] - t["t1"]))
+            return Measured(float(t["t1"] - t["tg"]), 0.0, float(t["t3"] - t["t1"]))
         ev = self.events
-        return Measured(ev["tg"].elapsed_time(ev["t2"]) * 1e6, ev["t2"].elapsed_time(ev["t3"]) * 1e6,
-                        not self._ended_by_parent)
+        ms = lambda a, b: ev[a].elapsed_time(ev[b]) * 1e6  # noqa: E731
+        return Measured(ms("tg", "t1"), ms("t1", "t2"), ms("t2", "t3"), not self._ended_by_parent)
 
     def calibrate(self, gaps_ns: list[float]) -> Margin:
         """The margin from the empty windows' gaps (bracket - window, ns; the first dropped)."""
         kept = gaps_ns[1:] or gaps_ns
         kind = "cuda" if self.cuda else "cpu"
         spread = statistics.pstdev(kept) if len(kept) > 1 else 0.0
-        self.margin = Margin(max(kept), max(TOLERANCE_NS[kind], 3 * spread), TOLERANCE_REL[kind], len(kept))
+        self.margin = Margin(max(kept), max(TOLERANCE_NS[kind], 3 * spread), TOLERANCE_REL[kind], len(kept),
+                             self.cuda)
         return self.margin
 
     def judge(self, key, window_ns: float, measured: Measured) -> tuple[bool, str]:
@@ -191,15 +207,22 @@ class Bracket:
         if self.margin is None:
             return False, ""
         judged = self.judged[key] = self.judged.get(key, 0) + 1
-        allowed = self.margin.allowed_ns(window_ns, measured.snapshot_ns)
-        excess = measured.bracket_ns - window_ns
-        if excess <= allowed:
+        allowed = self.margin.allowed_ns(window_ns)
+        copy_allowed = self.margin.copy_allowed_ns(measured.snapshot_ns) if self.cuda else float("inf")
+        if measured.bracket_ns - window_ns <= allowed and measured.copy_ns <= copy_allowed:
             return False, ""
         strikes = self.strikes[key] = self.strikes.get(key, 0) + 1
-        return strikes >= max(STRIKES, STRIKE_SHARE["cuda" if self.cuda else "cpu"] * judged), (
-            f"the time the worker reported disagrees with the parent's bracket: window {window_ns / 1e3:.1f} us, "
-            f"bracket {measured.bracket_ns / 1e3:.1f} us, more than the {allowed / 1e3:.1f} us an honest worker "
-            f"leaves ({strikes} sample(s) so far); work was done outside the reported window or the time was forged")
+        fail = strikes >= max(STRIKES, STRIKE_SHARE["cuda" if self.cuda else "cpu"] * judged)
+        if measured.bracket_ns - window_ns > allowed:
+            return fail, (
+                f"the time the worker reported disagrees with the parent's bracket: window {window_ns / 1e3:.1f} "
+                f"us, bracket {measured.bracket_ns / 1e3:.1f} us, more than the {allowed / 1e3:.1f} us an honest "
+                f"worker leaves ({strikes} sample(s) so far); work was done outside the reported window or the time "
+                f"was forged")
+        return fail, (
+            f"the worker's copy of its outputs after its window took {measured.copy_ns / 1e3:.1f} us, more than the "
+            f"{copy_allowed / 1e3:.1f} us the parent's bracket allows for those bytes ({strikes} sample(s) so far); "
+            f"work was done after the reported window")
 
     def close(self) -> None:
         if self.cuda:

@@ -210,9 +210,9 @@ def run_window(window, kernel, inputs: list, copy_out, cuda: bool, flush: L2Flus
     if gate is not None:
         gate.open(stream)
     outputs = window.run_calls(kernel, inputs, stream)
-    marks = watch.mark_pending() if watch is not None else []  # first: a side stream's tail must still be queued
-    if gate is not None:
+    if gate is not None:  # first: the parent's end mark follows this write on the GPU, before any host work here
         gate.calls_done(stream)
+    marks = watch.mark_pending() if watch is not None else []  # a side stream's tail must still be queued
     copy_out(outputs)
     if gate is not None:
         gate.copied(stream)
