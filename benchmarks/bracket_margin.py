@@ -45,7 +45,8 @@ def main() -> int:
     real = bracket_mod.Bracket.judge
 
     def judge(self, key, window_ns, measured):
-        allowed = self.margin.allowed_ns(window_ns) if self.margin else float("nan")
+        allowed = (self.margin.allowed_ns(window_ns, measured.snapshot_ns, measured.copy_ns) if self.margin
+                   else float("nan"))
         seen.append({"case": key.name or str(key.n[0]), "window_ns": window_ns,
                      "bracket_ns": measured.bracket_ns, "snapshot_ns": measured.snapshot_ns, "copy_ns": measured.copy_ns,
                      "allowed_ns": allowed,

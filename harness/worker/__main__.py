@@ -231,17 +231,21 @@ class Worker:
 
     def _copier(self, layout: Layout, views: Views, copied: list[list[bool]]):
         """``copy_out(outputs)`` for run_window: the plain fp16 [M, N, 1] tensors on our device that each call
-        returned go to the output buffer; ``copied`` records which."""
-        expect = [(g.m, g.n, 1) for g in layout.groups]
+        returned go to the output buffer; ``copied`` records which. Its host work runs inside the parent's bracket
+        (between the worker's end flags), so the checks are kept to attribute reads."""
+        expect = [torch.Size((g.m, g.n, 1)) for g in layout.groups]
+        groups = len(expect)
+        where = self.device.index if self.device.type == "cuda" else -1
+        if where is None:
+            where = torch.cuda.current_device()
 
         def copy_out(outputs):
             dst, src = [], []
             for j, out in enumerate(outputs):
-                if type(out) is not _list or len(out) != len(expect):
+                if type(out) is not _list or len(out) != groups:
                     continue
                 for g, o in enumerate(out):
-                    if (type(o) is _Tensor and o.dtype == _f16 and tuple(o.shape) == expect[g]
-                            and o.device == self.device):
+                    if type(o) is _Tensor and o.dtype is _f16 and o.shape == expect[g] and o.get_device() == where:
                         dst.append(views.out[g][j])
                         src.append(o)
                         copied[j][g] = True

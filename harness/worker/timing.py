@@ -212,10 +212,10 @@ def run_window(window, kernel, inputs: list, copy_out, cuda: bool, flush: L2Flus
     outputs = window.run_calls(kernel, inputs, stream)
     if gate is not None:  # first: the parent's end mark follows this write on the GPU, before any host work here
         gate.calls_done(stream)
-    marks = watch.mark_pending() if watch is not None else []  # a side stream's tail must still be queued
     copy_out(outputs)
     if gate is not None:
         gate.copied(stream)
+    marks = watch.mark_pending() if watch is not None else []  # 128 queries: after the copy, outside the bracket
     if cuda:
         _device_sync()
     elapsed = window.elapsed_ns()
