@@ -25,6 +25,7 @@ from harness.parent.registry import (
     FOLDER_RULE,
     RegistryError,
     Variant,
+    link_text,
     read_variant,
     refusal,
     walk_folder,
@@ -72,7 +73,7 @@ def _read(dir_fd: int, name: str, path: Path, variant: Variant, rule: str) -> by
         except OSError:
             st = None
         if st is not None and not stat.S_ISREG(st.st_mode):  # replaced since the folder was listed
-            link = os.readlink(name, dir_fd=dir_fd) if stat.S_ISLNK(st.st_mode) else ""
+            link = link_text(name, dir_fd) if stat.S_ISLNK(st.st_mode) else ""
             raise BundleError(refusal(path, st.st_mode, link, rule)) from None
         raise BundleError(f"cannot read {path} to send it with {variant.name}: {exc.strerror or exc}") from None
     try:
@@ -117,7 +118,7 @@ def _carried(variant: Variant) -> tuple[Path, dict[str, bytes]]:
             if stat.S_ISDIR(st.st_mode):
                 continue  # a folder named *.py: subfolders stay behind
             if not stat.S_ISREG(st.st_mode):
-                link = os.readlink(name, dir_fd=dir_fd) if stat.S_ISLNK(st.st_mode) else ""
+                link = link_text(name, dir_fd) if stat.S_ISLNK(st.st_mode) else ""
                 raise BundleError(refusal(folder / name, st.st_mode, link, LOOSE_RULE))
             contents[name] = _read(dir_fd, name, folder / name, variant, LOOSE_RULE)
     except OSError as exc:

@@ -126,7 +126,8 @@ def refusal(path: Path, mode: int, link: str = "", rule: str = FOLDER_RULE) -> s
     return f"{shown(path)} is {what_it_is(mode, link)}; {rule}"
 
 
-def _link(name: str, dir_fd: int) -> str:
+def link_text(name: str, dir_fd: int) -> str:
+    """What symbolic link ``name`` in the folder open as ``dir_fd`` points to, as written in it ("?" if it is gone)."""
     try:
         return os.readlink(name, dir_fd=dir_fd)
     except OSError:
@@ -162,7 +163,7 @@ def walk_folder(folder: Path, on_file: Callable[[str, int, str], None] | None = 
                     continue
                 except OSError:  # replaced by a link or a file since its stat
                     mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
-                    raise RegistryError(refusal(folder / rel, mode, _link(name, dir_fd))) from None
+                    raise RegistryError(refusal(folder / rel, mode, link_text(name, dir_fd))) from None
                 try:
                     visit(sub, rel + "/")
                 except PermissionError:
@@ -174,7 +175,7 @@ def walk_folder(folder: Path, on_file: Callable[[str, int, str], None] | None = 
                 if on_file is not None:
                     on_file(rel, dir_fd, name)
             else:
-                raise RegistryError(refusal(folder / rel, mode, _link(name, dir_fd)))
+                raise RegistryError(refusal(folder / rel, mode, link_text(name, dir_fd)))
 
     folder = Path(folder)
     try:
