@@ -264,6 +264,20 @@ def test_submission_that_is_not_a_python_file_is_refused(tmp_path):
         113, f"Error: expected a .py file or a variant folder, got {text}\n")
 
 
+@pytest.mark.parametrize("extra", [[], ["--cluster", "local:1"]])
+def test_a_variant_folder_with_a_link_is_refused_before_anything_runs(tmp_path, extra):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "submission.py").write_text("def custom_kernel(data):\n    return data\n")
+    (folder / "data.bin").symlink_to("/etc/passwd")
+    db = tmp_path / "r.sqlite"
+    result = CliRunner().invoke(main, ["run", "--submission", str(folder), "--db", str(db)] + extra)
+    assert (result.exit_code, result.output) == (
+        113, f"Error: {folder}/data.bin is a symbolic link (to /etc/passwd); a variant's folder may hold only regular "
+             f"files and folders\n")
+    assert not db.exists()
+
+
 @pytest.mark.parametrize("folder_is_a_file, message", [
     (False, "Error: --json {p}: expected an existing folder, got {p.parent}, which does not exist\n"),
     (True, "Error: --json {p}: expected a folder, got {p.parent}, which is a file\n"),

@@ -116,3 +116,67 @@ def test_outputs_equal_to_a_non_finite_reference_are_a_harness_error():
     sample.got().copy_(sample.expected())
     assert judge.outputs(sample, reply) is None
     shared.close()
+
+
+# --- messages of any size are cut, head and tail kept ----------------------------------------------------------
+def test_a_one_line_message_keeps_its_head_and_tail_in_exactly_the_cap():
+    from harness.results.record import MESSAGE_CHARS, cut_message
+
+    assert MESSAGE_CHARS == 65536
+    text = "A" * 7_500_000 + "B" * 7_500_000
+    cut = cut_message(text)
+    assert len(cut) == MESSAGE_CHARS
+    assert cut == "A" * 32750 + "\n[... 14934499 characters cut ...]\n" + "B" * 32751
+    assert cut_message(cut) == cut  # at the cap already: kept as it is
+    assert cut_message("short\nmessage") == "short\nmessage"
+
+
+def _traceback_of(size: int) -> tuple[str, str, str]:
+    """A traceback of ``size``-ish characters of 100-character lines, its first and its last line."""
+    first, last = "Traceback (most recent call last):", '  File "k.py", line 3, in custom_kernel'
+    return "\n".join([first] + ["y" * 99] * (size // 100) + [last]), first, last
+
+
+def test_verdicts_on_a_15_mb_exception_are_cut_keeping_first_and_last_lines():
+    from harness.results.record import MESSAGE_CHARS
+
+    tb, first, last = _traceback_of(15_000_000)
+    failed = judge.call_failed(P.Failed("exception", "ValueError", "z" * 15_000_000, tb))
+    assert len(failed.message) <= MESSAGE_CHARS and str(failed) == failed.message
+    assert failed.message.startswith("raised: ValueError: zzz") and failed.message.endswith("\n" + last)
+    assert f"zzz\n{first}\nyyy" in failed.message  # the traceback's head too, not only the exception text's
+    loaded = judge.load_failed(P.Failed("import", "ImportError", "boom", tb), "/x/k.py")
+    head, rest = loaded.message.split("\n[... ")
+    marker, tail = rest.split("\n", 1)
+    assert head.startswith(f"import failed: ImportError: boom\n{first}\n") and tail.endswith("\n" + last)
+    assert marker.endswith(" characters cut ...]")  # N: every character left out, the newlines around included
+    assert int(marker.split()[0]) == len(f"import failed: ImportError: boom\n{tb}") - len(head) - len(tail)
+    assert MESSAGE_CHARS - 200 < len(loaded.message) <= MESSAGE_CHARS  # cut at line ends: whole lines kept
+    died = judge.CaseFailed(Status.CRASH, "the worker process was killed by SIGKILL; last output: " + "o" * 20_000_000)
+    assert len(died.message) == MESSAGE_CHARS and died.verdict.message == died.message
+
+
+def test_a_15_mb_exception_from_a_real_worker_is_stored_cut(tmp_path):
+    """Through the whole path: the worker's Failed reply (under the channel's frame limit), the verdict, the
+    store. The message keeps its first line and the traceback's end."""
+    import sqlite3
+
+    from click.testing import CliRunner
+
+    from harness.cli.commands import main
+    from harness.results.record import MESSAGE_CHARS
+
+    sub = tmp_path / "big" / "k.py"
+    sub.parent.mkdir()
+    sub.write_text("def custom_kernel(data):\n    raise ValueError('first line\\n' + 'x' * 15_000_000 + '\\nlast')\n")
+    db = tmp_path / "r.sqlite"
+    result = CliRunner().invoke(main, ["run", "--submission", str(sub), "--db", str(db), "--timeout", "120",
+                                       "--shapes", "m: [64]; n: [128]; k: [256]; g: 1; seed: 1"])
+    assert result.exit_code == ExitCode.CHECK_FAILED, result.output
+    with sqlite3.connect(db) as conn:
+        status, message, body = conn.execute("SELECT status, message, length(record_json) FROM cases").fetchone()
+    lines = message.splitlines()
+    assert (status, lines[0], lines[-1]) == ("error", "raised: ValueError: first line", "last")
+    # the worker sends the traceback's last 8,000 characters; the exception's text gets the rest of the cap
+    assert [line for line in lines if line.startswith("[... ")] == ["[... 14942536 characters cut ...]"]
+    assert len(message) == MESSAGE_CHARS - 1 and body < 2 * MESSAGE_CHARS  # - 1: the traceback's last newline

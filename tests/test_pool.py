@@ -122,6 +122,78 @@ def test_a_loose_file_travels_with_the_modules_beside_it_and_a_bad_blob_is_refus
     assert not (tmp_path / bundle.id).exists()
 
 
+FOLDER_RULE = "a variant's folder may hold only regular files and folders"
+
+
+def _mine(tmp_path):
+    src = tmp_path / "src" / "mine"
+    (src / "lib").mkdir(parents=True)
+    (src / "submission.py").write_text("from lib.helper import X\n")
+    (src / "lib" / "helper.py").write_text("X = 1\n")
+    return src, read_variant(src / "submission.py")  # read while it holds only regular files
+
+
+def test_pack_refuses_a_link_to_a_file_outside_instead_of_carrying_its_bytes(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not yours\n")
+    src, variant = _mine(tmp_path)
+    (src / "lib" / "data.bin").symlink_to(secret)
+    with pytest.raises(BundleError) as info:
+        pack(variant)
+    assert str(info.value) == f"{src}/lib/data.bin is a symbolic link (to {secret}); {FOLDER_RULE}"
+    (src / "lib" / "data.bin").unlink()
+    (src / "lib" / "outside").symlink_to(tmp_path)  # a link to a folder is refused too, never walked into
+    with pytest.raises(BundleError) as info:
+        pack(variant)
+    assert str(info.value) == f"{src}/lib/outside is a symbolic link (to {tmp_path}); {FOLDER_RULE}"
+
+
+def test_pack_refuses_a_fifo_without_blocking_on_it(tmp_path):
+    src, variant = _mine(tmp_path)
+    os.mkfifo(src / "lib" / "pipe")
+    with pytest.raises(BundleError) as info:
+        pack(variant)
+    assert str(info.value) == f"{src}/lib/pipe is a named pipe (FIFO); {FOLDER_RULE}"
+
+
+def test_a_file_that_turns_into_a_link_after_the_walk_is_still_not_followed(tmp_path):
+    from harness.parent.bundle import _read
+
+    src, variant = _mine(tmp_path)
+    (src / "late.bin").symlink_to("/etc/passwd")  # as if swapped in between the listing and the read
+    fd = os.open(src, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(BundleError) as info:
+            _read(fd, "late.bin", src / "late.bin", variant, FOLDER_RULE)
+    finally:
+        os.close(fd)
+    assert str(info.value) == f"{src}/late.bin is a symbolic link (to /etc/passwd); {FOLDER_RULE}"
+
+
+def test_pack_leaves_dot_files_and_pycache_behind_links_or_not(tmp_path):
+    src, variant = _mine(tmp_path)
+    (src / ".secret").symlink_to("/etc/passwd")
+    (src / "lib" / "__pycache__").symlink_to("/etc")
+    os.mkfifo(src / ".pipe")
+    assert [p for p, _ in pack(variant).files] == ["lib/helper.py", "submission.py"]
+
+
+def test_pack_of_a_loose_file_refuses_a_linked_module_beside_it(tmp_path):
+    folder = tmp_path / "loose"
+    folder.mkdir()
+    (folder / "k.py").write_text("from helper import X\n")
+    (folder / "real.py").write_text("X = 1\n")
+    (folder / "notes.txt").symlink_to("/etc/passwd")  # not a .py file: never carried, so not refused
+    (folder / "pkg.py").mkdir()                         # a folder: subfolders stay behind
+    variant = read_variant(folder / "k.py")
+    assert [p for p, _ in pack(variant).files] == ["k.py", "real.py"]
+    (folder / "helper.py").symlink_to(tmp_path / "elsewhere.py")
+    with pytest.raises(BundleError) as info:
+        pack(variant)
+    assert str(info.value) == (f"{folder}/helper.py is a symbolic link (to {tmp_path}/elsewhere.py); a .py file "
+                               f"beside a submission travels with it and must be a regular file")
+
+
 # --- on a LocalCluster ---------------------------------------------------------------------------------------
 def _without_times(record) -> dict:
     """The record with its times (and what times decide: how many warm-up calls were checked) left out."""

@@ -1,4 +1,7 @@
 """Variants are found and read without importing them; requirements give clear reasons on the wrong machine."""
+import os
+import socket
+
 import pytest
 
 from harness.parent.registry import DeviceFacts, RegistryError, find_variants, parse_requirement, read_variant, resolve
@@ -69,3 +72,97 @@ def test_a_file_that_is_not_python_is_refused_before_import(tmp_path):
     with pytest.raises(RegistryError) as info:
         resolve(str(text))
     assert str(info.value) == f"expected a .py file or a variant folder, got {text}"
+
+
+# --- a variant's folder holds only regular files and folders -------------------------------------------------
+RULE = "a variant's folder may hold only regular files and folders"
+
+
+def _folder(parent, name="mine"):
+    folder = parent / name
+    (folder / "lib").mkdir(parents=True)
+    (folder / "submission.py").write_text("def custom_kernel(data):\n    return data\n")
+    (folder / "lib" / "helper.py").write_text("X = 1\n")
+    return folder
+
+
+def test_a_link_to_a_file_outside_the_folder_is_refused_on_read(tmp_path):
+    folder = _folder(tmp_path)
+    (folder / "data.bin").symlink_to("/etc/passwd")
+    with pytest.raises(RegistryError) as info:
+        read_variant(folder / "submission.py")
+    assert str(info.value) == f"{folder}/data.bin is a symbolic link (to /etc/passwd); {RULE}"
+    with pytest.raises(RegistryError) as info:
+        resolve(str(folder))
+    assert str(info.value) == f"{folder}/data.bin is a symbolic link (to /etc/passwd); {RULE}"
+
+
+def test_inside_the_checkout_the_refusal_names_the_path_from_its_root(tmp_path, monkeypatch):
+    monkeypatch.setattr("harness.parent.registry.ROOT", tmp_path)
+    _folder(tmp_path / "submissions", "x")
+    (tmp_path / "submissions" / "x" / "data.bin").symlink_to("/etc/passwd")
+    with pytest.raises(RegistryError) as info:
+        resolve("x", root=tmp_path / "submissions")
+    assert str(info.value) == ("submissions/x/data.bin is a symbolic link (to /etc/passwd); a variant's folder may "
+                               "hold only regular files and folders")
+
+
+@pytest.mark.parametrize("where, target", [
+    ("lib/up", ".."),                # a folder inside it (a loop)
+    ("lib/etc", "/etc"),             # a folder outside it
+    ("lib/twin.py", "helper.py"),    # a file inside it
+    ("submission.py", "lib/helper.py"),  # the entry itself
+])
+def test_every_link_is_refused_wherever_it_points(tmp_path, where, target):
+    folder = _folder(tmp_path)
+    if where == "submission.py":
+        (folder / "submission.py").unlink()
+    (folder / where).symlink_to(target)
+    with pytest.raises(RegistryError) as info:
+        read_variant(folder / "submission.py")
+    assert str(info.value) == f"{folder}/{where} is a symbolic link (to {target}); {RULE}"
+
+
+def test_a_fifo_and_a_socket_are_refused_and_nothing_blocks(tmp_path):
+    folder = _folder(tmp_path)
+    os.mkfifo(folder / "lib" / "pipe")
+    with pytest.raises(RegistryError) as info:
+        read_variant(folder / "submission.py")
+    assert str(info.value) == f"{folder}/lib/pipe is a named pipe (FIFO); {RULE}"
+    (folder / "lib" / "pipe").unlink()
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(folder / "s.sock"))
+        with pytest.raises(RegistryError) as info:
+            read_variant(folder / "submission.py")
+    assert str(info.value) == f"{folder}/s.sock is a socket; {RULE}"
+    (folder / "s.sock").unlink()
+    assert read_variant(folder / "submission.py").name == "mine"
+
+
+def test_dot_files_and_pycache_are_passed_over_and_a_loose_file_is_not_a_folder(tmp_path):
+    folder = _folder(tmp_path)
+    (folder / ".secret").symlink_to("/etc/passwd")
+    os.mkfifo(folder / "lib" / ".pipe")
+    (folder / "__pycache__").symlink_to("/tmp")
+    assert read_variant(folder / "submission.py").name == "mine"
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    (loose / "k.py").write_text("def custom_kernel(data):\n    return data\n")
+    (loose / "data.bin").symlink_to("/etc/passwd")  # a loose file's folder is not read as the variant's
+    assert read_variant(loose / "k.py").name == "k"
+
+
+def test_list_refuses_a_variant_with_a_link_in_one_line_exit_113(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from harness.cli.commands import main
+
+    root = tmp_path / "submissions"
+    _folder(root, "x")
+    (root / "x" / "data.bin").symlink_to("/etc/passwd")
+    monkeypatch.setattr("harness.cli.commands.find_variants", lambda: find_variants(root))
+    result = CliRunner().invoke(main, ["list"])
+    assert (result.exit_code, result.output) == (113, f"Error: {root}/x/data.bin is a symbolic link (to "
+                                                      f"/etc/passwd); {RULE}\n")
+    with pytest.raises(RegistryError, match=r"^submission 'nope' not found.*\(known: x\)"):
+        resolve("nope", root=root)  # the names alone: the unreadable variant does not hide this error

@@ -13,7 +13,15 @@ from pathlib import Path
 import pytest
 
 from harness.results import schema as schema_mod
-from harness.results.record import CaseResult, Environment, RunRecord, Status, SubmissionInfo, new_run_id
+from harness.results.record import (
+    MESSAGE_CHARS,
+    CaseResult,
+    Environment,
+    RunRecord,
+    Status,
+    SubmissionInfo,
+    new_run_id,
+)
 from harness.results.schema import schema_version
 from harness.results.stats import geomean, summarize
 from harness.results.store import (
@@ -90,6 +98,31 @@ def test_begin_add_case_finish_is_the_runner_protocol(db):
             store.finish("r1", None, complete=False)
         with pytest.raises(StoreError, match="already finished"):
             store.add_case("r1", run.cases[0], 9)
+
+
+def test_a_15_mb_message_is_stored_cut_to_the_cap_with_its_first_and_last_lines(db):
+    """A submission's 15 MB exception once added 31 MB per case (the message column and record_json); it is
+    stored cut to MESSAGE_CHARS, its head and tail kept, in the column, in record_json and in what loads back."""
+    first, last = "raised: ValueError: boom", '  File "k.py", line 3, in custom_kernel'
+    message = "\n".join([first] + ["y" * 99] * 150_000 + [last])
+    assert len(message) == 15_000_064
+    run = make_run(fail_last=True)
+    big = dataclasses.replace(run.cases[-1], message=message)
+    assert len(big.message) <= MESSAGE_CHARS  # the record itself holds it cut
+    with ResultStore(db) as store:
+        store.begin(dataclasses.replace(run, cases=(), complete=False))
+        store.add_case(run.run_id, big, 0)
+        store.finish(run.run_id, None, complete=True)
+        back = store.load(run.run_id).cases[0]
+    with sqlite3.connect(db) as conn:
+        stored, body = conn.execute("SELECT message, record_json FROM cases").fetchone()
+    assert stored == back.message == big.message == json.loads(body)["message"]
+    assert MESSAGE_CHARS - 200 < len(stored) <= MESSAGE_CHARS
+    lines = stored.splitlines()
+    assert (lines[0], lines[-1]) == (first, last)
+    cut = [line for line in lines if line.startswith("[... ")]
+    assert cut == [f"[... {len(message) - len(stored) + len(cut[0]) + 2} characters cut ...]"]
+    assert os.path.getsize(db) < 512 * 1024  # the message twice, bounded, and the rest of the run
 
 
 def test_protocol_errors_are_specific(db):

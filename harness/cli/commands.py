@@ -447,15 +447,20 @@ def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, 
 
 @main.command("list")
 def list_cmd() -> None:
-    """Every variant under submissions/: its POPCORN headers, what it needs, whether it can run here."""
+    """Every variant under submissions/: its POPCORN headers, what it needs, whether it can run here. Exits 113
+    (bad spec) with one line when one cannot be read (a malformed header, a link in its folder)."""
     from harness.parent.hostinfo import cpu_facts, nvidia_gpu_present
 
+    try:
+        variants = find_variants()
+    except RegistryError as exc:
+        fail(str(exc), ExitCode.BAD_SPEC)
     if nvidia_gpu_present():
         from harness.parent.environment import device_facts
         facts = device_facts()
     else:
         facts = cpu_facts()
-    Stdout().print(cli_reports.variants_table(find_variants(), facts))
+    Stdout().print(cli_reports.variants_table(variants, facts))
 
 
 @main.command("doctor")

@@ -2,7 +2,10 @@
 
 ``pack(variant)`` reads the files a variant may import: its whole folder for ``submissions/<name>/submission.py``
 (other files beside it may be imported; ``__pycache__`` and dot-files stay behind); for any other .py file, that
-file and the .py files beside it (a serial run can import those too; subfolders stay behind). ``unpack(bundle,
+file and the .py files beside it (a serial run can import those too; subfolders stay behind). Nothing is read
+through a link: a symbolic link (to a file or a folder, inside or outside) or a FIFO, socket or device among the
+files it would carry is refused with BundleError naming the path and what it is (a link's target would otherwise
+travel under the link's name, and a FIFO would block the read). ``unpack(bundle,
 root)`` writes them under ``root/<bundle id>/`` (the id is a hash of every file's name and sha256, so equal contents
 share one folder and a changed file gets a new one), checking every file's hash, and returns the Variant to run from
 there: same name, same entry sha256 as the packed one.
@@ -12,15 +15,26 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.parent.registry import ENTRY_FILE, Variant, read_variant
+from harness.parent.registry import (
+    ENTRY_FILE,
+    FOLDER_RULE,
+    RegistryError,
+    Variant,
+    link_text,
+    read_variant,
+    refusal,
+    walk_folder,
+)
 
 
 class BundleError(ValueError):
-    """A bundle cannot be packed or unpacked (a file is unreadable, or its content does not match its hash)."""
+    """A bundle cannot be packed or unpacked (a file is unreadable or not a regular file, or its content does not
+    match its hash)."""
 
 
 @dataclass(frozen=True)
@@ -44,30 +58,83 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _carried(variant: Variant) -> tuple[Path, list[Path]]:
-    """The folder the bundle mirrors and the files it carries (see the module docstring)."""
+#: Said when a .py file beside a loose submission (which travels with it) is not a regular file.
+LOOSE_RULE = "a .py file beside a submission travels with it and must be a regular file"
+
+
+def _read(dir_fd: int, name: str, path: Path, variant: Variant, rule: str) -> bytes:
+    """The bytes of regular file ``name`` in the folder open as ``dir_fd``, opened without following a link (and
+    without blocking on a FIFO). Raises BundleError when it is not a regular file or cannot be read."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError as exc:
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError:
+            st = None
+        if st is not None and not stat.S_ISREG(st.st_mode):  # replaced since the folder was listed
+            link = link_text(name, dir_fd) if stat.S_ISLNK(st.st_mode) else ""
+            raise BundleError(refusal(path, st.st_mode, link, rule)) from None
+        raise BundleError(f"cannot read {path} to send it with {variant.name}: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise BundleError(refusal(path, mode, "", rule))
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    except OSError as exc:
+        raise BundleError(f"cannot read {path} to send it with {variant.name}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def _carried(variant: Variant) -> tuple[Path, dict[str, bytes]]:
+    """The folder the bundle mirrors and the bytes of each file it carries, by relative path (see the module
+    docstring). Raises BundleError."""
     path = Path(variant.path).resolve()
-    if path.name != ENTRY_FILE:
-        return path.parent, sorted(p for p in path.parent.glob("*.py") if p.is_file() and not p.name.startswith("."))
     folder = path.parent
-    files = []
-    for here, dirs, names in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.startswith("."))
-        files += [Path(here) / n for n in sorted(names) if not n.startswith(".")]
-    return folder, files
+    contents: dict[str, bytes] = {}
+    if path.name == ENTRY_FILE:
+        def keep(rel: str, dir_fd: int, name: str) -> None:
+            contents[rel] = _read(dir_fd, name, folder / rel, variant, FOLDER_RULE)
+
+        try:
+            walk_folder(folder, keep)
+        except RegistryError as exc:
+            raise BundleError(str(exc)) from None
+        return folder, contents
+    try:
+        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise BundleError(f"cannot list {folder} to send {variant.name}: {exc.strerror or exc}") from None
+    try:
+        with os.scandir(dir_fd) as it:
+            names = sorted(e.name for e in it if e.name.endswith(".py") and not e.name.startswith("."))
+        for name in names:
+            try:
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                continue  # a folder named *.py: subfolders stay behind
+            if not stat.S_ISREG(st.st_mode):
+                link = link_text(name, dir_fd) if stat.S_ISLNK(st.st_mode) else ""
+                raise BundleError(refusal(folder / name, st.st_mode, link, LOOSE_RULE))
+            contents[name] = _read(dir_fd, name, folder / name, variant, LOOSE_RULE)
+    except OSError as exc:
+        raise BundleError(f"cannot list {folder} to send {variant.name}: {exc.strerror or exc}") from None
+    finally:
+        os.close(dir_fd)
+    return folder, contents
 
 
 def pack(variant: Variant) -> Bundle:
-    """The bundle of ``variant``'s files. Raises BundleError when one cannot be read."""
-    folder, paths = _carried(variant)
+    """The bundle of ``variant``'s files. Raises BundleError when one cannot be read or is not a regular file."""
+    folder, contents = _carried(variant)
     files, blobs = [], {}
-    for p in paths:
-        try:
-            data = p.read_bytes()
-        except OSError as exc:
-            raise BundleError(f"cannot read {p} to send it with {variant.name}: {exc.strerror or exc}") from None
+    for rel, data in contents.items():
         digest = _sha256(data)
-        files.append((p.relative_to(folder).as_posix(), digest))
+        files.append((rel, digest))
         blobs[digest] = data
     entry = Path(variant.path).resolve().relative_to(folder).as_posix()
     return Bundle(variant.name, entry, tuple(sorted(files)), blobs)

@@ -5,7 +5,8 @@ What is judged: a failed load, map or call (``Failed``); a run reply (work outsi
 /proc watch saw it, the outputs the parent copied at its bracket's end against the reference: ``reply``); the
 worker's claimed time against the parent's bracket (``bracket``); a time below the GPU's physical floor
 (``floor``); the notes a passing run carries (``notes``); and the messages of cases that a schedule did not run.
-The worker's reply is a claim: a description of what came back words a failure, never passes one.
+The worker's reply is a claim: a description of what came back words a failure, never passes one. A verdict's
+message holds at most harness.results.record.MESSAGE_CHARS characters (``CaseFailed``).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import torch
 from harness import protocol as P
 from harness.parent.bracket import Bracket, Measured
 from harness.parent.samples import Sample
-from harness.results.record import Status
+from harness.results.record import MESSAGE_CHARS, Status, cut_message
 from task.check import ReferenceError, all_finite_fp16, check_outputs, compare, validate_container
 from task.cost import GpuPeaks, sol_ns
 from task.spec import Case
@@ -33,9 +34,12 @@ class Verdict:
 
 
 class CaseFailed(Exception):
-    """Ends a case early with a Verdict (raised inside a case's phases only)."""
+    """Ends a case early with a Verdict (raised inside a case's phases only). ``message`` is cut to
+    harness.results.record.MESSAGE_CHARS (its head and tail kept: ``cut_message``), so a submission's exception
+    text, traceback or output of any size is carried, shown and stored bounded."""
 
     def __init__(self, status: Status, message: str, cuda: bool = False):
+        message = cut_message(message)
         super().__init__(message)
         self.status, self.message, self.cuda = status, message, cuda
 
@@ -53,13 +57,24 @@ def exception_text(reply: P.Failed) -> str:
     return f"{reply.type}: {reply.message}"
 
 
+def _with_traceback(text: str, traceback: str) -> str:
+    """``text`` with the worker's ``traceback`` on the lines below, within MESSAGE_CHARS: when both do not fit, each
+    is cut (``cut_message``) to what the other leaves, half the cap at least, so a huge exception text cannot push
+    the traceback's first lines (where it raised) and last ones (what) out."""
+    whole = f"{text}\n{traceback}".strip()
+    if len(whole) <= MESSAGE_CHARS:
+        return whole
+    text = cut_message(text, max(MESSAGE_CHARS // 2, MESSAGE_CHARS - 1 - len(traceback)))
+    return f"{text}\n{cut_message(traceback, MESSAGE_CHARS - 1 - len(text))}".strip()
+
+
 def load_failed(reply: P.Failed, path: str) -> CaseFailed:
     """The import raised (``kind`` import) or the module has no callable ``custom_kernel`` (``kind`` entry)."""
     if reply.kind == "entry":
         found = ", ".join(reply.callables) or "none"
         return CaseFailed(Status.ERROR, f"no entry point: MissingEntryPoint: {path} defines no callable "
                                         f"custom_kernel(data) (callables found: {found})")
-    return CaseFailed(Status.ERROR, f"import failed: {exception_text(reply)}\n{reply.traceback}".strip())
+    return CaseFailed(Status.ERROR, _with_traceback(f"import failed: {exception_text(reply)}", reply.traceback))
 
 
 def map_failed(reply: P.Failed) -> CaseFailed:
@@ -74,7 +89,7 @@ def call_failed(reply: P.Failed) -> CaseFailed:
         return CaseFailed(Status.ERROR, f"harness error: the worker refused the request: {reply.message}")
     cuda = reply.kind == "cuda"
     word = "CUDA error" if cuda else "raised"
-    return CaseFailed(Status.ERROR, f"{word}: {exception_text(reply)}\n{reply.traceback}".strip(), cuda)
+    return CaseFailed(Status.ERROR, _with_traceback(f"{word}: {exception_text(reply)}", reply.traceback), cuda)
 
 
 def protocol_broken(exc: P.ProtocolError) -> CaseFailed:

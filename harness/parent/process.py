@@ -7,12 +7,12 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
 from harness.buffers import send_fds
 from harness.channel import ChannelClosed, ChannelTimeout, Reader
+from harness.parent.capture import Capture
 from harness.parent.registry import ROOT
 from harness.parent.sandbox import Launch, Plan
 from harness.protocol import Exit, ExitCode, encode
@@ -20,7 +20,9 @@ from harness.worker import native
 
 #: Removed from the worker's environment: the secret seed and the official result pipe.
 _HIDDEN_ENV = ("POPCORN_SEED", "POPCORN_FD")
-#: How much of a worker's output the --worker-log keeps: its last 1 MiB (fd_flood.py writes 700 KB a call).
+#: How much of a worker's output (stdout and stderr) the parent keeps, in memory only (harness.parent.capture): its
+#: first LOG_HEAD_BYTES and its last LOG_BYTES (fd_flood.py writes 700 KB a call); --worker-log gets both.
+LOG_HEAD_BYTES = 64 << 10
 LOG_BYTES = 1 << 20
 
 
@@ -70,8 +72,8 @@ class WorkerProcess:
     def __init__(self, env: dict | None = None, sandbox: Plan | None = None, log: Path | None = None,
                  label: str = "worker"):
         """``sandbox``: the confinement to start the worker under (harness.parent.sandbox.plan_for); None: none.
-        ``log``: a file that ``close`` appends the worker's stdout and stderr to, under a line naming ``label``
-        (the parent writes it: the worker gets no right to)."""
+        ``log``: a file that ``close`` appends the worker's stdout and stderr to (what was kept of them), under a
+        line naming ``label`` (the parent writes it: the worker gets no right to)."""
         native_window()
         self._log, self._label = log, label
         read_fd, write_fd = os.pipe()
@@ -80,12 +82,19 @@ class WorkerProcess:
         child_env["FP4BENCH_RESULT_FD"] = str(write_fd)
         child_env["FP4BENCH_FD_SOCKET"] = str(child_sock.fileno())
         child_env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [child_env.get("PYTHONPATH")] if p])
-        self._stderr = tempfile.TemporaryFile()
+        self._stderr = Capture(LOG_HEAD_BYTES, LOG_BYTES)  # stdout and stderr, bounded in memory
         argv = [sys.executable, "-m", "harness.worker"]
         self._launch = sandbox.launch(argv, child_env, ROOT) if sandbox else Launch(argv, child_env, ROOT)
-        self.proc = subprocess.Popen(
-            self._launch.argv, stdin=subprocess.PIPE, stdout=self._stderr, stderr=self._stderr, cwd=self._launch.cwd,
-            env=self._launch.env, pass_fds=(write_fd, child_sock.fileno()), start_new_session=True)
+        try:
+            self.proc = subprocess.Popen(
+                self._launch.argv, stdin=subprocess.PIPE, stdout=self._stderr.write_fd, stderr=self._stderr.write_fd,
+                cwd=self._launch.cwd, env=self._launch.env, pass_fds=(write_fd, child_sock.fileno()),
+                start_new_session=True)
+        except BaseException:
+            self._stderr.close()
+            raise
+        finally:
+            self._stderr.started()
         os.close(write_fd)
         child_sock.close()
         self._reader = Reader(read_fd)
@@ -130,23 +139,26 @@ class WorkerProcess:
             raise WorkerDied(f"the worker process {_how_it_ended(code)}{self._stderr_tail()}", code) from None
 
     def _stderr_tail(self, lines: int = 6) -> str:
-        try:
-            self._stderr.seek(0)
-            tail = self._stderr.read().decode(errors="replace").strip().splitlines()[-lines:]
-        except (OSError, ValueError):
-            return ""
-        return ("; last output: " + " | ".join(tail)) if tail else ""
+        head, dropped, tail = self._stderr.snapshot()
+        kept = tail if dropped else head + tail
+        last = kept.decode(errors="replace").strip().splitlines()[-lines:]
+        return ("; last output: " + " | ".join(last)) if last else ""
 
     def _append_log(self) -> None:
-        """The worker's output (its last LOG_BYTES) to ``log``, under a header; a failed write is reported once
-        on stderr and measures nothing less."""
+        """The worker's output to ``log`` under a header: all of it, or its first LOG_HEAD_BYTES and last LOG_BYTES
+        around a line saying how many bytes between were left out (the header says so too). A failed write is
+        reported once on stderr and measures nothing less."""
         if self._log is None:
             return
         try:
-            size = self._stderr.seek(0, os.SEEK_END)
-            self._stderr.seek(max(0, size - LOG_BYTES))
-            text = self._stderr.read()
-            cut = f", its first {size - LOG_BYTES} bytes left out" if size > LOG_BYTES else ""
+            head, dropped, tail = self._stderr.snapshot()
+            size = len(head) + dropped + len(tail)
+            if dropped:
+                text = (head + (b"" if head.endswith(b"\n") else b"\n")
+                        + f"[... {dropped} bytes left out ...]\n".encode() + tail)
+                cut = f", {dropped} bytes between its first {len(head)} and its last {len(tail)} left out"
+            else:
+                text, cut = head + tail, ""
             ended = datetime.now(timezone.utc).isoformat(timespec="seconds")
             with open(self._log, "ab") as f:
                 f.write(f"=== {self._label}: worker pid {self.proc.pid}, exit {self.proc.returncode}, ended {ended}"

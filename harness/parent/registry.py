@@ -9,14 +9,21 @@ Header lines at the top of the file declare metadata:
 
 ``requires`` takes ``cpu-ok`` (default: runs anywhere, CPU included), ``cuda`` (any CUDA GPU), ``sm_XY``
 (compute capability X.Y or newer) or ``sm_XYa`` (exactly X.Y: architecture-specific features such as tcgen05).
+
+A variant's folder (the one of a ``submission.py``: the worker may import anything in it, and a pool run carries it
+whole) may hold only regular files and folders: a symbolic link (to a file or a folder, inside it or outside) or a
+FIFO, socket or device is refused when the variant is read, naming the path and what it is (``walk_folder``;
+``__pycache__`` and names starting with ``.`` are passed over, as harness.parent.bundle leaves them behind).
 """
 from __future__ import annotations
 
 import hashlib
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from harness import ROOT
 
@@ -24,6 +31,11 @@ SUBMISSIONS_DIR = ROOT / "submissions"
 ENTRY_FILE = "submission.py"
 _HEADER = re.compile(r"^#!(POPCORN|FP4BENCH)\s+(\S+)\s*(.*?)\s*$")
 _ARCH = re.compile(r"^sm_(\d+?)(\d)(a?)$")
+#: What a variant's folder may hold, said when it holds something else.
+FOLDER_RULE = "a variant's folder may hold only regular files and folders"
+#: Folders and files a variant's folder may hold that are neither checked nor carried: byte-code caches (and every
+#: name starting with ".").
+PASSED_OVER = ("__pycache__",)
 
 
 class RegistryError(ValueError):
@@ -91,12 +103,106 @@ class Variant:
     sha256: str = ""
 
 
+def shown(path: Path) -> str:
+    """``path`` as an error names it: relative to the checkout when inside it (``submissions/x/data.bin``)."""
+    path = Path(path).absolute()
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
+
+
+def what_it_is(mode: int, link: str = "") -> str:
+    """The kind of a file that is neither a regular file nor a folder, as a refusal names it (``link``: what a
+    symbolic link points to, as written in it)."""
+    if stat.S_ISLNK(mode):
+        return f"a symbolic link (to {link})"
+    for test, words in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return words
+    return f"not a regular file (mode {stat.filemode(mode)})"
+
+
+def refusal(path: Path, mode: int, link: str = "", rule: str = FOLDER_RULE) -> str:
+    """``submissions/x/data.bin is a symbolic link (to /etc/passwd); a variant's folder may hold only ...``"""
+    return f"{shown(path)} is {what_it_is(mode, link)}; {rule}"
+
+
+def link_text(name: str, dir_fd: int) -> str:
+    """What symbolic link ``name`` in the folder open as ``dir_fd`` points to, as written in it ("?" if it is gone)."""
+    try:
+        return os.readlink(name, dir_fd=dir_fd)
+    except OSError:
+        return "?"
+
+
+def walk_folder(folder: Path, on_file: Callable[[str, int, str], None] | None = None) -> list[str]:
+    """The regular files of a variant's folder and its subfolders, as sorted '/'-separated paths relative to it,
+    ``__pycache__`` (PASSED_OVER) and names starting with ``.`` passed over; a subfolder that cannot be listed is
+    left out. ``on_file(relative path, dir_fd, name)`` is called for each while its folder is open as ``dir_fd``
+    (harness.parent.bundle reads it from there, never through a link).
+
+    Nothing is followed: folders are opened one by one without following links. Raises RegistryError naming the
+    first symbolic link (to a file or a folder, inside or outside) or other non-regular file (FIFO, socket,
+    device) met, and when ``folder`` itself cannot be listed."""
+    files: list[str] = []
+
+    def visit(dir_fd: int, prefix: str) -> None:
+        with os.scandir(dir_fd) as it:
+            names = sorted(e.name for e in it)
+        for name in names:
+            if name.startswith(".") or name in PASSED_OVER:
+                continue
+            rel = prefix + name
+            try:
+                mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+            except FileNotFoundError:
+                continue  # removed since it was listed
+            if stat.S_ISDIR(mode):
+                try:
+                    sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+                except PermissionError:
+                    continue
+                except OSError:  # replaced by a link or a file since its stat
+                    mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+                    raise RegistryError(refusal(folder / rel, mode, link_text(name, dir_fd))) from None
+                try:
+                    visit(sub, rel + "/")
+                except PermissionError:
+                    pass  # a subfolder that cannot be listed: nobody with our rights can read it
+                finally:
+                    os.close(sub)
+            elif stat.S_ISREG(mode):
+                files.append(rel)
+                if on_file is not None:
+                    on_file(rel, dir_fd, name)
+            else:
+                raise RegistryError(refusal(folder / rel, mode, link_text(name, dir_fd)))
+
+    folder = Path(folder)
+    try:
+        top = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise RegistryError(f"cannot list the variant folder {shown(folder)}: {exc.strerror or exc}") from None
+    try:
+        visit(top, "")
+    except PermissionError as exc:
+        raise RegistryError(f"cannot list the variant folder {shown(folder)}: {exc.strerror or exc}") from None
+    finally:
+        os.close(top)
+    return sorted(files)
+
+
 def read_variant(path: Path, name: str | None = None) -> Variant:
     """Read a submission's header lines (only ``#`` lines before the first code line; a UTF-8 byte-order mark
-    before them is skipped, as Python's import skips it). Raises RegistryError."""
-    path = Path(path).resolve()
+    before them is skipped, as Python's import skips it). A ``submission.py`` is a folder variant: it and its
+    folder must hold only regular files and folders (``walk_folder``). Raises RegistryError."""
+    given = Path(path)
+    if given.name == ENTRY_FILE and given.is_symlink():
+        raise RegistryError(refusal(given, stat.S_IFLNK, os.readlink(given)))
+    path = given.resolve()
     if not path.is_file():
         raise RegistryError(f"no submission file at {path}")
+    if path.name == ENTRY_FILE:
+        walk_folder(path.parent)
     raw = path.read_bytes()
     popcorn: dict[str, str] = {}
     requires = Requirement()
@@ -147,6 +253,7 @@ def resolve(spec: str, root: Path = SUBMISSIONS_DIR) -> Variant:
         raise RegistryError(f"submission folder {spec} has no {ENTRY_FILE}")
     if "/" in spec or os.sep in spec:
         raise RegistryError(f"submission {spec}: no such file or folder")
-    known = ", ".join(v.name for v in find_variants(root)) or "none"
+    # names only: a variant that cannot be read must not hide this error behind its own
+    known = ", ".join(sorted(p.parent.name for p in Path(root).glob(f"*/{ENTRY_FILE}"))) or "none"
     raise RegistryError(f"submission {spec!r} not found: expected a folder under {root} with {ENTRY_FILE} "
                         f"(known: {known}) or a path to a .py file")

@@ -1,7 +1,9 @@
 """Results as frozen records: what a run measured, one place, units in every name.
 
 The worker sends raw per-call durations; the parent builds these records. ``RunRecord.to_json()`` is the
-``--json`` file and what the results store keeps.
+``--json`` file and what the results store keeps. A case's message holds at most ``MESSAGE_CHARS`` characters
+(``cut_message``: a longer one, say a submission's exception with a 15 MB text, keeps its head and its tail, where a
+traceback ends, around a line saying how much was cut).
 """
 from __future__ import annotations
 
@@ -13,6 +15,28 @@ from enum import Enum
 
 from harness.protocol import ExitCode
 from task.spec import Case
+
+
+#: The most characters a case's message keeps (CaseResult; harness.parent.judge cuts its verdicts to it too).
+MESSAGE_CHARS = 64 << 10
+
+
+def cut_message(text: str, limit: int = MESSAGE_CHARS) -> str:
+    """``text`` if it has at most ``limit`` characters; else its head and its tail around a marker line
+    ``[... N characters cut ...]`` (N: how many were left out), ``limit`` characters at most in all. Each cut falls
+    at a line end when one is near (in the half of the head or tail next to the cut), so whole lines are kept."""
+    if len(text) <= limit:
+        return text
+    keep = limit - len(f"\n[... {len(text)} characters cut ...]\n")  # N < len(text): the marker is no longer
+    head = keep // 2
+    tail_start = len(text) - (keep - head)
+    line_end = text.rfind("\n", head // 2, head)
+    if line_end != -1:
+        head = line_end  # the marker's own newline ends the last line kept
+    line_start = text.find("\n", tail_start, tail_start + (len(text) - tail_start) // 2)
+    if line_start != -1:
+        tail_start = line_start + 1
+    return f"{text[:head]}\n[... {tail_start - head} characters cut ...]\n{text[tail_start:]}"
 
 
 class Status(str, Enum):
@@ -40,7 +64,8 @@ class Stats:
 
 @dataclass(frozen=True)
 class CaseResult:
-    """One case of one run. ``samples_ns``: per-call time of each timed sample (sample duration / calls)."""
+    """One case of one run. ``samples_ns``: per-call time of each timed sample (sample duration / calls);
+    ``message`` is cut to MESSAGE_CHARS (``cut_message``)."""
 
     case: Case
     status: Status
@@ -53,6 +78,10 @@ class CaseResult:
     kernel_ns: float | None = None       # GPU busy time per call, kernels' union (CUPTI pass after the samples)
     overhead_ms_per_sample: float | None = None  # timed phase's wall time outside the windows, per sample
     cuda_failure: bool = False    # the worker hit a CUDA error (reported one, or exited with code 110)
+
+    def __post_init__(self) -> None:
+        if len(self.message) > MESSAGE_CHARS:  # what the store, --json and every report get (cut_message)
+            object.__setattr__(self, "message", cut_message(self.message))
 
     @property
     def host_share(self) -> float | None:
