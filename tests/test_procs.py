@@ -1,0 +1,208 @@
+"""Processes a submission leaves behind (harness.parent.procs): the parent finds them in /proc, kills them and fails
+the case. Real processes on this machine; no timing is asserted (waits have generous deadlines)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness.parent import procs
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl are Linux's")
+
+
+def _adopted(pid: int) -> bool:
+    p = procs.read(pid)
+    return p is not None and p.ppid == os.getpid()
+
+
+def _until(check, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "gave up waiting"
+        time.sleep(0.01)
+
+
+# -- procs on processes started here
+
+_TREE = r"""
+import os, sys, threading, time
+r, w = os.pipe()
+child = os.fork()
+if child == 0:
+    if os.fork() == 0:
+        os.write(w, b"x")
+        time.sleep(60)
+        os._exit(0)
+    time.sleep(60)
+    os._exit(0)
+os.read(r, 1)
+print(child, flush=True)
+time.sleep(60)
+"""
+
+_ORPHAN = r"""
+import os, time
+if os.fork() == 0:
+    print(os.getpid(), flush=True)
+    time.sleep(60)
+    os._exit(0)
+"""
+
+_SPIN = r"""
+import os, sys, threading, time
+sleeper = threading.Thread(target=time.sleep, args=(60,), daemon=True)
+sleeper.start()
+r, w = os.pipe()
+child = os.fork()
+if child == 0:
+    while time.process_time() < 0.05:
+        pass
+    os.write(w, b"x")
+    time.sleep(60)
+    os._exit(0)
+os.read(r, 1)
+print(child, sleeper.native_id, flush=True)
+time.sleep(60)
+"""
+
+
+def _start(code: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, **kw)
+
+
+def _end(p: subprocess.Popen) -> None:
+    procs.kill([*procs.descendants(p.pid), *filter(None, [procs.read(p.pid)])])
+    p.kill()
+    p.wait()
+    p.stdout.close()
+
+
+def test_descendants_lists_children_and_grandchildren_oldest_first():
+    p = _start(_TREE)
+    try:
+        child = int(p.stdout.readline())
+        found = procs.descendants(p.pid)
+        assert [d.pid for d in found][:1] == [child] and len(found) == 2
+        assert found[1].ppid == child and found[0].ppid == p.pid
+        assert found[0].start_ticks <= found[1].start_ticks
+        assert all(d.name == procs.read(p.pid).name and d.alive and d.cpu_ns >= 0 for d in found)
+        assert procs.descendants(found[1].pid) == []
+    finally:
+        _end(p)
+    assert procs.read(p.pid) is None and procs.descendants(p.pid) == []
+
+
+def test_an_orphan_is_adopted_as_a_stray_then_killed_and_reaped():
+    assert procs.become_subreaper() == ""
+    p = _start(_ORPHAN, start_new_session=True)  # as a worker: a session of its own
+    orphan = int(p.stdout.readline())
+    p.wait()
+    p.stdout.close()
+    _until(lambda: _adopted(orphan))
+    found = [s for s in procs.strays(procs.known()) if s.pid == orphan]
+    assert len(found) == 1 and found[0].sid != os.getsid(0)
+    assert [k.pid for k in procs.kill(found)] == [orphan]
+    assert procs.read(orphan) is None  # no zombie left: reaped
+
+
+def test_a_child_this_process_started_is_no_stray():
+    same_session = subprocess.Popen(["sleep", "60"])
+    own_session = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        pids = {s.pid for s in procs.strays(set())}
+        assert same_session.pid not in pids and own_session.pid in pids  # nothing says the second is a worker
+        assert own_session.pid not in {s.pid for s in procs.strays({own_session.pid})}
+    finally:
+        for q in (same_session, own_session):
+            q.kill()
+            q.wait()
+    assert own_session.returncode == same_session.returncode == -9  # their exit statuses were left to Popen
+
+
+def test_tree_cpu_ns_gives_every_thread_of_the_tree():
+    p = _start(_SPIN)
+    try:
+        child, sleeper = map(int, p.stdout.readline().split())
+        per_task = procs.tree_cpu_ns(p.pid)
+        assert {p.pid, sleeper, child} <= set(per_task)
+        assert per_task[child] >= 40_000_000  # it spun for 50 ms of CPU by its own clock
+        assert all(isinstance(ns, int) and ns >= 0 for ns in per_task.values())
+    finally:
+        _end(p)
+    assert procs.tree_cpu_ns(p.pid) == {}
+
+
+def test_a_worker_tree_tells_the_launcher_and_the_worker_from_what_the_worker_left():
+    """A launcher (sh, as unshare's PID-namespace init) runs the worker (Python), which starts a child once told
+    to (as a submission would): the child is a leftover; the launcher and the worker are spared by kill."""
+    code = "import os, sys, time\nsys.stdin.readline()\nif os.fork() == 0:\n    time.sleep(60)\n    os._exit(0)\n" \
+           "print('started', flush=True)\ntime.sleep(60)\n"
+    root = subprocess.Popen(["/bin/sh", "-c", '"$@"; exit $?', "init", sys.executable, "-c", code],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    tree = procs.watch(root.pid, {"sh"})
+    try:
+        assert tree.worker is not None and [p.name for p in tree.launchers] == ["sh"]
+        assert tree.launchers[0].pid == root.pid and tree.worker.ppid == root.pid
+        assert tree.leftovers() == []
+        root.stdin.write("go\n")
+        root.stdin.flush()
+        root.stdout.readline()
+        left = tree.leftovers()
+        assert [p.ppid for p in left] == [tree.worker.pid]
+        assert procs.left_behind(left) == (f"left a process behind: pid {left[0].pid} '{left[0].name}' (started "
+                                           f"by the submission; fp4bench killed it)")
+        procs.kill(left)  # same process group as the worker: only the child dies
+        assert tree.leftovers() == [] and procs.read(tree.worker.pid).alive and root.poll() is None
+    finally:
+        tree.ending = True
+        procs.kill(tree.members())
+        root.wait()
+        procs.unwatch(tree)
+        root.stdin.close()
+        root.stdout.close()
+    assert root.pid not in procs.TREES
+
+
+def test_left_behind_names_the_oldest_and_counts_the_rest():
+    p = [procs.Proc(30, "spin", 1, 500, 0), procs.Proc(20, "python3", 1, 400, 0), procs.Proc(40, "x", 1, 600, 0)]
+    assert procs.left_behind([]) is None
+    assert procs.left_behind(p) == ("left a process behind: pid 20 'python3' and 2 others (started by the "
+                                    "submission; fp4bench killed them)")
+    assert procs.left_behind(p[:1]).endswith("pid 30 'spin' (started by the submission; fp4bench killed it)")
+
+
+def test_the_ledger_charges_an_orphan_to_the_tree_it_was_seen_in_else_to_the_side_in_flight():
+    assert procs.become_subreaper() == ""
+    orphans = []
+    for _ in range(2):
+        p = _start(_ORPHAN, start_new_session=True)
+        orphans.append(int(p.stdout.readline()))
+        p.wait()
+        p.stdout.close()
+    _until(lambda: all(_adopted(o) for o in orphans))
+    seen, unseen = (procs.read(o) for o in orphans)
+    ledger = procs.Ledger()
+    try:
+        ledger.enter("late", seen.start_ticks + 10 * procs.CLK_TCK)  # started after both: never charged
+        assert ledger.attribute(["late"]) == [] and ledger.take("late") == []
+        for owner in ("A", "B"):
+            ledger.enter(owner, 0)
+        ledger.observe("A", [seen])  # e.g. below A's worker, before its middle process exited
+        ledger.attribute(["B"])
+        assert [p.pid for p in ledger.take("A")] == [seen.pid]
+        assert [p.pid for p in ledger.take("B")] == [unseen.pid]
+        assert ledger.take("A") == [] and ledger.attribute(["A", "B"]) == []  # charged once
+    finally:
+        procs.kill([seen, unseen])
+    assert procs.read(seen.pid) is None and procs.read(unseen.pid) is None
+
+
+def test_subreaper_is_set_once_and_holds():
+    import ctypes
+    assert procs.become_subreaper() == procs.become_subreaper() == ""
+    flag = ctypes.c_int(0)
+    assert ctypes.CDLL(None).prctl(37, ctypes.byref(flag), 0, 0, 0) == 0 and flag.value == 1  # GET_CHILD_SUBREAPER
