@@ -14,6 +14,7 @@ from pathlib import Path
 
 from harness.buffers import send_fds
 from harness.channel import ChannelClosed, ChannelTimeout, Reader
+from harness.parent import procs
 from harness.parent.registry import ROOT
 from harness.parent.sandbox import Launch, Plan
 from harness.protocol import Exit, ExitCode, encode
@@ -21,6 +22,9 @@ from harness.worker import native
 
 #: Removed from the worker's environment: the secret seed and the official result pipe.
 _HIDDEN_ENV = ("POPCORN_SEED", "POPCORN_FD")
+#: Set in the worker's environment: Inductor compiles in the worker's own process instead of a pool of compile
+#: processes that outlives the compile (a process left running fails the case: harness.parent.procs).
+_FIXED_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 #: How much of a worker's output the --worker-log keeps: its last 1 MiB (fd_flood.py writes 700 KB a call).
 LOG_BYTES = 1 << 20
 
@@ -52,6 +56,16 @@ def _how_it_ended(code: int | None) -> str:
     return f"exited with code {code}"
 
 
+def _launcher_names(command: list[str], argv: list[str]) -> frozenset[str]:
+    """The names (comm) of the programs that ``command``, the confined form of starting ``argv``, runs before the
+    worker: its first word and each program after a ``--`` (unshare's ``/bin/sh``), never the worker's Python;
+    none when ``command`` is ``argv`` itself."""
+    if command[:len(argv)] == argv:
+        return frozenset()
+    programs = {command[0]} | {command[i + 1] for i, word in enumerate(command[:-1]) if word == "--"}
+    return frozenset(os.path.basename(p)[:15] for p in programs if p != argv[0])
+
+
 @functools.lru_cache(maxsize=None)
 def native_window() -> str:
     """Build the worker's C window once per process (harness.worker.native); "" when built, else the reason the
@@ -77,16 +91,20 @@ class WorkerProcess:
         self._key = secrets.token_bytes(32)
         read_fd, write_fd = os.pipe()
         self._fd_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        child_env = {k: v for k, v in (env or os.environ).items() if k not in _HIDDEN_ENV}
+        child_env = {k: v for k, v in (env or os.environ).items() if k not in _HIDDEN_ENV} | _FIXED_ENV
         child_env["FP4BENCH_RESULT_FD"] = str(write_fd)
         child_env["FP4BENCH_FD_SOCKET"] = str(child_sock.fileno())
         child_env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [child_env.get("PYTHONPATH")] if p])
         self._stderr = tempfile.TemporaryFile()
         argv = [sys.executable, "-m", "harness.worker"]
         self._launch = sandbox.launch(argv, child_env, ROOT) if sandbox else Launch(argv, child_env, ROOT)
+        procs.become_subreaper()  # before the first worker: its orphans come to this process, not to init
         self.proc = subprocess.Popen(
             self._launch.argv, stdin=subprocess.PIPE, stdout=self._stderr, stderr=self._stderr, cwd=self._launch.cwd,
             env=self._launch.env, pass_fds=(write_fd, child_sock.fileno()), start_new_session=True)
+        # Which processes are the launcher's and which is the worker, found before any request is sent (no
+        # submission code has run yet); everything else below the root is the submission's.
+        self.tree = procs.watch(self.proc.pid, _launcher_names(self._launch.argv, argv))
         os.close(write_fd)
         child_sock.close()
         self._reader = Reader(read_fd, self._key)
@@ -159,13 +177,18 @@ class WorkerProcess:
             self._log = None
 
     def kill(self) -> None:
-        """Kill the worker and everything it started (its whole session)."""
+        """Kill the worker and everything below it: its session, every process below the launcher (a daemon in
+        a session of its own too) and the orphans adopted while they die (harness.parent.procs)."""
+        self.tree.ending = True
+        procs.kill(self.tree.members())
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 self.proc.kill()
         self.proc.wait()
+        procs.unwatch(self.tree)
+        procs.reap()
 
     def close(self, wait_s: float = EXIT_WAIT_S) -> None:
         """Ask the worker to exit, wait up to ``wait_s`` for it, then make sure it has (0: kill it at once, as
