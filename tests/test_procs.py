@@ -3,15 +3,42 @@ the case. Real processes on this machine; no timing is asserted (waits have gene
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
+import uuid
+from dataclasses import replace
 
 import pytest
+from conftest import ADVERSARIAL, SHARED_CASES
+from test_cases import FAST, TWO_CASES, _run
 
 from harness.parent import procs
+from harness.parent.sandbox import Sandbox
+from harness.results.record import Status
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl are Linux's")
+
+#: How a worker is started: unconfined (its orphans come to the parent, a subreaper), confined with its own PID
+#: namespace (the CPU default: orphans go to the namespace's first process, below the launcher), confined in the
+#: parent's PID namespace (as on CUDA runs: orphans come to the parent).
+HOW = {"off": (Sandbox("off"), FAST), "auto": (Sandbox("auto"), FAST),
+       "shared-pid": (Sandbox("auto"), replace(FAST, isolate_pid_ipc="never"))}
+LEFT = r"left a process behind: pid (\d+) '{name}' \(started by the submission; fp4bench killed it\)"
+
+
+def _name() -> str:
+    return f"fp4b{uuid.uuid4().hex[:10]}"  # a comm (15 characters at most) no other process has
+
+
+def _named(name: str) -> list[procs.Proc]:
+    return [p for p in procs.table().values() if p.name == name]
+
+
+def _nothing_left() -> bool:
+    """No process below this one outside its session (workers and what they started), no watched worker."""
+    return not procs.TREES and not [p for p in procs.descendants(os.getpid()) if p.sid != os.getsid(0)]
 
 
 def _adopted(pid: int) -> bool:
@@ -24,6 +51,58 @@ def _until(check, timeout_s: float = 30.0) -> None:
     while not check():
         assert time.monotonic() < deadline, "gave up waiting"
         time.sleep(0.01)
+
+
+# -- the harness: run, a worker that is killed
+
+@pytest.mark.parametrize("how", HOW)
+@pytest.mark.parametrize("file", ["daemon_process.py", "child_process.py"])
+def test_a_process_left_at_import_fails_the_case_and_is_killed(monkeypatch, file, how):
+    name = _name()
+    monkeypatch.setenv("LEAVE_NAME", name)
+    sandbox, settings = HOW[how]
+    first, second = _run(ADVERSARIAL / file, shapes=TWO_CASES, settings=settings, sandbox=sandbox).cases
+    assert first.status is Status.FAIL, first.message
+    pid = int(re.fullmatch(LEFT.format(name=name), first.message).group(1))
+    assert (second.status, second.message) == (Status.PASS, "")  # the worker itself was spared
+    assert not _named(name) and not os.path.exists(f"/proc/{pid}")  # killed and reaped
+    assert _nothing_left()
+
+
+@pytest.mark.parametrize("file", ["daemon_process.py", "child_process.py"])
+def test_a_spinning_process_started_in_a_timed_call_fails_its_case(monkeypatch, file):
+    name = _name()
+    for var, value in (("LEAVE_NAME", name), ("LEAVE_WHEN", "call"), ("LEAVE_SPIN", "1")):
+        monkeypatch.setenv(var, value)
+    sandbox, settings = HOW["shared-pid"]
+    first, second = _run(ADVERSARIAL / file, "benchmark", TWO_CASES, settings, sandbox=sandbox).cases
+    assert first.status is Status.FAIL and re.fullmatch(LEFT.format(name=name), first.message)
+    assert first.samples_ns  # the samples measured stay with the failure
+    assert second.status is Status.PASS
+    assert not _named(name) and _nothing_left()
+
+
+def test_an_honest_submission_leaves_nothing_and_passes():
+    sandbox, settings = HOW["shared-pid"]
+    rec = _run(SHARED_CASES / "honest_torch.py", "benchmark", TWO_CASES, settings, sandbox=sandbox)
+    assert [(c.status, c.message) for c in rec.cases] == [(Status.PASS, "")] * 2
+    assert procs.strays(procs.known()) == [] and _nothing_left()
+
+
+@pytest.mark.parametrize("daemon", [True, False])
+def test_a_worker_killed_on_timeout_takes_what_it_started_along(tmp_path, monkeypatch, daemon):
+    """The timeout stays the verdict; the process is gone all the same (a daemon too, in the parent's PID
+    namespace)."""
+    name = _name()
+    sub = tmp_path / "hang" / "leave_and_hang.py"
+    sub.parent.mkdir()
+    sub.write_text((ADVERSARIAL / ("daemon_process.py" if daemon else "child_process.py")).read_text().replace(
+        "from honest_torch import custom_kernel as _honest", "def _honest(data):\n    time.sleep(600)"))
+    monkeypatch.setenv("LEAVE_NAME", name)
+    sandbox, settings = HOW["shared-pid"]
+    r = _run(sub, settings=replace(settings, first_call_s=3, call_s=3), sandbox=sandbox).cases[0]
+    assert (r.status, r.message) == (Status.TIMEOUT, "timeout after 3 s")
+    assert not _named(name) and _nothing_left()
 
 
 # -- procs on processes started here
