@@ -15,6 +15,9 @@ from conftest import ADVERSARIAL, SHARED_CASES
 from test_cases import FAST, TWO_CASES, _run
 
 from harness.parent import procs
+from harness.parent.compare import MODE, compare
+from harness.parent.registry import read_variant
+from harness.parent.runner import RunOptions
 from harness.parent.sandbox import Sandbox
 from harness.results.record import Status
 
@@ -53,7 +56,7 @@ def _until(check, timeout_s: float = 30.0) -> None:
         time.sleep(0.01)
 
 
-# -- the harness: run, a worker that is killed
+# -- the harness: run, compare, a worker that is killed
 
 @pytest.mark.parametrize("how", HOW)
 @pytest.mark.parametrize("file", ["daemon_process.py", "child_process.py"])
@@ -102,6 +105,22 @@ def test_a_worker_killed_on_timeout_takes_what_it_started_along(tmp_path, monkey
     sandbox, settings = HOW["shared-pid"]
     r = _run(sub, settings=replace(settings, first_call_s=3, call_s=3), sandbox=sandbox).cases[0]
     assert (r.status, r.message) == (Status.TIMEOUT, "timeout after 3 s")
+    assert not _named(name) and _nothing_left()
+
+
+@pytest.mark.parametrize("daemon_side", ["A", "B"])
+def test_compare_charges_a_daemon_to_the_side_whose_call_started_it(monkeypatch, daemon_side):
+    name = _name()
+    for var, value in (("LEAVE_NAME", name), ("LEAVE_WHEN", "call"), ("LEAVE_SPIN", "1")):
+        monkeypatch.setenv(var, value)
+    cheat, honest = read_variant(ADVERSARIAL / "daemon_process.py"), read_variant(SHARED_CASES / "honest_torch.py")
+    a, b = (cheat, honest) if daemon_side == "A" else (honest, cheat)
+    opts = RunOptions(MODE, settings=FAST, sandbox=Sandbox("off"))  # the daemon comes to the parent
+    result = compare(a, b, TWO_CASES, opts)
+    bad, good = (result.a, result.b) if daemon_side == "A" else (result.b, result.a)
+    assert bad.cases[0].status is Status.FAIL and re.fullmatch(LEFT.format(name=name), bad.cases[0].message)
+    assert good.cases[0].status is Status.PASS and "left a process" not in good.cases[0].message
+    assert [c.status for c in (bad.cases[1], good.cases[1])] == [Status.PASS, Status.PASS]
     assert not _named(name) and _nothing_left()
 
 
@@ -170,6 +189,7 @@ def test_descendants_lists_children_and_grandchildren_oldest_first():
         assert found[0].start_ticks <= found[1].start_ticks
         assert all(d.name == procs.read(p.pid).name and d.alive and d.cpu_ns >= 0 for d in found)
         assert procs.descendants(found[1].pid) == []
+        assert set(procs.subtree(p.pid)) == {p.pid, *(d.pid for d in found)}
     finally:
         _end(p)
     assert procs.read(p.pid) is None and procs.descendants(p.pid) == []
