@@ -158,7 +158,9 @@ def strays(known: set[int], tab: dict[int, Proc] | None = None) -> list[Proc]:
     """The live orphans this process adopted as a subreaper, oldest first: its children that are not in ``known``
     (the pids it started itself: workers or launchers) and not in its own session (a worker starts a session of
     its own, and nothing below it can join this one, so a child in it is one this process started:
-    ``subprocess.run``). ``tab`` as for ``descendants``."""
+    ``subprocess.run``). So this process must start no child in a session of its own but its workers (``watch``
+    them): such a child would be taken for an orphan, and ``reap`` could take its exit status. ``tab`` as for
+    ``descendants``."""
     me, sid = os.getpid(), os.getsid(0)
     tab = tab if tab is not None else table()
     found = [p for p in tab.values() if p.ppid == me and p.pid not in known and p.sid != sid and p.alive]
