@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from harness import protocol as P
-from harness.parent import judge, watch
+from harness.parent import judge, procs, watch
 from harness.parent import seeds as seedlib
 from harness.parent.bracket import CALIBRATION_WINDOWS, Bracket, Measured
 from harness.parent.environment import device_facts
@@ -82,6 +82,7 @@ class Session:
         if self.proc is not None:
             return
         self.proc = WorkerProcess(sandbox=self.sandbox, log=self.worker_log, label=self.variant.name)
+        procs.LEDGER.enter(self, self.proc.tree.start_ticks)
         self.first_call = True
         self._mapped, self._since = -1, None
         self._gaps: list[float] = []
@@ -245,12 +246,31 @@ class Session:
             self._loading = None
         self.shared.detach_device()
         self.shared.free_retired()
+        procs.LEDGER.attribute([self])  # orphans of the worker just ended: killed, no verdict (the case has one)
+        orphans = procs.LEDGER.take(self)
+        if orphans:
+            procs.kill(orphans)
 
     def release(self, wait_s: float = EXIT_WAIT_S) -> None:
         """Close the worker and free the shared buffers; ``wait_s`` as for close (0 after Ctrl-C)."""
         self.close(wait_s)
         self.shared.close()
         self.bracket.close()
+        procs.LEDGER.leave(self)
+
+    def end_case(self) -> str | None:
+        """Kill what the submission left running at the end of a case: every process below the worker's launcher
+        but the launcher's own and the worker, and the orphans this process adopted that are charged to this
+        session (harness.parent.procs.LEDGER; those charged to nobody are this session's). Returns the case's
+        failure message ("left a process behind: ..."), or None when there was nothing."""
+        tab = procs.table()
+        tree = self.proc.tree if self.proc is not None else None
+        found = tree.leftovers(tab) if tree is not None else []
+        procs.LEDGER.attribute([self], tab)
+        found += procs.LEDGER.take(self)
+        if found:
+            procs.kill(found, more=tree.leftovers if tree is not None else None)
+        return procs.left_behind(found)
 
 
 class CaseRunner:
@@ -438,7 +458,12 @@ class CaseAttempt:
         return self._step(lambda: setattr(self, "profile", self.runner.profile(self.case, self.seed)))
 
     def result(self, note: str = "") -> CaseResult:
-        """The CaseResult: the failure's status and message, or PASS with ``note`` as its message."""
+        """The CaseResult: the failure's status and message, or PASS with ``note`` as its message. Ends the case
+        on the worker's side first (``Session.end_case``): a process the submission left running fails a case
+        that had not failed yet."""
+        left = self.runner.session.end_case()
+        if left and self.failure is None:
+            self.failure = Verdict(Status.FAIL, left)
         stats = summarize(self.samples) if self.samples else None
         calls = self.runner.checked(self.case)
         f = self.failure

@@ -28,18 +28,24 @@ not met here is skipped on every shape, as ``run`` skips it, and the other side 
 correctness call, warm-up and samples, by the same stopping rule): its times are still measured and stored,
 and each shape's note says so; there is no ratio.
 
+Processes: a process a side's submission leaves running fails that side's shape (``Session.end_case``), and it is
+killed after every request (``_police``), before the other side is timed: a process below a worker is that side's;
+an orphan adopted by the parent is the side's whose worker's tree it was seen in after an earlier request, else the
+side's whose request was in flight when it appeared (both sides', for the imports, which overlap).
+
 Both sides are recorded as ordinary RunRecords with mode ``compare`` (the results store takes any mode; its
 observers, e.g. ``store.StoreRecorder``, get the usual hooks per side).
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
 import torch
 
 from harness.parent import cases as lifecycle
-from harness.parent import judge
+from harness.parent import judge, procs
 from harness.parent import seeds as seedlib
 from harness.parent.cases import CaseAttempt, CaseRunner, Observer, RunOptions, Session
 from harness.parent.environment import device_facts
@@ -189,6 +195,7 @@ def _run_cases(cases, case_seeds, sides: tuple[_Side, ...], rule: StoppingRule) 
         s.session.start()
     while_workers_start(cases, sides[0].runner.opts, sides[0].runner.device)
     failed = {s.letter: exc for s in sides if (exc := lifecycle.load(s.session))}
+    _police(sides, sides)  # the imports overlap: an orphan that appears now is charged to both
     if failed:  # import error or no entry point: that side fails every case
         why = judge.partner_not_loaded([s.name for s in sides if s.letter in failed])
         for case in cases:
@@ -198,24 +205,48 @@ def _run_cases(cases, case_seeds, sides: tuple[_Side, ...], rule: StoppingRule) 
         return
     for index, (case, seed) in enumerate(zip(cases, case_seeds)):
         attempts = [s.begin(index, case, seed) for s in sides]
-        for a in attempts:
-            if a.check() and not any(x.failure for x in attempts):
-                a.prepare()
+        for s, a in zip(sides, attempts):
+            if _policed(sides, s, a.check) and not any(x.failure for x in attempts):
+                _policed(sides, s, a.prepare)
         if not any(a.failure for a in attempts):
-            _interleave(attempts, rule)
+            _interleave(sides, attempts, rule)
         for s, other in zip(sides, sides[::-1]):
             partner = other.attempt.failure
             note = judge.partner_failed(len(s.attempt.samples), other.name, partner.status) if partner else ""
             s.finish(s.attempt.result(note))
 
 
-def _interleave(attempts: list[CaseAttempt], rule: StoppingRule) -> None:
+def _police(sides: tuple[_Side, ...], in_flight: tuple[_Side, ...]) -> None:
+    """After the requests of ``in_flight`` have ended: charge every process left below a side's worker to that side
+    (a background thread of an idle worker can start one too), note which processes are in each worker's tree,
+    charge the orphans the parent adopted meanwhile to their sides (procs.LEDGER), and kill them all now, so none
+    runs while the other side is timed (each fails its case in ``Session.end_case``)."""
+    tab, doomed = procs.subtree(os.getpid()), []  # this process's tree only: cheap enough for every request
+    for s in sides:
+        if s.session.proc is not None:
+            procs.LEDGER.observe(s.session, s.session.proc.tree.members(tab))
+            left = s.session.proc.tree.leftovers(tab)
+            procs.LEDGER.charge(s.session, left)
+            doomed += left
+    doomed += procs.LEDGER.attribute([s.session for s in in_flight], tab)
+    if doomed:
+        procs.kill(doomed)
+
+
+def _policed(sides: tuple[_Side, ...], side: _Side, phase) -> bool:
+    """``phase()`` (a CaseAttempt phase of ``side``), then ``_police`` for it; returns what the phase returned."""
+    passed = phase()
+    _police(sides, (side,))
+    return passed
+
+
+def _interleave(sides: tuple[_Side, ...], attempts: list[CaseAttempt], rule: StoppingRule) -> None:
     """Timed pairs A_i, B_i (same seeds) until both sides' rule says stop (or max runs); a failure ends it."""
     t0 = time.monotonic_ns()
     pairs = 0
     while True:
-        for a in attempts:
-            if not a.sample():
+        for s, a in zip(sides, attempts):
+            if not _policed(sides, s, a.sample):
                 return
         pairs += 1
         if pairs >= rule.max_runs:

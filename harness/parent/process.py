@@ -13,6 +13,7 @@ from pathlib import Path
 from harness.buffers import send_fds
 from harness.channel import ChannelClosed, ChannelTimeout, Reader
 from harness.parent.capture import Capture
+from harness.parent import procs
 from harness.parent.registry import ROOT
 from harness.parent.sandbox import Launch, Plan
 from harness.protocol import Exit, ExitCode, encode
@@ -24,6 +25,9 @@ _HIDDEN_ENV = ("POPCORN_SEED", "POPCORN_FD")
 #: first LOG_HEAD_BYTES and its last LOG_BYTES (fd_flood.py writes 700 KB a call); --worker-log gets both.
 LOG_HEAD_BYTES = 64 << 10
 LOG_BYTES = 1 << 20
+#: Set in the worker's environment: Inductor compiles in the worker's own process instead of a pool of compile
+#: processes that outlives the compile (a process left running fails the case: harness.parent.procs).
+_FIXED_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 
 
 class WorkerTimeout(Exception):
@@ -53,6 +57,16 @@ def _how_it_ended(code: int | None) -> str:
     return f"exited with code {code}"
 
 
+def _launcher_names(command: list[str], argv: list[str]) -> frozenset[str]:
+    """The names (comm) of the programs that ``command``, the confined form of starting ``argv``, runs before the
+    worker: its first word and each program after a ``--`` (unshare's ``/bin/sh``), never the worker's Python;
+    none when ``command`` is ``argv`` itself."""
+    if command[:len(argv)] == argv:
+        return frozenset()
+    programs = {command[0]} | {command[i + 1] for i, word in enumerate(command[:-1]) if word == "--"}
+    return frozenset(os.path.basename(p)[:15] for p in programs if p != argv[0])
+
+
 @functools.lru_cache(maxsize=None)
 def native_window() -> str:
     """Build the worker's C window once per process (harness.worker.native); "" when built, else the reason the
@@ -78,13 +92,14 @@ class WorkerProcess:
         self._log, self._label = log, label
         read_fd, write_fd = os.pipe()
         self._fd_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        child_env = {k: v for k, v in (env or os.environ).items() if k not in _HIDDEN_ENV}
+        child_env = {k: v for k, v in (env or os.environ).items() if k not in _HIDDEN_ENV} | _FIXED_ENV
         child_env["FP4BENCH_RESULT_FD"] = str(write_fd)
         child_env["FP4BENCH_FD_SOCKET"] = str(child_sock.fileno())
         child_env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [child_env.get("PYTHONPATH")] if p])
         self._stderr = Capture(LOG_HEAD_BYTES, LOG_BYTES)  # stdout and stderr, bounded in memory
         argv = [sys.executable, "-m", "harness.worker"]
         self._launch = sandbox.launch(argv, child_env, ROOT) if sandbox else Launch(argv, child_env, ROOT)
+        procs.become_subreaper()  # before the first worker: its orphans come to this process, not to init
         try:
             self.proc = subprocess.Popen(
                 self._launch.argv, stdin=subprocess.PIPE, stdout=self._stderr.write_fd, stderr=self._stderr.write_fd,
@@ -95,6 +110,9 @@ class WorkerProcess:
             raise
         finally:
             self._stderr.started()
+        # Which processes are the launcher's and which is the worker, found before any request is sent (no
+        # submission code has run yet); everything else below the root is the submission's.
+        self.tree = procs.watch(self.proc.pid, _launcher_names(self._launch.argv, argv))
         os.close(write_fd)
         child_sock.close()
         self._reader = Reader(read_fd)
@@ -169,13 +187,18 @@ class WorkerProcess:
             self._log = None
 
     def kill(self) -> None:
-        """Kill the worker and everything it started (its whole session)."""
+        """Kill the worker and everything below it: its session, every process below the launcher (a daemon in
+        a session of its own too) and the orphans adopted while they die (harness.parent.procs)."""
+        self.tree.ending = True
+        procs.kill(self.tree.members())
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 self.proc.kill()
         self.proc.wait()
+        procs.unwatch(self.tree)
+        procs.reap()
 
     def close(self, wait_s: float = EXIT_WAIT_S) -> None:
         """Ask the worker to exit, wait up to ``wait_s`` for it, then make sure it has (0: kill it at once, as

@@ -166,9 +166,10 @@ def _run_cases(cases, opts: RunOptions, runner: CaseRunner, observer: Observer, 
                 attempt.timed(opts.mode)
         elif attempt.check() and opts.mode == "profile":
             attempt.profiled()
+        result = attempt.result()  # first: a process left behind fails the case here
         if attempt.failure and opts.mode == "leaderboard":
             stop_reason = judge.earlier_failed(attempt.failure.status)
-        finish(attempt.result())
+        finish(result)
 
 
 def while_workers_start(cases, opts: RunOptions, device: torch.device) -> None:

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import confine
+from harness.parent import procs
 from harness.parent.offer import Offer, probe, protect_parent
 from harness.parent.registry import ROOT, SUBMISSIONS_DIR, Variant
 from harness.parent.settings import Settings
@@ -420,6 +421,7 @@ def checked(mode: str, variants, settings: Settings, cuda: bool, store: Path | N
 def doctor_lines(settings: Settings, cuda: bool) -> list[str]:
     """What ``fp4bench doctor`` prints: the machine's offer, then what a run (auto) would get here."""
     offer = probe()
+    reaper = procs.become_subreaper()  # what every run does before its first worker
     yes = lambda ok: "yes" if ok else "no"  # noqa: E731
     lines = [
         f"running as root: {yes(offer.root)}",
@@ -433,6 +435,8 @@ def doctor_lines(settings: Settings, cuda: bool) -> list[str]:
         f"unprivileged user namespaces: {yes(offer.user_namespaces)}",
         f"capabilities can be dropped: {yes(offer.cap_drop)}",
         f"non-dumpable parent (prctl): {yes(offer.non_dumpable)}",
+        f"orphans of a worker come to fp4bench (child subreaper): {yes(not reaper)}"
+        + (f" ({reaper})" if reaper else ""),
         f"GPU run: {yes(cuda)}",
     ]
     isolate = _isolate(settings, cuda)
