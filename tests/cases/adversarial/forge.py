@@ -1,7 +1,9 @@
-"""Helper of the x_key_*.py cases (not a submission itself): with the result channel's signing key in hand, answer
-every run request with a forged, correctly signed RunReply whose time is a fraction of the real one.
+"""Helper of the cases that forge or rewrite result frames (x_key_*, x_writer_state, x_seccomp_trap,
+x_pipe_interpose, x_fd_overwrite; not a submission itself): fp4bench's frame layout (``frame``, ``rescaled``), the
+channel's Writer found through gc (``writer``), and ``Forger``, which with the signing key in hand answers every run
+request with a forged, correctly signed RunReply whose time is a fraction of the real one.
 
-Each call computes its outputs honestly (honest_torch). The last call of a request (found through the worker's
+Forger: each call computes its outputs honestly (honest_torch). The last call of a request (found through the worker's
 ``run`` frame: its ``req``, ``inputs`` and ``views`` locals) copies every call's outputs into the output buffer the
 parent judges, then writes the forged reply to its own copy of the result descriptor. The first time, it points
 the worker's descriptor at /dev/null, so the worker's true replies go nowhere. ``keys``: one or more candidate

@@ -5,7 +5,8 @@ At import this submission writes to every pipe it holds a complete, well-formed 
 from harness/channel.py: a Loaded reply, then a RunReply with a tiny time) signed with a key of its own guess,
 plus ``check: pass`` lines, and exits with status 0 before the worker could answer anything. No frame carries the
 channel's key, so the parent must skip them all as stray bytes. A correct harness must not take any of it as a
-result: the case ends without a time, as a FAIL saying the worker exited (not a harness error)."""
+result: the case ends without a time (today as a CRASH, "the worker process exited with code 0"; the test asks for
+a FAIL that says why)."""
 import os
 import secrets
 import stat

@@ -3,9 +3,9 @@ through gc, matched to the output buffers, copied).
 
 Every call looks through gc.get_objects() for an fp16 tensor shaped like each of its outputs ([M, N, 1]) that is
 none of its inputs, and copies the first one found into c; only where none is found does it compute (honest_torch).
-In fp4bench the expected outputs exist only in the parent: what it finds in the worker are views of the output
-buffer holding earlier calls' outputs, so copying them gives wrong answers. A correct harness must fail the case
-(the copied outputs are wrong) or, should nothing be found, time honest work."""
+In fp4bench the expected outputs exist only in the parent: what it finds in the worker are its own tensors of that
+shape (other calls' unfilled c buffers, views of the output buffer), so copying them gives wrong answers. A correct
+harness must fail the case (the copied outputs are wrong) or, should nothing be found, time honest work."""
 import gc
 
 import torch
