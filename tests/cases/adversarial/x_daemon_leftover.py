@@ -4,8 +4,9 @@ At import the worker forks a child that calls setsid() and forks again: the gran
 session (the parent's kill of the worker's session does not reach it) and an orphan. It closes every descriptor it
 inherited, sleeps, and exits by itself after 60 s at most (a bounded test; a real one would stay, e.g. to keep a
 core warm or to read the next worker's shared buffers). Where the worker has no PID namespace of its own (CUDA runs)
-it outlives the worker; with one, it dies with the worker's PID 1. If X_DAEMON_PIDFILE is set it writes its PID
-there as the host sees it (the first NSpid), so a test can find and end it. Outputs are honest_torch's and the time
+it outlives the worker; with one, it dies with the worker's PID 1. If X_DAEMON_PIDFILE is set it writes there its
+PID as its /proc shows it (the first NSpid: the host's PID unless the namespace has its own /proc), so a test can
+find and end it (the test checks the process's environment first). Outputs are honest_torch's and the time
 is honest. A correct harness must notice the process the submission left (alive after its call returned or after
 the worker ended) and fail the case: "left a process behind"."""
 import os
