@@ -93,7 +93,8 @@ def call_failed(reply: P.Failed) -> CaseFailed:
 
 
 def protocol_broken(exc: P.ProtocolError) -> CaseFailed:
-    return CaseFailed(Status.ERROR, f"harness error: the worker answered out of protocol: {exc}")
+    return CaseFailed(Status.FAIL, f"the worker answered out of protocol: {exc} (its reply channel is the "
+                                   f"submission's to write: fake or stray replies fail the case)")
 
 
 def outside_window(reply: P.RunReply) -> str | None:

@@ -8,8 +8,6 @@ Forger: each call computes its outputs honestly (honest_torch). The last call of
 parent judges, then writes the forged reply to its own copy of the result descriptor. The first time, it points
 the worker's descriptor at /dev/null, so the worker's true replies go nowhere. ``keys``: one or more candidate
 keys (a frame signed with a wrong key is skipped by the parent as stray bytes)."""
-import hashlib
-import hmac
 import json
 import os
 import struct
@@ -24,10 +22,11 @@ MAGIC = b"\x00FP4BENCH\x01"  # the frame layout is documented in harness/channel
 
 
 def frame(key: bytes, header: dict) -> bytes:
+    """A frame as harness/channel.py lays it out. ``key`` is ignored: the channel has carried no signature since the
+    trust-boundary rework (a key in the worker's process is the submission's key); the parameter stays so the
+    kinds that once stole one still run, now with nothing to steal."""
     body = json.dumps(header, separators=(",", ":")).encode()
-    lengths = struct.pack("<QQ", len(body), 0)
-    mac = hmac.new(key, lengths, hashlib.sha256).digest()[:16]
-    return MAGIC + lengths + mac + hmac.new(key, body, hashlib.sha256).digest() + body
+    return MAGIC + struct.pack("<QQ", len(body), 0) + body
 
 
 def run_frame():
@@ -76,30 +75,34 @@ class Forger:
             reply["kernel_ns"] = fake / len(inputs)
         if self.out_fd is None:
             self._silence()
-        view = memoryview(b"".join(frame(k, reply) for k in self.keys))
+        closed = [{"msg": "Closed", "elapsed_ns": reply["elapsed_ns"]}] if req.kind == "time" else []
+        view = memoryview(b"".join(frame(k, h) for k in self.keys for h in closed + [reply]))
         while view:
             view = view[os.write(self.out_fd, view):]
         return out
 
 
 def writer():
-    """The worker's channel Writer (its ``_key`` and ``_fd``), through the garbage collector."""
+    """The worker's channel Writer (its ``_fd``; ``_key`` b"" now that the channel is unsigned), through the garbage
+    collector."""
     import gc
-    return next(o for o in gc.get_objects()
-                if type(o).__name__ == "Writer" and isinstance(getattr(o, "_key", None), bytes))
+    found = next(o for o in gc.get_objects() if type(o).__name__ == "Writer" and isinstance(getattr(o, "_fd", None), int))
+    if not isinstance(getattr(found, "_key", None), bytes):
+        found._key = b""
+    return found
 
 
 def rescaled(key: bytes, data: bytes, factor: float = 8.0) -> bytes:
     """``data`` with the RunReply frame at its start (if any) re-signed with its ``elapsed_ns`` divided by ``factor``;
     anything else unchanged."""
-    prefix = len(MAGIC) + 16 + 16 + 32
+    prefix = len(MAGIC) + 16
     if not data.startswith(MAGIC) or len(data) < prefix:
         return data
     hlen, plen = struct.unpack_from("<QQ", data, len(MAGIC))
     if plen or len(data) < prefix + hlen:
         return data
     header = json.loads(data[prefix:prefix + hlen])
-    if header.get("msg") != "RunReply":
+    if header.get("msg") not in ("RunReply", "Closed"):
         return data
     header["elapsed_ns"] = header["elapsed_ns"] / factor
     return frame(key, header) + data[prefix + hlen:]

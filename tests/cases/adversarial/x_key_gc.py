@@ -8,10 +8,8 @@ output buffer, a RunReply signed with the stolen key whose time is 1/8 of the re
 are sent to /dev/null. Nothing of the harness is modified. A correct harness must not accept the worker's word for
 the window's time (the key lives in the process the submission controls): it fails the case (its own bracket of
 the window disagrees) or reports the real time."""
-import gc
-
+import forge
 from forge import Forger
 
-_writer = next(o for o in gc.get_objects()
-               if type(o).__name__ == "Writer" and isinstance(getattr(o, "_key", None), bytes))
+_writer = forge.writer()  # its key, if the channel still had one; b"" since it carries none
 custom_kernel = Forger([_writer._key], _writer._fd)

@@ -33,7 +33,7 @@ def _read_exactly(n: int) -> bytes:
 
 
 def _filter() -> None:
-    prefix = len(forge.MAGIC) + 16 + 16 + 32
+    prefix = len(forge.MAGIC) + 16  # the unsigned layout of harness/channel.py
     try:
         while True:
             head = _read_exactly(prefix)
