@@ -9,8 +9,6 @@
 #   cost      benchmarks/sandbox_cost.py: the three variants under --sandbox auto and off, alternated, 3 rounds
 #   stages    benchmarks/prepare_stages.py: the parent's prepare of a sample, stage by stage, on shapes 1 and 4
 #   timeline  benchmarks/sample_timeline.py: a timed sample's pause phase by phase (prepare ahead, request, judge)
-#   percall   per-call times of fp4bench's worker with FP4BENCH_PER_CALL_LOG (per_call_probe.py --worker-log)
-#   probe     per_call_probe.py in one process: the official loop against fp4bench's window step by step
 #   reftile   benchmarks/reference_tiles.py: the reference GEMM's tile, today's against two candidates
 #   s8        wgmma_sm90's bench.py --check (the rule), then --time with the int8 path off and on, 2 rounds
 #   s8tests   the GPU tests of wgmma_sm90's int8 path (-k s8)
@@ -26,7 +24,7 @@
 #             wgmma_sm90, alternated, $AB_ROUNDS rounds (default 2), each with its geomean; both --sandbox off, since
 #             the copy builds into $FP4BENCH_CACHE/wgmma_sm90, which its sandbox (named by the folder) does not open
 # Wheels under .whl (carried: a dependency the device image lacks, e.g. msgspec) are installed first.
-# Usage: bash benchmarks/h200_round.sh [tests|timing|fidelity|spin|sandbox|cost|stages|timeline|percall|probe|reftile|lb|profile|torchcost|phases|early|cupti|wgtests|s8|s8tests|s8flags|ablb]...   (default: tests timing fidelity)
+# Usage: bash benchmarks/h200_round.sh [tests|timing|fidelity|spin|sandbox|cost|stages|timeline|reftile|lb|profile|torchcost|phases|early|cupti|wgtests|s8|s8tests|s8flags|ablb]...   (default: tests timing fidelity)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/h200}
@@ -85,15 +83,6 @@ for step in $steps; do
     cost)
       timeout 560 python3 benchmarks/sandbox_cost.py --submission wgmma_sm90,triton_grouped,torch_reference \
         --shapes benchmarks --settings configs/device-budget.yml --rounds 3 --out "$OUT/sandbox_cost.md" ;;
-    percall)  # per-call event times of fp4bench's worker (FP4BENCH_PER_CALL_LOG)
-      FP4BENCH_PER_CALL_LOG=1 timeout 200 python3 -m harness run --submission wgmma_sm90 --shapes benchmarks \
-        --mode leaderboard --no-store --worker-log /tmp/wl.txt --json /tmp/pc.json > /dev/null 2>&1
-      summary /tmp/pc.json | tee -a "$OUT/percall.txt"
-      python3 benchmarks/per_call_probe.py --submission wgmma_sm90 --worker-log /tmp/wl.txt | tee -a "$OUT/percall.txt"
-      grep percall /tmp/wl.txt | head -3 >> "$OUT/percall.txt" ;;
-    probe)  # experiment: which step of fp4bench's window slows the first calls (benchmarks/per_call_probe.py)
-      timeout 400 python3 benchmarks/per_call_probe.py --submission wgmma_sm90 --samples 40 2>&1 | tail -34 \
-        | tee -a "$OUT/probe.txt" ;;
     reftile)  # the Triton reference GEMM's tile: today's against 8 warps and 128 rows of A, interleaved
       timeout 120 python3 benchmarks/reference_tiles.py --tiles 64x128x4x3,64x128x8x3,128x128x8x4 --reps 9 \
         --out "$OUT/tiles.json" 2>&1 | tail -12 | tee "$OUT/tiles.txt" ;;

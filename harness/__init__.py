@@ -1,8 +1,8 @@
 """fp4bench's harness. Data flows one way (tests/test_layering.py holds it):
 
 - ``protocol``, ``channel``, ``buffers``, ``confine``: the boundary, shared by both sides (leaves).
-- ``worker``: UNTRUSTED, the only code that imports a submission, in its own process; reports facts, no verdicts.
-- ``parent``: TRUSTED, starts workers, draws inputs, judges.
+- ``worker``: UNTRUSTED, the only code that imports a submission, in its own process; its replies are claims.
+- ``parent``: TRUSTED, starts workers, draws inputs, times every window itself, judges.
 - ``results``: records, statistics, rankings, the store. ``report``: how results are shown. ``cli``: commands.
 """
 from pathlib import Path

@@ -179,7 +179,7 @@ def test_kernel_time_and_overhead_are_recorded_on_gpu():
 
 
 def test_per_call_log_gives_each_timed_window_call_by_call(tmp_path, monkeypatch):
-    """FP4BENCH_PER_CALL_LOG: one ``percall`` line per timed window in the worker log (benchmarks/per_call_probe.py),
+    """FP4BENCH_PER_CALL_LOG: one ``percall`` line per timed window in the worker log,
     15 calls each, whose sum is the window (the end mark follows the last call's event)."""
     from harness.worker.timing import read_per_call_lines
 

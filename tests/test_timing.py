@@ -67,9 +67,10 @@ def test_busy_time_is_the_union_of_the_intervals(intervals, busy):
     assert timing.busy_us(intervals) == busy
 
 
-def test_run_window_takes_the_thread_snapshot_before_the_flush_so_nothing_but_the_calls_follows_it():
-    """The official loop queues its start event right behind its L2 fill, so the first call's host path overlaps
-    the fill; run_window keeps its own work (the threads' snapshot) ahead of the flush for the same reason."""
+def test_run_window_orders_the_gate_around_the_marks():
+    """The bracket's flags on the worker's stream: ``ready`` and the wait for ``go`` before the start mark,
+    ``end_calls`` right behind the end mark (before any host work of the worker), ``end_copy`` after the copy of
+    the outputs; the stream watch's queries come last, outside the bracket."""
     order = []
 
     class Window:
@@ -82,16 +83,30 @@ def test_run_window_takes_the_thread_snapshot_before_the_flush_so_nothing_but_th
         def elapsed_ns(self):
             return 5.0
 
-    def snapshot():
-        order.append("snapshot")
+    class Gate:
+        def open(self, stream):
+            order.append("ready, wait go")
+
+        def calls_done(self, stream):
+            order.append("end_calls")
+
+        def copied(self, stream):
+            order.append("end_copy")
+
+    class Watch:
+        def mark_pending(self):
+            order.append("watch")
+            return []
+
+        def late(self, marks, window, elapsed):
+            return 0
 
     result = timing.run_window(Window(), lambda x: order.append(f"call {x}") or x, [1, 2],
-                               lambda outputs, scratch: order.append(f"copy scratch={scratch}") or (),
-                               cuda=False, flush=lambda: order.append("flush"), snapshot=snapshot,
-                               closed=lambda: order.append("closed"))
-    assert order == ["snapshot", "flush", "start mark", "call 1", "call 2", "end mark", "snapshot",
-                     "copy scratch=False", "closed"]
-    assert result.outputs == [1, 2] and result.elapsed_ns == 5.0
+                               lambda outputs: order.append("copy"), cuda=False, flush=lambda: order.append("flush"),
+                               watch=Watch(), gate=Gate())
+    assert order == ["flush", "ready, wait go", "start mark", "call 1", "call 2", "end mark", "end_calls", "copy",
+                     "end_copy", "watch"]
+    assert result.outputs == [1, 2] and result.elapsed_ns == 5.0 and result.late_streams == 0
 
 
 @pytest.mark.gpu

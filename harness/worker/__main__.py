@@ -122,7 +122,7 @@ class Worker:
         self.profiler_started = False
         self._views: dict[tuple, tuple] = {}          # (layout key, host offset) -> (Views, inputs)
         # Diagnostics (FP4BENCH_PER_CALL_LOG, read before any submission code runs): an event after every timed
-        # call, the calls' times printed to the worker log (benchmarks/per_call_probe.py reads them).
+        # call, the calls' times printed to the worker log.
         self.per_call_log = cuda and bool(os.environ.get("FP4BENCH_PER_CALL_LOG"))
         threads.prestart_torch_pool()
 

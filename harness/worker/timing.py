@@ -247,7 +247,7 @@ def per_call_us(since_start_ms, marks: Sequence) -> list[float]:
 
 def per_call_line(window, marks: Sequence, n: int, k: int) -> str:
     """The worker log's line for one window's ``marking`` events: ``percall N K t1 t2 ...`` (N and K of the case's
-    first group, each call's time in us as ``per_call_us``). benchmarks/per_call_probe.py reads it."""
+    first group, each call's time in us as ``per_call_us``)."""
     times = per_call_us(lambda ev: window.ms_after_start(ev.cuda_event), marks)
     return f"{PER_CALL_PREFIX}{n} {k} " + " ".join(f"{t:.2f}" for t in times)
 
