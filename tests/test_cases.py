@@ -201,8 +201,9 @@ def test_background_threads_fail_the_case(name):
     # a live thread is named with its tid; one that already exited shows as the process clock's residue; a thread
     # that keyed its precomputed outputs by pointer (the inputs sit at the same addresses every sample) may return
     # stale ones first, and then the values fail
-    assert " elements differ " in r.message or re.match(r"work outside the timed window: (thread '[^']+' \(tid \d+\)|threads that have since exited) "
-                    r"used (\d+\.\d ms|\d+ us)", r.message), r.message
+    assert " elements differ " in r.message or re.match(
+        r"work outside the timed window: (thread '[^']+' \(pid \d+, tid \d+\)|threads that have since exited) "
+        r"used (\d+\.\d ms|\d+ us)", r.message), r.message
 
 
 def test_joined_side_stream_control_passes():
