@@ -57,7 +57,7 @@ def main() -> int:
     bracket_mod.Bracket.judge = judge
     settings = load_settings(Path(args.settings)) if args.settings else load_settings()
     rec = run(resolve(args.submission), load_shapes(args.shapes), RunOptions(args.mode, settings=settings))
-    out = {"notes": list(rec.notes), "cases": []}
+    out = {"bracket": rec.bracket, "cases": []}
     for c in rec.cases:
         name = c.case.name or str(c.case.n[0])
         mine = [s for s in seen if s["case"] == name]
@@ -72,7 +72,7 @@ def main() -> int:
                "share_of_allowance_max": max(used) if used else None, "samples": len(mine)}
         out["cases"].append(row)
         print(json.dumps(row), flush=True)
-    print("geomean_us", rec.geomean_ns / 1e3 if rec.geomean_ns else None, "notes", rec.notes, flush=True)
+    print("geomean_us", rec.geomean_ns / 1e3 if rec.geomean_ns else None, rec.bracket, flush=True)
     out["samples"] = seen
     if args.out:
         Path(args.out).write_text(json.dumps(out, indent=1))

@@ -125,15 +125,14 @@ def close_record(record: RunRecord, results: list[CaseResult], observer: Observe
     per-case means when every case passed with timings; ``started``: time.monotonic() at the start, for the
     run's wall time. Tells the observer ``on_finish``."""
     notes = list(runner.notes) if runner is not None else []
-    if session is not None and session.bracket.margin is not None:
-        notes.append(session.bracket.margin.describe())
     if session is not None and session.stray_bytes:
         notes.append(judge.stray_note(session.stray_bytes))
     wall = time.monotonic() - started if started is not None else 0.0
     means = [r.stats.mean_ns for r in results if r.passed and r.stats]
     timed_all = means and len(means) == len(results)
+    margin = session.bracket.margin if session is not None else None
     final = replace(record, cases=tuple(results), complete=True, geomean_ns=geomean(means) if timed_all else None,
-                    wall_s=round(wall, 3), notes=tuple(notes))
+                    wall_s=round(wall, 3), notes=tuple(notes), bracket=margin.describe() if margin else "")
     observer.on_finish(final)
     return final
 

@@ -143,6 +143,7 @@ class RunRecord:
     shape_set_id: str = ""        # task.spec.shape_set_id of the cases run ("" in records from before it)
     sandbox: str = ""                 # how workers were confined: "off", or what held (harness.parent.sandbox)
     notes: tuple[str, ...] = ()       # run-wide notes: timers the submission replaced, hooks refused, stray bytes
+    bracket: str = ""                 # the margin the parent held every window to (harness.parent.bracket)
 
     @property
     def passed(self) -> bool:
@@ -198,7 +199,8 @@ def run_from_dict(d: dict) -> RunRecord:
                      SubmissionInfo(**d["submission"]), Environment(**d["environment"]),
                      tuple(case_result_from_dict(c) for c in d["cases"]), d["complete"],
                      d.get("git_commit", ""), d.get("geomean_ns"), d.get("wall_s", 0.0), d.get("window", ""),
-                     d.get("shape_set_id", ""), d.get("sandbox", ""), tuple(d.get("notes", ())))
+                     d.get("shape_set_id", ""), d.get("sandbox", ""), tuple(d.get("notes", ())),
+                     d.get("bracket", ""))
 
 
 def exit_code(record: RunRecord) -> ExitCode:
