@@ -42,7 +42,7 @@ CALIBRATION_WINDOWS = 9
 #: Tolerance beyond the calibrated gap (ns, per sample; at least 3 spreads of the calibration) and relative to the
 #: window: CUDA, CPU (a CPU's bracket also holds the worker's copy of the outputs and the scheduler's pauses).
 TOLERANCE_NS = {"cuda": 20_000.0, "cpu": 3_000_000.0}
-TOLERANCE_REL = {"cuda": 0.03, "cpu": 0.5}
+TOLERANCE_REL = {"cuda": 0.03, "cpu": 0.2}
 #: CUDA copy phase: the worker's copy of its outputs may take two honest gaps (the GPU switches to the parent's
 #: context only once the worker's queue drains, so a host-bound worker's copy phase holds a switch there and back),
 #: COPY_FACTOR times the parent's copy of the same bytes, and COPY_HOST_NS of host time. When the parent's end mark
