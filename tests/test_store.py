@@ -355,7 +355,7 @@ def test_a_v2_store_gains_notes_and_keeps_its_cases_and_cuda_failures(db, monkey
         store._conn.execute("UPDATE runs SET complete = 1, finished_at = 'x' WHERE run_id = 'r1'")
     monkeypatch.undo()
     with ResultStore(db) as store:
-        assert store.version == 3
+        assert store.version == len(schema_mod.MIGRATIONS)
         back = store.load("r1")
     assert back.notes == () and back.cases[0].cuda_failure and exit_code(back) is ExitCode.CUDA_FAILURE
 
@@ -379,3 +379,19 @@ def test_git_commit_says_dirty_when_tracked_files_differ(tmp_path):
     assert git_commit(tmp_path) == head  # untracked files do not change what ran from the repo
     (tmp_path / "a.py").write_text("x = 2\n")
     assert git_commit(tmp_path) == head + "-dirty"
+
+
+def test_the_brackets_margin_round_trips_and_an_older_store_migrates_to_empty(tmp_path, monkeypatch):
+    """Schema v4: ``runs.bracket`` holds the margin the parent's bracket held the run to; runs stored before it
+    read back ''."""
+    db = tmp_path / "r.sqlite"
+    monkeypatch.setattr(schema_mod, "MIGRATIONS", schema_mod.MIGRATIONS[:3])
+    with ResultStore(db) as store:  # a v3 store: what save() wrote before the column existed
+        store._insert_run(store._conn, make_run("old"))
+        store._conn.execute("UPDATE runs SET complete = 1, finished_at = 'x' WHERE run_id = 'old'")
+    monkeypatch.undo()
+    with ResultStore(db) as store:
+        assert store.version == 4 and store.load("old").bracket == ""
+        run = dataclasses.replace(make_run(), run_id="new", bracket="time bracket: 290 us + 20 us + 3% of the window")
+        store.save(run)
+        assert store.load("new").bracket == run.bracket

@@ -75,8 +75,14 @@ def _v3(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE runs ADD COLUMN notes TEXT NOT NULL DEFAULT '[]'")
 
 
+def _v4(conn: sqlite3.Connection) -> None:
+    """The margin the parent's time bracket held the run to (``runs.bracket``, harness.parent.bracket); older runs
+    had no bracket and get ''."""
+    conn.execute("ALTER TABLE runs ADD COLUMN bracket TEXT NOT NULL DEFAULT ''")
+
+
 #: Migration steps: ``MIGRATIONS[i]`` takes a store at schema version i to version i + 1. Append, never edit.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4]
 
 
 def schema_version() -> int:

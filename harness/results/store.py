@@ -204,10 +204,12 @@ class ResultStore:
                 raise StoreError(f"add_case(): run {run_id} is already finished")
             self._insert_case(conn, run_id, case, index)
 
-    def finish(self, run_id: str, geomean_ns: float | None, complete: bool, notes: Sequence[str] = ()) -> None:
+    def finish(self, run_id: str, geomean_ns: float | None, complete: bool, notes: Sequence[str] = (),
+               bracket: str = "") -> None:
         """Mark a run finished: ``complete`` False when it was cut short; ``geomean_ns`` the geometric mean of
         the per-case mean times (ns) when every case passed, else None; ``notes`` the run-wide notes (such as a
-        replaced timer). Stored cases are never rewritten. One transaction.
+        replaced timer); ``bracket`` the time bracket's margin (schema v4). Stored cases are never rewritten. One
+        transaction.
 
         Raises StoreError if the run is unknown or already finished."""
         with self._tx() as conn:
@@ -216,8 +218,9 @@ class ResultStore:
                 raise StoreError(f"finish(): no run {run_id!r} in {self.path}")
             if row["finished_at"] is not None:
                 raise StoreError(f"finish(): run {run_id} was already finished at {row['finished_at']}")
-            conn.execute("UPDATE runs SET finished_at = ?, complete = ?, geomean_ns = ?, notes = ? WHERE run_id = ?",
-                         (_now(), int(bool(complete)), geomean_ns, json.dumps(list(notes)), run_id))
+            conn.execute("UPDATE runs SET finished_at = ?, complete = ?, geomean_ns = ?, notes = ?, bracket = ?"
+                         " WHERE run_id = ?", (_now(), int(bool(complete)), geomean_ns, json.dumps(list(notes)),
+                                               bracket, run_id))
 
     def save(self, run: RunRecord) -> None:
         """Store a whole finished record in one transaction (imports, tests). Raises StoreError if the run id
@@ -226,12 +229,13 @@ class ResultStore:
             self._insert_run(conn, run)
             for i, case in enumerate(run.cases):
                 self._insert_case(conn, run.run_id, case, i)
-            conn.execute("UPDATE runs SET finished_at = ?, complete = ?, geomean_ns = ?, notes = ? WHERE run_id = ?",
-                         (_now(), int(run.complete), run.geomean_ns, json.dumps(list(run.notes)), run.run_id))
+            conn.execute("UPDATE runs SET finished_at = ?, complete = ?, geomean_ns = ?, notes = ?, bracket = ?"
+                         " WHERE run_id = ?", (_now(), int(run.complete), run.geomean_ns,
+                                               json.dumps(list(run.notes)), run.bracket, run.run_id))
 
     def _insert_run(self, conn: sqlite3.Connection, run: RunRecord) -> None:
         meta = run.to_dict()
-        for key in ("cases", "complete", "geomean_ns", "notes"):
+        for key in ("cases", "complete", "geomean_ns", "notes", "bracket"):
             meta.pop(key, None)
         try:
             conn.execute(
@@ -287,7 +291,7 @@ class ResultStore:
             body["samples_ns"] = samples.get(c["idx"], [])
             cases.append(body)
         d.update(cases=cases, complete=bool(row["complete"]), geomean_ns=row["geomean_ns"],
-                 shape_set_id=row["shape_set_id"], notes=json.loads(row["notes"]))
+                 shape_set_id=row["shape_set_id"], notes=json.loads(row["notes"]), bracket=row["bracket"])
         try:
             return run_from_dict(d)
         except (KeyError, TypeError, ValueError) as exc:
@@ -406,7 +410,7 @@ class StoreRecorder:
         self._forward("on_case", index, result)
 
     def on_finish(self, record: RunRecord) -> None:
-        self.store.finish(record.run_id, record.geomean_ns, record.complete, record.notes)
+        self.store.finish(record.run_id, record.geomean_ns, record.complete, record.notes, record.bracket)
         self.finished = True
         self._forward("on_finish", record)
 
