@@ -79,8 +79,11 @@ def test_a_spinning_process_started_in_a_timed_call_fails_its_case(monkeypatch, 
         monkeypatch.setenv(var, value)
     sandbox, settings = HOW["shared-pid"]
     first, second = _run(ADVERSARIAL / file, "benchmark", TWO_CASES, settings, sandbox=sandbox).cases
-    assert first.status is Status.FAIL and re.fullmatch(LEFT.format(name=name), first.message)
-    assert first.samples_ns  # the samples measured stay with the failure
+    # whichever the parent sees first: the spinning process's CPU between samples (harness.parent.watch), or the
+    # process itself at the case's end
+    assert first.status is Status.FAIL and (re.fullmatch(LEFT.format(name=name), first.message) or
+                                            first.message.startswith(f"work outside the timed window: thread '{name}'")
+                                            ), first.message
     assert second.status is Status.PASS
     assert not _named(name) and _nothing_left()
 
