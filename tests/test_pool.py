@@ -196,9 +196,10 @@ def test_pack_of_a_loose_file_refuses_a_linked_module_beside_it(tmp_path):
 
 # --- on a LocalCluster ---------------------------------------------------------------------------------------
 def _without_times(record) -> dict:
-    """The record with its times (and what times decide: how many warm-up calls were checked) left out."""
+    """The record with its times (and what times decide: how many warm-up calls were checked, the bracket's
+    calibrated margin) left out."""
     d = record.to_dict()
-    for key in ("run_id", "started_at", "wall_s", "geomean_ns"):
+    for key in ("run_id", "started_at", "wall_s", "geomean_ns", "bracket"):
         d.pop(key)
     timed = record.mode != "test"
     for case in d["cases"]:
