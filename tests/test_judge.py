@@ -84,9 +84,9 @@ def test_a_worker_that_exits_110_is_a_cuda_failure():
 def test_thread_time_below_a_tenth_of_a_ms_reads_in_us():
     """A thread that woke briefly is named with its microseconds, never as "used 0.0 ms" (harness.parent.watch)."""
     from harness.parent import watch
-    found = [watch.Finding("python", 5, 6, 6_600), watch.Finding("exited", 0, 0, 2_300_000)]
+    found = [watch.Finding("python", 5, 6, 6_600), watch.Finding("spin", 9, 9, 2_300_000, child=True)]
     assert watch.verdict(found) == (
-        "work outside the timed window: thread 'python' (pid 5, tid 6) used 7 us; threads that have since exited "
+        "work outside the timed window: thread 'python' (pid 5, tid 6) used 7 us; child process 'spin' (pid 9, tid 9) "
         "used 2.3 ms of CPU between samples (read by the parent from /proc); a submission's threads and processes "
         "must be idle outside its custom_kernel calls")
 
@@ -178,6 +178,7 @@ def test_a_15_mb_exception_from_a_real_worker_is_stored_cut(tmp_path):
         status, message, body = conn.execute("SELECT status, message, length(record_json) FROM cases").fetchone()
     lines = message.splitlines()
     assert (status, lines[0], lines[-1]) == ("error", "raised: ValueError: first line", "last")
-    # the worker cuts the text to 64 KiB first (a courtesy: a submission could skip it), the parent cuts again
-    assert [line for line in lines if line.startswith("[... ")] and len(message) <= MESSAGE_CHARS
+    # the worker cuts the text to 48 KiB (a courtesy: a submission could skip it, and the parent cuts again)
+    cuts = [line for line in lines if line.startswith("[... ")]
+    assert len(cuts) == 1 and int(cuts[0].split()[1]) > 14_900_000 and len(message) <= MESSAGE_CHARS
     assert body < 2 * MESSAGE_CHARS

@@ -82,7 +82,7 @@ def test_a_spinning_process_started_in_a_timed_call_fails_its_case(monkeypatch, 
     # whichever the parent sees first: the spinning process's CPU between samples (harness.parent.watch), or the
     # process itself at the case's end
     assert first.status is Status.FAIL and (re.fullmatch(LEFT.format(name=name), first.message) or
-                                            first.message.startswith(f"work outside the timed window: thread '{name}'")
+                                            first.message.startswith(f"work outside the timed window: child process '{name}'")
                                             ), first.message
     assert second.status is Status.PASS
     assert not _named(name) and _nothing_left()

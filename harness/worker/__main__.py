@@ -36,8 +36,9 @@ _type_qualname = type.__dict__["__qualname__"].__get__
 _Tensor, _list, _tuple = torch.Tensor, list, tuple
 _f16 = torch.float16
 _foreach_copy = torch._foreach_copy_
-#: The longest exception text and traceback a reply carries (characters; the parent caps again).
-_MESSAGE_CHARS, _TRACEBACK_CHARS = 64 << 10, 8000
+#: The longest exception text and traceback a reply carries (characters): together below the parent's own cap
+#: (harness.results.record.MESSAGE_CHARS), so the one cut marker a user sees counts what was cut.
+_MESSAGE_CHARS, _TRACEBACK_CHARS = 48 << 10, 8000
 #: How the window guard names a hook it refused to install (native.cleared()): the hook never ran.
 _REFUSED = " refused"
 
