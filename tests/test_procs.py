@@ -39,9 +39,24 @@ def _named(name: str) -> list[procs.Proc]:
     return [p for p in procs.table().values() if p.name == name]
 
 
+_BEFORE: dict = {"pids": set(), "trees": set()}
+
+
+@pytest.fixture(autouse=True)
+def _baseline():
+    """What earlier tests of the session left (a Dask cluster's processes, a worker still watched) is not this
+    test's: _nothing_left looks only at what appeared since this test began."""
+    _BEFORE["pids"] = {p.pid for p in procs.descendants(os.getpid())}
+    _BEFORE["trees"] = set(map(id, procs.TREES))
+    yield
+
+
 def _nothing_left() -> bool:
-    """No process below this one outside its session (workers and what they started), no watched worker."""
-    return not procs.TREES and not [p for p in procs.descendants(os.getpid()) if p.sid != os.getsid(0)]
+    """No process below this one outside its session (workers and what they started), no watched worker, that
+    this test started."""
+    trees = [t for t in procs.TREES if id(t) not in _BEFORE["trees"]]
+    return not trees and not [p for p in procs.descendants(os.getpid())
+                              if p.sid != os.getsid(0) and p.pid not in _BEFORE["pids"]]
 
 
 def _adopted(pid: int) -> bool:

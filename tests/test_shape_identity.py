@@ -97,6 +97,7 @@ def test_migration_gives_old_runs_the_id_of_their_cases(tmp_path):
     conn.execute("DROP INDEX runs_by_shape_set_id")
     conn.execute("ALTER TABLE runs DROP COLUMN shape_set_id")
     conn.execute("ALTER TABLE runs DROP COLUMN notes")  # schema v3's
+    conn.execute("ALTER TABLE runs DROP COLUMN bracket")  # schema v4's
     for run_id, body in conn.execute("SELECT run_id, record_json FROM runs").fetchall():
         d = json.loads(body)
         d.pop("shape_set_id")
@@ -105,7 +106,7 @@ def test_migration_gives_old_runs_the_id_of_their_cases(tmp_path):
     conn.commit()
     conn.close()
     with ResultStore(db) as store:
-        assert store.version == len(schema_mod.MIGRATIONS) == 3
+        assert store.version == len(schema_mod.MIGRATIONS) == 4
         assert [(r.run_id, r.shape_set_id) for r in store.runs()] == [("r1", smoke.id), ("r2", tests.id), ("r3", "")]
 
 
