@@ -26,7 +26,6 @@ honest sample's bracket can catch a rare scheduling hiccup; a forged time strike
 """
 from __future__ import annotations
 
-import secrets
 import statistics
 import time
 from dataclasses import dataclass
@@ -235,9 +234,3 @@ class Bracket:
         if self.cuda:
             self.settle()
             self.flags.close()
-
-
-def secret_generator(device: torch.device) -> torch.Generator:
-    """A generator seeded from the OS's randomness (the canaries' places and values: nothing the worker can
-    derive from the run's seeds)."""
-    return torch.Generator(device=device).manual_seed(secrets.randbits(63))

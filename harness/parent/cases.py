@@ -98,8 +98,9 @@ class Session:
         """The calibration window's answer: its gap (bracket - window) joins ``_gaps``."""
         try:
             closed = self._receive(timeout_s, (P.Closed,))
-        finally:
-            self.bracket.settle(0.0 if self.proc is None else 5.0)
+        except CaseFailed:
+            self.bracket.settle()  # the worker is gone: end the parent's waits now
+            raise
         self.bracket.closed()
         self._gaps.append(self.bracket.measured().bracket_ns - closed.elapsed_ns)
 

@@ -28,7 +28,6 @@ import torch
 
 from harness import protocol as P
 from harness.buffers import MappedBuffer, SharedBuffer
-from harness.parent.bracket import secret_generator
 from task.arena import Layout, Views, copy_plain, draw_official, reference_inputs, write_input
 from task.inputs import generate_input
 from task.reference import ReferencePlan, ref_kernel_many
@@ -36,6 +35,12 @@ from task.spec import Case
 
 
 _shuffle = secrets.SystemRandom().shuffle
+
+
+def _secret_generator(device: torch.device) -> torch.Generator:
+    """A generator seeded from the OS's randomness: the canaries' places and values owe nothing to the run's
+    seeds, so the worker cannot derive them."""
+    return torch.Generator(device=device).manual_seed(secrets.randbits(63))
 
 #: Canary bytes per call, group and operand (A, B): each one changes two e2m1 values of a row of A (or a column of
 #: B), so every output row (column) it feeds is wrong by far more than the tolerance.
@@ -142,7 +147,7 @@ class Sample:
         self._views: tuple[int, Views, list] | None = None  # (buffer generation, views, [ReferencePlan])
         self._plain: list[list[torch.Tensor]] | None = None
         self._c_drawn = False
-        self._secret = secret_generator(device)
+        self._secret = _secret_generator(device)
         self._regions = self._canary_regions()
         self._canary: tuple[torch.Tensor, torch.Tensor] | None = None  # (byte positions, true bytes)
         self._order: list[int] = []
