@@ -24,7 +24,7 @@
 #             wgmma_sm90, alternated, $AB_ROUNDS rounds (default 2), each with its geomean; both --sandbox off, since
 #             the copy builds into $FP4BENCH_CACHE/wgmma_sm90, which its sandbox (named by the folder) does not open
 # Wheels under .whl (carried: a dependency the device image lacks, e.g. msgspec) are installed first.
-# Usage: bash benchmarks/h200_round.sh [tests|timing|fidelity|spin|sandbox|cost|stages|timeline|reftile|lb|profile|torchcost|phases|early|cupti|wgtests|s8|s8tests|s8flags|ablb]...   (default: tests timing fidelity)
+# Usage: bash benchmarks/h200_round.sh [tests|margin|timing|fidelity|spin|sandbox|cost|stages|timeline|reftile|lb|profile|torchcost|phases|early|cupti|wgtests|s8|s8tests|s8flags|ablb]...   (default: tests timing fidelity)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/h200}
@@ -56,10 +56,16 @@ for step in $steps; do
   case $step in
     tests)
       python3 -m harness doctor 2>&1 | tee "$OUT/doctor.txt"
-      timeout 500 python3 -m pytest -m gpu -q tests/test_gpu.py tests/test_reference_gpu.py tests/test_native_guard.py \
+      timeout 540 python3 -m pytest -m gpu -q -p no:cacheprovider --durations=15 tests/test_gpu.py tests/test_reference_gpu.py tests/test_native_guard.py \
         tests/test_threads.py tests/test_integrity.py tests/test_sandbox.py tests/test_console.py tests/test_cases.py \
-        tests/test_memory.py tests/variants/test_wgmma_sm90.py tests/variants/test_triton_grouped.py 2>&1 \
-        | tee "$OUT/gpu_tests.log" | tail -15 ;;
+        tests/test_memory.py tests/test_exploits.py tests/test_procs.py tests/test_timing.py \
+        tests/variants/test_wgmma_sm90.py tests/variants/test_triton_grouped.py 2>&1 \
+        | tee "$OUT/gpu_tests.log" | tail -40 ;;
+    margin)  # the parent's bracket against each window, per sample (benchmarks/bracket_margin.py), two variants
+      for v in wgmma_sm90 triton_grouped; do
+        timeout 200 python3 benchmarks/bracket_margin.py --submission $v --shapes benchmarks --mode leaderboard \
+          --settings configs/device-budget.yml --out "$OUT/margin_$v.json" 2>&1 | tail -8 | tee -a "$OUT/margin.txt"
+      done ;;
     timing)
       for i in 1 2; do
         /usr/bin/time -f "leaderboard $i wall %e s" python3 -m harness run --submission wgmma_sm90 --shapes benchmarks \

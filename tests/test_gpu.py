@@ -1,6 +1,8 @@
 """GPU-only behaviours, run on the H200 through the device tool (skipped without CUDA)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from conftest import ADVERSARIAL, SHARED_CASES
@@ -83,11 +85,14 @@ def test_side_stream_is_caught():
 def test_late_side_stream_write_is_caught_on_small_shapes():
     """Work left on another stream past the end event fails the case whatever the shape. (side_stream.py on
     small shapes is host-bound: its side stream has drained by the time the call returns, nothing is outside
-    the window, and it passes with its honest time; seen on the H200 2026-11-29.)"""
+    the window, and it passes with its honest time; seen on the H200 2026-11-29.) Either verdict may come first:
+    the parent copies the outputs at the window's end, before the late write lands, so they read as wrong
+    (seen on the H200 2026-12-04), or the worker's late-stream probe names the stream."""
     rec = run(read_variant(ADVERSARIAL / "late_side_write.py"), TWO_GROUPS, RunOptions("benchmark", settings=FAST))
     r = rec.cases[0]
     assert r.status is Status.FAIL
-    assert "still had work queued when the timed window closed" in r.message
+    assert ("still had work queued when the timed window closed" in r.message
+            or re.search(r"output 0: \d+ of 8192 elements differ", r.message)), r.message
 
 
 def test_joined_side_stream_passes_on_gpu():
