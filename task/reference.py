@@ -698,7 +698,7 @@ def warm_up(kinds: Sequence[tuple[Sequence[int], int]], device: torch.device | s
     of task.reference_triton.GEMM_BYTES and by alignment, so each kind's launches are built over official inputs
     of WARM_ROWS rows per group and compiled, all kinds at once on a thread pool where triton allows
     (task.reference_triton.compiling); the first kind is then run once, which builds triton's launchers. A fresh
-    H200 spent 3.4 s on the reference's first compile (benchmarks/cold_costs.py, 2026-12-02), and 8.0 s compiling
+    H200 spent 3.4 s on the reference's first compile (2026-12-02, docs/journal.md), and 8.0 s compiling
     the benchmarks' kinds one after another; triton then caches them on disk. On the CPU only the integer path's
     choice (``_int_mm_pays``) is made. For a caller with time to spare (the parent while its worker
     starts). Raises what ``ref_kernel_many`` raises."""
