@@ -37,7 +37,7 @@ class BufferRef:
 
 
 class ExitCode(IntEnum):
-    """Process exit codes, as the official runner uses them (shared/docs/nvfp4_group_gemm.md); the worker exits
+    """Process exit codes, as the official runner uses them (docs/problem.md); the worker exits
     with CUDA_FAILURE when a CUDA error left its context unusable."""
 
     OK = 0

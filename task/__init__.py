@@ -1,7 +1,7 @@
 """The nvfp4_group_gemm problem: the types a submission sees.
 
 A submission does ``from task import input_t, output_t`` and defines ``custom_kernel(data: input_t) -> output_t``.
-Meaning (shared/docs/nvfp4_group_gemm.md, GPU MODE reference-kernels problems/nvidia/nvfp4_group_gemm):
+Meaning (docs/problem.md; GPU MODE reference-kernels problems/nvidia/nvfp4_group_gemm):
 
 ``input_t = (abc_tensors, sfasfb_tensors, sfasfb_reordered_tensors, problem_sizes)``, one entry per group g:
 

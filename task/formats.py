@@ -1,6 +1,6 @@
 """Number formats and layouts of nvfp4_group_gemm: e2m1 (fp4), e4m3fn (fp8 scales), the blocked 32x4x4 layout.
 
-Facts from shared/docs/nvfp4_group_gemm.md (OCP MX spec for e2m1/e4m3fn; cuBLAS "block scaling factors layout").
+Facts from docs/problem.md, "Number formats" (OCP MX spec for e2m1/e4m3fn; cuBLAS "block scaling factors layout").
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Input generation: the official draw order (bit-identical on any CUDA GPU) and a full-range mode.
 
-Official order (shared/docs/nvfp4_group_gemm.md, "The official generator"): ``torch.manual_seed(seed)``, then per
+Official order (docs/problem.md, "The official generator"): ``torch.manual_seed(seed)``, then per
 group A, B, C on the device generator, SFA, SFB on the CPU generator, then SFA/SFB reordered on the device
 generator. Without a GPU the device draws come from the CPU generator (values then differ from a GPU run).
 """

@@ -34,7 +34,7 @@ Why the fast path is exact (the bound ``exact_in_fp32`` checks). Work in integer
   NVIDIA tensor cores, 2021) lose nothing either: each addend is a product or a sum over a proper subset of the K
   products, so its magnitude is below ``2^24 u`` and all its bits lie inside the window, at multiples of ``u``.
 - Operands are exact too: a decoded element has at most 6 significant bits (e2m1: 2, e4m3fn: 4) and lies in
-  ``[2^-10, 2688]`` (shared/docs/nvfp4_group_gemm.md), exact in bf16, fp16 and fp32.
+  ``[2^-10, 2688]`` (docs/problem.md, "Number formats"), exact in bf16, fp16 and fp32.
 - Rounding: fp32 -> fp16 (``.to(torch.float16)``) is one correctly rounded conversion of the exact sum. Exact in
   fp32 implies exact in fp64, and ``round_to_fp16`` rounds that same real number once, so both paths give the same
   fp16 bits, inf on overflow and subnormals included. An exactly zero sum is +0 on both (accumulators start at +0).
@@ -49,7 +49,7 @@ Official data (values 0, +-0.5, +-1, +-1.5, scales 1 or 2: ``mu = 9``, ``Q = 102
 ``K = 2^22 / 144 = 29127`` with ``H = 12`` assumed, and up to ``K = 466033`` with the ``H = 3`` present; full-range
 data (task.inputs ``data="full-range"``) mixes scale exponents and mantissas and falls back to fp64.
 
-The H200 measurement behind the fast path (shared/docs/hardware.md, 2026-11-30): bf16 operands with fp32 output
+The H200 measurement behind the fast path (docs/hardware.md, 2026-11-30): bf16 operands with fp32 output
 (``torch.mm(a, b, out_dtype=torch.float32)``) matched the fp64 reference bit for bit, and the decode into wide
 dtypes cost more than the GEMM, hence the table decode here; on CUDA the Triton GEMM writes no decoded operand
 at all (task.reference_triton.grouped_gemm; its tensor-core sums are covered by the argument above). cuBLAS's
@@ -698,7 +698,7 @@ def warm_up(kinds: Sequence[tuple[Sequence[int], int]], device: torch.device | s
     of task.reference_triton.GEMM_BYTES and by alignment, so each kind's launches are built over official inputs
     of WARM_ROWS rows per group and compiled, all kinds at once on a thread pool where triton allows
     (task.reference_triton.compiling); the first kind is then run once, which builds triton's launchers. A fresh
-    H200 spent 3.4 s on the reference's first compile (benchmarks/cold_costs.py, 2026-12-02), and 8.0 s compiling
+    H200 spent 3.4 s on the reference's first compile (2026-12-02, docs/journal.md), and 8.0 s compiling
     the benchmarks' kinds one after another; triton then caches them on disk. On the CPU only the integer path's
     choice (``_int_mm_pays``) is made. For a caller with time to spare (the parent while its worker
     starts). Raises what ``ref_kernel_many`` raises."""

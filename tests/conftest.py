@@ -23,6 +23,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def own_default_store(tmp_path_factory, monkeypatch) -> Path:
+    """Every test's default results store ($FP4BENCH_DB) is a file of its own under pytest's temporary folder, so
+    no test reads or writes the checkout's results/ and none depends on it staying untouched while fp4bench is
+    used in the same checkout. Yields the path (not created)."""
+    path = tmp_path_factory.mktemp("store") / "fp4bench.sqlite"
+    monkeypatch.setenv("FP4BENCH_DB", str(path))
+    yield path
+
+
 def _cases_stored(db: Path) -> bool:
     """Whether the store at ``db`` holds at least one case (read-only; a store still being made reads as no)."""
     import sqlite3
@@ -40,8 +50,8 @@ def _cases_stored(db: Path) -> bool:
 
 def interrupt_after_first_case(argv: list[str], db: Path, settle_s: float = 0.0,
                                extra_env: dict | None = None, signum: int | None = None) -> tuple[int, str, str]:
-    """Run ``python -m harness`` + ``argv`` from the repo root (no FP4BENCH_DB/POPCORN_* from this process, plus
-    ``extra_env``), send
+    """Run ``python -m harness`` + ``argv`` from the repo root (no POPCORN_* from this process, plus ``extra_env``),
+    send
     ``signum`` (default SIGINT) ``settle_s`` seconds after the first case lands in ``db``; returns (exit code,
     stdout, stderr)."""
     import os
@@ -49,7 +59,7 @@ def interrupt_after_first_case(argv: list[str], db: Path, settle_s: float = 0.0,
     import subprocess
     import sys
     import time
-    env = {k: v for k, v in os.environ.items() if k not in ("FP4BENCH_DB", "POPCORN_FD", "POPCORN_SEED")}
+    env = {k: v for k, v in os.environ.items() if k not in ("POPCORN_FD", "POPCORN_SEED")}
     env.update(extra_env or {})
     proc = subprocess.Popen([sys.executable, "-m", "harness", *argv], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)

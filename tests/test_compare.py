@@ -168,7 +168,7 @@ def _settings_file(tmp_path):
 
 
 def _cli(*args, width=120):
-    return CliRunner().invoke(main, ["compare", *args], env={"COLUMNS": str(width), "FP4BENCH_DB": None})
+    return CliRunner().invoke(main, ["compare", *args], env={"COLUMNS": str(width)})
 
 
 def test_cli_json_output_and_store(tmp_path):

@@ -276,7 +276,7 @@ def store(tmp_path):
 
 
 def _cli(width: int, *args: str):
-    result = CliRunner().invoke(main, list(args), env={"COLUMNS": str(width), "FP4BENCH_DB": None})
+    result = CliRunner().invoke(main, list(args), env={"COLUMNS": str(width)})
     assert result.exit_code == 0, result.output
     return result.output
 
@@ -339,7 +339,7 @@ def test_markup_raise_fails_its_case_verbatim_and_still_writes_json_and_popcorn(
         result = CliRunner().invoke(main, [
             "run", "--submission", str(SHARED_CASES / "markup_raise.py"), "--no-store", "--json", str(out),
             "--shapes", "m: [64]; n: [128]; k: [256]; g: 1; seed: 5"],
-            env={"COLUMNS": "200", "POPCORN_FD": str(fd), "FP4BENCH_DB": None})
+            env={"COLUMNS": "200", "POPCORN_FD": str(fd)})
     finally:
         os.close(fd)
     message = "raised: ValueError: scale tile [/] mismatch at a[0:4, /1] [bold]row 3[/bold] [/red]"

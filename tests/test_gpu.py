@@ -181,20 +181,3 @@ def test_kernel_time_and_overhead_are_recorded_on_gpu():
     r = rec.cases[0]
     assert r.status is Status.PASS and 0 < r.kernel_ns and r.overhead_ms_per_sample > 0 and rec.wall_s > 0
     assert r.host_share == (r.stats.mean_ns - r.kernel_ns) / r.stats.mean_ns
-
-
-def test_per_call_log_gives_each_timed_window_call_by_call(tmp_path, monkeypatch):
-    """FP4BENCH_PER_CALL_LOG: one ``percall`` line per timed window in the worker log,
-    15 calls each, whose sum is the window (the end mark follows the last call's event)."""
-    from harness.worker.timing import read_per_call_lines
-
-    monkeypatch.setenv("FP4BENCH_PER_CALL_LOG", "1")
-    log = tmp_path / "worker.log"
-    rec = run(resolve("torch_reference"), TWO_GROUPS, RunOptions("benchmark", settings=FAST, worker_log=log))
-    r = rec.cases[0]
-    assert r.status is Status.PASS, r.message
-    case = TWO_GROUPS.cases[0]
-    windows = read_per_call_lines(log.read_text().splitlines())[(case.n[0], case.k[0])]
-    assert len(windows) > len(r.samples_ns) and all(len(w) == 15 and min(w) > 0 for w in windows)
-    for w, per_call_ns in zip(windows[-len(r.samples_ns):], r.samples_ns):
-        assert sum(w) / 15 == pytest.approx(per_call_ns / 1e3, rel=0.05)

@@ -408,7 +408,7 @@ def cli():
     group = click.Group()
     cli_reports.register(group)
     runner = CliRunner()
-    return lambda *args: runner.invoke(group, list(args), env={"COLUMNS": "250", "FP4BENCH_DB": None},
+    return lambda *args: runner.invoke(group, list(args), env={"COLUMNS": "250"},
                                        catch_exceptions=False)
 
 

@@ -59,15 +59,20 @@ def listener():
 
 
 @pytest.fixture
-def store_folder():
-    """The checkout's default store folder, made if missing (so that "write store" can only fail for the
-    sandbox's sake) and removed again if it was made and stayed empty; yields it."""
-    results = ROOT / "results"
-    made = not results.exists()
-    results.mkdir(exist_ok=True)
-    yield results
-    if made and not any(results.iterdir()):
-        results.rmdir()
+def escape_beside_store(tmp_path, monkeypatch):
+    """escape.py in a folder of its own that also holds the default results store ($FP4BENCH_DB, made), so the
+    store lies inside what the worker may read and only the sandbox's hiding keeps it out of reach; the store is
+    named to escape.py as its target (ESCAPE_STORE). The checkout's own results/ is never used. Yields
+    (escape.py's path, the store's path)."""
+    folder = tmp_path / "escaper"
+    (folder / "results").mkdir(parents=True)
+    for name in ("escape.py", "honest_torch.py"):
+        shutil.copy(SHARED_CASES / name, folder)
+    store = folder / "results" / "fp4bench.sqlite"
+    ResultStore(store).close()
+    monkeypatch.setenv("FP4BENCH_DB", str(store))
+    monkeypatch.setenv("ESCAPE_STORE", str(store))
+    return folder / "escape.py", store
 
 
 def _report(path) -> dict[str, str]:
@@ -84,7 +89,8 @@ def _tree(folder) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("offer", _mechanisms())
-def test_escape_is_blocked_under_strict_and_nothing_lands(offer, tmp_path, monkeypatch, listener, store_folder):
+def test_escape_is_blocked_under_strict_and_nothing_lands(offer, tmp_path, monkeypatch, listener,
+                                                          escape_beside_store):
     """Every attempt blocked and reported, the honest computation passes, the checkout and the default store
     unchanged, and the run records that every protection held."""
     monkeypatch.setattr(sandbox, "probe", lambda: offer)
@@ -93,15 +99,14 @@ def test_escape_is_blocked_under_strict_and_nothing_lands(offer, tmp_path, monke
     monkeypatch.setenv("ESCAPE_ROOT", str(ROOT))
     monkeypatch.setenv("ESCAPE_REPORT", str(logs / "report.txt"))
     monkeypatch.setenv("ESCAPE_PORT", str(listener))
-    monkeypatch.delenv("FP4BENCH_DB", raising=False)
-    before = (_tree(ROOT / "task"), _tree(store_folder))
+    escape, default_store = escape_beside_store
+    before = _tree(default_store.parent)
     store = ResultStore(tmp_path / "r.sqlite")
-    rec = run(read_variant(SHARED_CASES / "escape.py"), ONE,
+    rec = run(read_variant(escape), ONE,
               RunOptions("test", settings=FAST, sandbox=Sandbox("strict", writable=(logs,))), StoreRecorder(store))
-    after = (_tree(ROOT / "task"), _tree(store_folder))
     assert [c.status for c in rec.cases] == [Status.PASS]
     assert _report(logs / "report.txt") == {a: "blocked" for a in ATTEMPTS}
-    assert after == before
+    assert not (ROOT / "task" / "ESCAPED.txt").exists() and _tree(default_store.parent) == before
     abi = offer.landlock_abi
     how = f"landlock{abi}" if offer.mechanism == "landlock" else "bwrap" + (f"+landlock{abi}" if abi else "")
     assert rec.sandbox == f"strict via {how}: held {', '.join(sandbox.PROTECTIONS)}"
@@ -183,7 +188,7 @@ def custom_kernel(data):
 @pytest.mark.parametrize("offer", _mechanisms())
 def test_a_worker_may_write_its_own_proc_entry(offer, tmp_path, monkeypatch):
     """CUDA's cuInit writes beneath the process's own /proc entry (error 304 without it: H200, 2026-12-01,
-    benchmarks/sandbox_cuda.py); the CPU stand-in names the worker's threads there, as the driver does."""
+    docs/journal.md); the CPU stand-in names the worker's threads there, as the driver does."""
     monkeypatch.setattr(sandbox, "probe", lambda: offer)
     shutil.copy(SHARED_CASES / "honest_torch.py", tmp_path)
     (tmp_path / "names_its_threads.py").write_text(_NAMES_ITS_THREADS)
@@ -386,14 +391,14 @@ def test_gpu_variants_pass_inside_the_sandbox(name):
 
 
 @pytest.mark.gpu
-def test_gpu_escape_is_blocked_where_the_protection_holds(tmp_path, monkeypatch, listener, store_folder):
+def test_gpu_escape_is_blocked_where_the_protection_holds(tmp_path, monkeypatch, listener, escape_beside_store):
     """escape.py on the GPU under auto: each attempt blocked exactly where the run says its protection held."""
     logs = tmp_path / "logs"
     logs.mkdir()
     monkeypatch.setenv("ESCAPE_ROOT", str(ROOT))
     monkeypatch.setenv("ESCAPE_REPORT", str(logs / "report.txt"))
     monkeypatch.setenv("ESCAPE_PORT", str(listener))
-    rec = run(read_variant(SHARED_CASES / "escape.py"), ONE, RunOptions("test", sandbox=Sandbox(writable=(logs,))))
+    rec = run(read_variant(escape_beside_store[0]), ONE, RunOptions("test", sandbox=Sandbox(writable=(logs,))))
     assert [c.status for c in rec.cases] == [Status.PASS]
     held = rec.sandbox.split(": held ")[1].split(";")[0].split(", ") if ": held " in rec.sandbox else []
     escaped = ROOT / "task" / "ESCAPED.txt"

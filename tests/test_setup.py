@@ -1,5 +1,5 @@
 """Setting up and starting on a machine without a GPU: the installer's choice of torch build, commands that start
-without importing torch, the GPU-test skip text, and what the README promises."""
+without importing torch, the GPU-test skip text, and what the usage page promises."""
 from __future__ import annotations
 
 import re
@@ -141,9 +141,9 @@ def test_gpu_tests_say_only_what_they_need():
     assert reasons and set(reasons) == {GPU_SKIP_REASON}, out
 
 
-def test_readme_gives_the_shape_rules_and_the_cpu_recipe():
-    readme = " ".join((ROOT / "README.md").read_text().split())
-    assert f"M and N multiples of {MN_MULTIPLE}" in readme and f"K a multiple of {K_MULTIPLE}" in readme
-    assert "K above 529,920" in readme
-    recipe = next(line for line in (ROOT / "README.md").read_text().splitlines() if "--index-url" in line)
+def test_usage_page_gives_the_shape_rules_and_the_cpu_recipe():
+    usage = " ".join((ROOT / "docs" / "usage.md").read_text().split())
+    assert f"M and N multiples of {MN_MULTIPLE}" in usage and f"K a multiple of {K_MULTIPLE}" in usage
+    assert "K above 529,920" in usage
+    recipe = next(line for line in (ROOT / "docs" / "usage.md").read_text().splitlines() if "--index-url" in line)
     assert f"--index-url {install_torch.CPU_INDEX}" in recipe and 'pip install -e ".[dev]"' in recipe

@@ -118,39 +118,3 @@ def test_l2_flush_writes_what_the_official_clear_writes():
     flush()
     torch.cuda.synchronize()
     assert int(flush._buf[-1]) == 0
-
-
-def test_per_call_times_are_the_gaps_between_the_marks_from_the_start():
-    ends_ms = {"a": 0.010, "b": 0.025, "c": 0.045}
-    assert timing.per_call_us(ends_ms.__getitem__, ["a", "b", "c"]) == pytest.approx([10.0, 15.0, 20.0])
-    assert timing.per_call_us(ends_ms.__getitem__, []) == []
-
-
-def test_per_call_line_is_what_the_probe_reads_back():
-    class Window:
-        def ms_after_start(self, event):
-            return {1: 0.05, 2: 0.125}[event]
-
-    class Mark:
-        def __init__(self, handle):
-            self.cuda_event = handle
-
-    line = timing.per_call_line(Window(), [Mark(1), Mark(2)], 4096, 7168)
-    assert line == "percall 4096 7168 50.00 75.00"
-    log = ["something else\n", line + "\n", "percall 4096 7168 1.50 2.00\n", "percall 128 256 3.00\n"]
-    assert timing.read_per_call_lines(log) == {(4096, 7168): [[50.0, 75.0], [1.5, 2.0]], (128, 256): [[3.0]]}
-
-
-@pytest.mark.gpu
-def test_marking_records_one_event_after_each_call_in_stream_order():
-    marks: list = []
-    kernel = timing.marking(lambda cycles: torch.cuda._sleep(cycles), marks)
-    torch.cuda.synchronize()
-    start = torch.cuda.Event(enable_timing=True)
-    start.record()
-    for cycles in (1_000_000, 1_000, 1_000_000):
-        kernel(cycles)
-    torch.cuda.synchronize()
-    times = timing.per_call_us(start.elapsed_time, marks)
-    assert len(times) == 3 and all(t > 0 for t in times)
-    assert times[0] > 10 * times[1] and times[2] > 10 * times[1]  # a million cycles against a thousand

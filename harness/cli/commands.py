@@ -326,7 +326,7 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
             cluster, worker_log) -> None:
     """Run submissions over a shape set; exit code as the official runner (0, 110, 112, 113, 114; 130 after
     Ctrl-C, with the cases measured so far kept in the store and the --json file). With --gpus or --cluster
-    the submissions run side by side, one per GPU (README)."""
+    the submissions run side by side, one per GPU (docs/usage.md)."""
     console = Stdout()
     specs = [x.strip() for x in submissions.split(",") if x.strip()]
     if not specs:

@@ -118,7 +118,7 @@ def gpu_slots(client) -> int:
 def open_client(gpus: list[str] | None = None, cluster: str | None = None) -> Iterator:
     """A dask.distributed Client: on a local cluster of one worker per GPU in ``gpus`` (each pinned by
     CUDA_VISIBLE_DEVICES), on ``local:N`` CPU workers, or on the scheduler at ``cluster``. Local schedulers get
-    ``allowed-failures`` = ALLOWED_FAILURES; a remote one must be started with it (README)."""
+    ``allowed-failures`` = ALLOWED_FAILURES; a remote one must be started with it (docs/usage.md, "More than one GPU")."""
     import dask
     from distributed import Client, LocalCluster, Nanny, Scheduler, SpecCluster
 

@@ -52,7 +52,7 @@ from harness.results.store import DEFAULT_DB
 
 MODES = ("auto", "strict", "off")
 #: Written by a Landlock-confined worker besides its scratch and caches: its own /proc entry (the process that applies
-#: the rules resolves /proc/self to itself). Measured on the H200 (2026-12-01, benchmarks/sandbox_cuda.py): without
+#: the rules resolves /proc/self to itself). Measured on the H200 (2026-12-01, docs/journal.md): without
 #: a write right beneath /proc, cuInit fails with error 304 ("OS call failed"); with it for the whole of /proc,
 #: or for the worker's own entry alone, CUDA starts.
 _OWN_PROC = "/proc/self"

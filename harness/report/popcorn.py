@@ -1,6 +1,6 @@
 """The official ``key: value`` result stream (written to the descriptor named by POPCORN_FD).
 
-Keys and codes from the official evaluator (shared/docs/nvfp4_group_gemm.md). Only the parent writes here; the
+Keys and codes from the official evaluator (docs/problem.md). Only the parent writes here; the
 worker never has this descriptor.
 """
 from __future__ import annotations

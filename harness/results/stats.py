@@ -1,6 +1,6 @@
 """Statistics from raw samples, and the official stopping criterion, kept apart from the timing loop.
 
-Facts from shared/docs/nvfp4_group_gemm.md ("How the official evaluator times a benchmark").
+Facts from docs/problem.md ("The official evaluator", timing).
 """
 from __future__ import annotations
 

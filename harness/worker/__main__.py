@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import select
 import socket
 import sys
-import time
 import traceback
 
 from harness.worker import timing  # first: captures the measurement functions before any submission import
@@ -122,9 +120,6 @@ class Worker:
         self.flags: MappedBuffer | None = None        # the parent's flag words (CUDA)
         self.profiler_started = False
         self._views: dict[tuple, tuple] = {}          # (layout key, host offset) -> (Views, inputs)
-        # Diagnostics (FP4BENCH_PER_CALL_LOG, read before any submission code runs): an event after every timed
-        # call, the calls' times printed to the worker log.
-        self.per_call_log = cuda and bool(os.environ.get("FP4BENCH_PER_CALL_LOG"))
         threads.prestart_torch_pool()
 
     # -- requests
@@ -202,16 +197,11 @@ class Worker:
             if profiled:
                 result, table, kernel_ns = self._profile(inputs, copy_out, table=req.kind == "profile")
             else:
-                kernel, marks = self.kernel, []
-                if timed and self.per_call_log:
-                    kernel = timing.marking(self.kernel, marks)
                 gate = timing.Gate(self.flags.ptr, req.seq) if timed and cuda and self.flags is not None else None
-                result = timing.run_window(self.window, kernel, inputs, copy_out, cuda, None,
+                result = timing.run_window(self.window, self.kernel, inputs, copy_out, cuda, None,
                                            self.watch if timed else None, gate)
                 if timed:
                     self.send(P.to_dict(P.Closed(result.elapsed_ns)))
-                if marks:
-                    print(timing.per_call_line(self.window, marks, req.n[0], req.k[0]), file=sys.stderr, flush=True)
                 table, kernel_ns = "", None
         except BaseException as exc:  # noqa: BLE001 - the submission's exception is the case's result
             self._report(exc)
@@ -257,7 +247,7 @@ class Worker:
 
     def start_profiler(self) -> None:
         """One empty pass of the profiler: CUPTI's start-up (5-8 s on an H200 host, however the profiler is
-        driven; benchmarks/cupti_cost.py). Runs before the submission is imported, so every thread born here is
+        driven; docs/journal.md). Runs before the submission is imported, so every thread born here is
         born before the parent takes the worker's trusted threads (harness.parent.watch)."""
         import warnings
 
@@ -323,14 +313,6 @@ def _nothing(*_args):
     return None
 
 
-def _spin_until_readable(fd: int, limit_s: float) -> None:
-    """Poll ``fd`` without sleeping for at most ``limit_s`` (FP4BENCH_SPIN_WAIT_MS, an experiment: does a core
-    kept busy through the pause make each sample's first call less cold?)."""
-    end = time.monotonic() + limit_s
-    while not select.select([fd], [], [], 0)[0] and time.monotonic() < end:
-        pass
-
-
 def main() -> None:
     try:
         window = native.load()
@@ -346,10 +328,7 @@ def main() -> None:
         fd_sock.shutdown(socket.SHUT_WR)
     worker = Worker(Writer(fd), window, fd_sock)
 
-    spin_s = float(os.environ.get("FP4BENCH_SPIN_WAIT_MS", "0")) / 1e3
     while True:
-        if spin_s > 0:  # experiment: keep this core busy until the next request, with our code only
-            _spin_until_readable(0, spin_s)
         line = window.read_line(0)
         if not line:
             return
@@ -377,8 +356,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if os.environ.get("FP4BENCH_WORKER_PROFILE"):  # diagnostics: cProfile of the worker, written at exit
-        import cProfile
-        cProfile.run("main()", os.environ["FP4BENCH_WORKER_PROFILE"])
-    else:
-        main()
+    main()

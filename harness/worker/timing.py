@@ -223,50 +223,6 @@ def run_window(window, kernel, inputs: list, copy_out, cuda: bool, flush: L2Flus
     return Window(elapsed, outputs, late)
 
 
-def marking(kernel, marks: list):
-    """``kernel`` with a CUDA event recorded on the current stream after every call, appended to ``marks``: a
-    diagnostic of when each call of a window ended (``per_call_us``). The events cost host time in the window."""
-
-    def marked(x):
-        out = kernel(x)
-        ev = _Event(enable_timing=True)
-        _record(ev)
-        marks.append(ev)
-        return out
-
-    return marked
-
-
-def per_call_us(since_start_ms, marks: Sequence) -> list[float]:
-    """Each call's time (us) from ``marking``'s events: call 1 from the window's start mark, call i from call i - 1's
-    event. ``since_start_ms(event)``: ms from the start mark to the event (the guard's ``ms_after_start`` of its
-    ``cuda_event``, or ``start.elapsed_time``); every event must be complete."""
-    ends = [since_start_ms(ev) * 1e3 for ev in marks]
-    return [b - a for a, b in zip([0.0, *ends], ends)]
-
-
-def per_call_line(window, marks: Sequence, n: int, k: int) -> str:
-    """The worker log's line for one window's ``marking`` events: ``percall N K t1 t2 ...`` (N and K of the case's
-    first group, each call's time in us as ``per_call_us``)."""
-    times = per_call_us(lambda ev: window.ms_after_start(ev.cuda_event), marks)
-    return f"{PER_CALL_PREFIX}{n} {k} " + " ".join(f"{t:.2f}" for t in times)
-
-
-#: How ``per_call_line`` begins.
-PER_CALL_PREFIX = "percall "
-
-
-def read_per_call_lines(lines) -> dict[tuple[int, int], list[list[float]]]:
-    """``per_call_line``'s lines among ``lines`` (a worker log, any other lines skipped), by (N, K): each window's
-    per-call times (us) in log order."""
-    seen: dict[tuple[int, int], list[list[float]]] = {}
-    for line in lines:
-        if line.startswith(PER_CALL_PREFIX):
-            n, k, *times = line.split()[1:]
-            seen.setdefault((int(n), int(k)), []).append([float(t) for t in times])
-    return seen
-
-
 class StopRule(Protocol):
     """When ``measure`` stops (harness.results.stats.StoppingRule is the official one)."""
 

@@ -111,7 +111,7 @@ CONFIGS = {
     "auto": None,  # custom_kernel's per-shape choice (choose_config)
 }
 
-#: bf16 dense roofline per benchmark shape (us), from shared/docs/hardware.md.
+#: bf16 dense roofline per benchmark shape (us), at 989 TFLOP/s (docs/hardware.md).
 ROOFLINE_US = {"g8_n4096_k7168": 60.8, "g8_n7168_k2048": 30.4, "g2_n3072_k4096": 13.0, "g2_n4096_k1536": 6.5}
 
 

@@ -479,15 +479,15 @@ def start_cubin_build(out_dir: Path | None = None, verbose: bool = False) -> Cal
     return finish
 
 
-def load_fast_call(suffix: str = ""):
+def load_fast_call():
     """Build (once per source digest, in torch's extension cache) and import fast_call.cpp, the C++ per-call path.
-    Needs a C++ compiler and torch's headers, no GPU. ``suffix`` names a separate build (benchmarks/cold_costs.py
-    builds it twice in one process). Raises what torch.utils.cpp_extension raises when it cannot."""
+    Needs a C++ compiler and torch's headers, no GPU. Raises what torch.utils.cpp_extension raises when it
+    cannot."""
     from torch.utils.cpp_extension import load  # noqa: PLC0415  (slow import, only when building)
 
     digest = hashlib.sha256(FAST_CALL_SOURCE.read_bytes()).hexdigest()[:12]
     # load, not load_inline: load_inline prepends torch/extension.h, the header fast_call.cpp avoids
-    return load(name=f"wgmma_sm90_fast_call_{digest}{suffix}", sources=[str(FAST_CALL_SOURCE)],
+    return load(name=f"wgmma_sm90_fast_call_{digest}", sources=[str(FAST_CALL_SOURCE)],
                 extra_cflags=["-O2"], verbose=False)
 
 
