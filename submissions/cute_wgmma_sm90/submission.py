@@ -21,12 +21,17 @@ from pathlib import Path
 
 import torch
 
-import cutlass
+try:
+    import cutlass
+except ImportError as exc:  # the worker reports this message as the case's failure
+    raise ImportError(
+        f"cute_wgmma_sm90 needs CuTe DSL (the nvidia-cutlass-dsl package; `pip install nvidia-cutlass-dsl`, or on a "
+        f"machine without network tools/dsl_to_device.py), and importing it failed: {exc}") from None
 import cutlass.cute as cute
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import warpgroup
 from cutlass.cute.runtime import make_fake_stream, make_ptr
-from cutlass.utils import LayoutEnum
+from cutlass.tensor_utils import LayoutEnum
 import cuda.bindings.driver as cuda
 
 import cute_wgmma_sm90_host as host
@@ -234,6 +239,7 @@ class CompiledKernel:
     seconds: float
     source: str  #: "compiled" or "cache"
     ptx: str | None = None  #: PTX text when compiled with a dump directory
+    note: str = ""  #: why the on-disk cache was not used, if it was not
 
 
 def _table_ptr(dtype, address: int):
@@ -266,26 +272,35 @@ def compile_for_sm90(num_groups: int, *, dump_dir: str | None = None,
 def load_or_compile(num_groups: int, config: host.KernelConfig = host.CONFIG,
                     folder: Path | None = None) -> CompiledKernel:
     """The kernel from ``folder`` (default host.cache_dir()) when its key's object file is there, else compiled
-    and exported there (written to a temporary name, then renamed: a concurrent reader never sees half a file).
-    A cache that cannot be written costs the next process a compile, nothing else."""
+    and exported there (CuTe DSL's AOT object, written under a temporary name and renamed: a concurrent reader
+    never sees half a file). ``cute.compile`` itself never caches across processes. An object that cannot be
+    written (4.8.1 cannot link the export without the CUDA libraries, as on a CPU-only machine) or read costs
+    the next process a compile, nothing else; ``CompiledKernel.note`` says why."""
     key = compile_key(num_groups, config)
     folder = Path(folder) if folder is not None else host.cache_dir()
     name = f"k{key.digest()}"
     obj = folder / f"{name}.o"
+    note = ""
+    tmp = f"{name}.{os.getpid()}.tmp"
     if obj.is_file():
         start = time.perf_counter()
-        fn = getattr(cute.runtime.load_module(str(obj)), name)
-        return CompiledKernel(key, fn, time.perf_counter() - start, "cache")
+        try:
+            fn = getattr(cute.runtime.load_module(str(obj)), name)
+            return CompiledKernel(key, fn, time.perf_counter() - start, "cache")
+        except Exception as exc:  # a damaged or foreign object: compile instead
+            note = f"cached object {obj} not loaded: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
     compiled = compile_for_sm90(num_groups, config=config)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        tmp = f"{name}.{os.getpid()}.tmp"
         compiled.fn.export_to_c(str(folder), tmp, function_prefix=name)
-        os.replace(folder / f"{tmp}.o", obj)
         os.replace(folder / f"{tmp}.h", folder / f"{name}.h")
-    except OSError:
-        pass
-    return compiled
+        os.replace(folder / f"{tmp}.o", obj)
+    except Exception as exc:
+        for part in (f"{tmp}.h", f"{tmp}.o"):
+            (folder / part).unlink(missing_ok=True)
+        text = str(exc).strip().splitlines()
+        note = (note + "; " if note else "") + f"not cached in {folder}: {text[-1] if text else type(exc).__name__}"
+    return CompiledKernel(compiled.key, compiled.fn, compiled.seconds, "compiled", compiled.ptx, note)
 
 
 # ---------------------------------------------------------------------------------------------------------------
