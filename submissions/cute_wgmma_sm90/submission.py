@@ -162,8 +162,10 @@ class Sm90Fp4GroupGemm:
         tCsB = thr_mma.partition_B(sB)
         tCrA = tiled_mma.make_fragment_A(tCsA)
         tCrB = tiled_mma.make_fragment_B(tCsB)
+        # The operands' partitions are per warpgroup (shared-memory descriptors); the accumulator's elements are
+        # per thread, so their coordinates come from this thread's own slice.
         cC = cute.make_identity_tensor((cfg.tile_n, cfg.tile_m))
-        tCcC = thr_mma.partition_C(cC)
+        tCcC = tiled_mma.get_slice(tidx).partition_C(cC)
         acc = cute.make_rmem_tensor(tCcC.shape, ACC_DTYPE)
         acc.fill(0.0)
         tiled_mma.set(warpgroup.Field.ACCUMULATE, True)

@@ -249,6 +249,37 @@ def test_compiles_for_sm90a_with_wgmma_from_swizzled_shared_memory(compiled, gro
 
 
 @pytest.mark.slow
+def test_epilogue_coordinates_are_each_threads_own_wgmma_accumulators():
+    """The kernel stores accumulator i of thread t at tiled_mma.get_slice(t).partition_C(identity)[i]: for every
+    thread that is the m64nNk16 accumulator layout (row = warp x 16 + lane / 4 (+8), column pairs 2 (lane % 4) +
+    8 j), the second warpgroup 64 rows down, and the 256 threads cover the 128 x 128 tile once."""
+    import cutlass
+    import cutlass.cute as cute
+
+    cfg = host.CONFIG
+    seen = {}
+
+    @cute.jit
+    def probe():
+        mma = sub.sm90_utils.make_trivial_tiled_mma(
+            sub.OP_DTYPE, sub.OP_DTYPE, sub.warpgroup.OperandMajorMode.K, sub.warpgroup.OperandMajorMode.K,
+            sub.ACC_DTYPE, (cfg.tile_n // 64, 1, 1), tiler_mn=(64, cfg.tile_m))
+        ident = cute.make_identity_tensor((cfg.tile_n, cfg.tile_m))
+        for t in cutlass.range_constexpr(cfg.threads):
+            part = mma.get_slice(t).partition_C(ident)
+            seen[t] = [tuple(int(x) for x in part[i]) for i in range(cute.size(part))]
+
+    cute.compile(probe, options=f"--gpu-arch {host.TARGET_ARCH}")
+    cover = [c for coords in seen.values() for c in coords]
+    assert len(cover) == len(set(cover)) == cfg.tile_n * cfg.tile_m
+    for t, coords in seen.items():
+        lane, warp = t % 32, t // 32
+        rows = {warp * 16 + lane // 4, warp * 16 + lane // 4 + 8}
+        cols = {8 * j + 2 * (lane % 4) + b for j in range(cfg.tile_m // 8) for b in (0, 1)}
+        assert {r for r, _c in coords} == rows and {c for _r, c in coords} == cols, t
+
+
+@pytest.mark.slow
 def test_group_count_changes_the_compiled_code(compiled):
     assert compiled[2].key != compiled[9].key and compiled[2].ptx != compiled[9].ptx
 
