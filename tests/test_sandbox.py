@@ -262,7 +262,7 @@ out = {"own": _try(f"{cache}/{os.environ['VARIANT']}/built.cubin"),
        "limits": {n: resource.getrlimit(getattr(resource, n))[0] for n in ("RLIMIT_AS", "RLIMIT_FSIZE",
                                                                             "RLIMIT_NPROC", "RLIMIT_CPU")},
        "env": {k: os.environ[k] for k in ("FP4BENCH_CACHE", "HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
-                                            "TORCH_EXTENSIONS_DIR")}}
+                                            "TORCH_EXTENSIONS_DIR", "CUTE_DSL_CACHE_DIR")}}
 pathlib.Path(os.environ["LOG"]).write_text(json.dumps(out))
 '''
 
@@ -303,10 +303,56 @@ def test_a_variant_writes_its_own_cache_only_within_its_limits(offer, tmp_path, 
     assert seen["env"] == {"FP4BENCH_CACHE": str(alpha_cache), "HOME": str(alpha_cache / "_home"),
                            "TRITON_CACHE_DIR": str(alpha_cache / "_jit" / "triton"),
                            "TORCHINDUCTOR_CACHE_DIR": str(alpha_cache / "_jit" / "inductor"),
-                           "TORCH_EXTENSIONS_DIR": str(alpha_cache / "_jit" / "torch_extensions")}
+                           "TORCH_EXTENSIONS_DIR": str(alpha_cache / "_jit" / "torch_extensions"),
+                           "CUTE_DSL_CACHE_DIR": str(alpha_cache / "_jit" / "cute_dsl")}
     assert (alpha_cache / "alpha" / "built.cubin").read_text() == "x"
     assert not (beta_cache / "beta" / "poisoned.cubin").exists()
     assert sorted(p.name for p in (tmp_path / "cache" / "native").iterdir()) == []
+
+
+_DSL_PROBE = '''
+import os, json, pathlib
+from honest_torch import custom_kernel  # noqa: F401
+import cutlass, cutlass.cute as cute
+
+cache = pathlib.Path(os.environ["CUTE_DSL_CACHE_DIR"])
+before = sorted(p.name for p in cache.iterdir())
+
+@cute.jit
+def probe(x: cutlass.Int32):  # host code only: compiled, cached to disk and run without a GPU
+    y = x + 1
+
+probe(cutlass.Int32(3))
+log = pathlib.Path(os.environ["LOG"])
+runs = json.loads(log.read_text()) if log.exists() else []
+log.write_text(json.dumps(runs + [{"dir": str(cache), "before": before,
+                                   "after": sorted(p.name for p in cache.iterdir())}]))
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("offer", _mechanisms())
+def test_cute_dsl_compile_cache_outlives_the_worker(offer, tmp_path, monkeypatch):
+    """CuTe DSL caches its JIT compiles under $TMPDIR by default, the worker's scratch folder, removed with it; the
+    sandbox points CUTE_DSL_CACHE_DIR into the variant's own caches, so the next worker loads what the last one
+    compiled."""
+    pytest.importorskip("cutlass")
+    monkeypatch.setattr(sandbox, "probe", lambda: offer)
+    monkeypatch.setenv("FP4BENCH_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "dsl").mkdir()
+    (tmp_path / "dsl" / "submission.py").write_text(_DSL_PROBE)
+    (tmp_path / "dsl" / "honest_torch.py").write_text((SHARED_CASES / "honest_torch.py").read_text())
+    variant = read_variant(tmp_path / "dsl" / "submission.py")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    monkeypatch.setenv("LOG", str(logs / "dsl.json"))
+    for _ in range(2):
+        rec = run(variant, ONE, RunOptions("test", settings=FAST, sandbox=Sandbox(writable=(logs,))))
+        assert [c.status for c in rec.cases] == [Status.PASS], rec.cases[0].message
+    first, second = json.loads((logs / "dsl.json").read_text())
+    assert first["dir"] == second["dir"] == str(sandbox.variant_cache(variant) / "_jit" / "cute_dsl")
+    assert first["before"] == [] and len(first["after"]) == 1 and first["after"][0].startswith("cute_dsl_")
+    assert second["before"] == second["after"] == first["after"]  # found, not compiled again
 
 
 def test_wrapper_exit_status_reads_back_as_the_workers():

@@ -19,8 +19,8 @@ submission's folder, Python's and torch's installs (``sys.prefix``, ``sys.path``
 /opt, ...), /sys and /proc, the GPU device nodes; write only its own /proc entry, a scratch folder (``TMPDIR``,
 removed when the worker ends) and its own variant's caches: ``$FP4BENCH_CACHE`` is a per-variant root, read-only
 (``<cache>/sandbox/<variant>-<hash of its path>``), holding ``<variant name>/`` (its own build folder),
-``_jit/{triton,inductor,torch_extensions,cuda}`` (TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, TORCH_EXTENSIONS_DIR,
-CUDA_CACHE_PATH) and ``_home`` (HOME), all writable, and
+``_jit/{triton,inductor,torch_extensions,cuda,cute_dsl}`` (TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR,
+TORCH_EXTENSIONS_DIR, CUDA_CACHE_PATH, CUTE_DSL_CACHE_DIR) and ``_home`` (HOME), all writable, and
 ``native`` (a link to the parent's built timing window, read-only). The results store, $HOME and other
 variants' caches are not visible. The PID and IPC namespaces (and /dev/shm) are the worker's own unless the run
 uses CUDA (settings ``isolate_pid_ipc``): legacy CUDA IPC, which maps the parent's sample buffers, needs the
@@ -73,7 +73,7 @@ _SYSTEM_READ = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", 
 #: Read by a Landlock-confined worker besides its read roots (bwrap mounts its own /proc and /sys instead).
 _PROCESS_READ = ("/proc", "/sys")
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
-_JIT = ("triton", "inductor", "torch_extensions", "cuda")
+_JIT = ("triton", "inductor", "torch_extensions", "cuda", "cute_dsl")
 _NATIVE = "native"
 
 
@@ -208,7 +208,10 @@ class Plan:
         home = self.cache / "_home"
         env = {"FP4BENCH_CACHE": str(self.cache), "HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"),
                "TRITON_CACHE_DIR": str(jit / "triton"), "TORCHINDUCTOR_CACHE_DIR": str(jit / "inductor"),
-               "TORCH_EXTENSIONS_DIR": str(jit / "torch_extensions"), "CUDA_CACHE_PATH": str(jit / "cuda")}
+               "TORCH_EXTENSIONS_DIR": str(jit / "torch_extensions"), "CUDA_CACHE_PATH": str(jit / "cuda"),
+               # CuTe DSL's JIT file cache defaults to $TMPDIR/<user>/cutlass_python_cache: the scratch folder,
+               # removed with each worker, so every worker would compile again.
+               "CUTE_DSL_CACHE_DIR": str(jit / "cute_dsl")}
         if site.USER_BASE and os.path.isdir(site.USER_BASE):
             env["PYTHONUSERBASE"] = site.USER_BASE  # the parent's user site stays on the path, read-only
         return env
