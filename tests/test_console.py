@@ -324,7 +324,7 @@ def test_list_shows_whole_variant_names_and_reasons(width):
     for name in ("cuda_inline", "cute_dense_per_group", "cute_grouped", "torch_reference", "triton_grouped",
                  "wgmma_sm90"):
         assert "nvfp4_group_gemm" in rows[name]
-    assert_row(rows, "torch_reference", "H200", "cpu-ok", "yes")
+    assert_row(rows, "torch_reference", "B200", "cpu-ok", "yes")
     assert rows["cute_dense_per_group"][-1].startswith("no: needs sm_100a; this ")
 
 
