@@ -75,14 +75,14 @@ def check_bytes(data: bytes, shown: str, file_name: str) -> list[Finding]:
                                                             f"{exc.start}); the server takes UTF-8 only")
         return found
     lines = text.splitlines()
-    cpp = not file_name.endswith(".py")
+    cpp = file_name.endswith(EXTENSIONS[1:])
     _directives(lines, cpp, add)
     for number, line in enumerate(lines, 1):
         count = line.lower().count(FORBIDDEN)
         if count:
             add("stream", number, f"contains {FORBIDDEN!r} ({count}x, any case counts, comments and strings too; the "
                                   f"server refuses the file): {line.strip()[:100]}")
-    if not cpp:
+    if file_name.endswith(".py"):
         _imports(text, add)
     return found
 
