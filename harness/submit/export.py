@@ -100,7 +100,7 @@ def _collect(module: Module, folder: Path, modules: dict, order: list[Module], v
                               f"{targets[0][1]} on its own import line")
         assignments = []
         for alias, target in targets:
-            if target not in modules and target in visiting:
+            if target in visiting:
                 raise ExportError(f"{module.where(node)}: imports {target}, which imports this module back "
                                   f"(a cycle export cannot order)")
             if target not in modules:
