@@ -115,3 +115,25 @@ def test_gpu_compare_export_against_folder_finds_no_difference(tmp_path, variant
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = json.loads(out.read_text())["rows"]
     assert len(rows) == 5 and all(r["verdict"] == "no detectable difference" for r in rows), rows  # 4 shapes, all
+
+
+def test_wgmma_export_writes_its_kernel_sources_once_where_its_host_code_reads_them(tmp_path):
+    """Import only (no GPU): the embedded kernel.cu and fast_call.cpp land under $HOME/.cache/fp4bench-export/<digest>
+    byte for byte, the inlined host code's paths point at them, and a second import leaves them as they are (their
+    time keys torch's and nvcc's build caches)."""
+    folder = official_folder(tmp_path, "wgmma_sm90")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")} | {"HOME": str(home)}
+    probe = ("import os, sys; sys.path.insert(0, os.getcwd()); import submission as s; "
+             "print(s.KERNEL_SOURCE); print(s.FAST_CALL_SOURCE); print(os.stat(s.KERNEL_SOURCE).st_mtime_ns)")
+    runs = [subprocess.run([sys.executable, "-I", "-c", probe], cwd=folder, env=env, capture_output=True, text=True,
+                           timeout=300) for _ in range(2)]
+    assert [r.returncode for r in runs] == [0, 0], runs[0].stderr[-3000:]
+    (kernel, fast_call, mtime), second = runs[0].stdout.split(), runs[1].stdout.split()
+    assert Path(kernel).parent.parent == home / ".cache" / "fp4bench-export"
+    assert Path(fast_call).parent == Path(kernel).parent
+    source = ROOT / "submissions" / "wgmma_sm90"
+    assert Path(kernel).read_bytes() == (source / "kernel.cu").read_bytes()
+    assert Path(fast_call).read_bytes() == (source / "fast_call.cpp").read_bytes()
+    assert second == [kernel, fast_call, mtime]

@@ -18,7 +18,8 @@ from harness.submit.official_rules import MAX_BYTES, check_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAD = "#!POPCORN leaderboard nvfp4_group_gemm\n#!POPCORN gpu B200\n"
-BODY = "import torch\nfrom task import input_t, output_t\n\n\ndef custom_kernel(data: input_t) -> output_t:\n    return []\n"
+BODY = ("import torch\nfrom task import input_t, output_t\n\n\n"
+        "def custom_kernel(data: input_t) -> output_t:\n    return []\n")
 
 
 def found(text: str | bytes, name: str = "submission.py") -> list[tuple[str, int | None, str]]:
