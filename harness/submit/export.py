@@ -21,8 +21,8 @@ from pathlib import Path
 from harness import ROOT
 from harness.parent.registry import ENTRY_FILE, Variant
 from harness.submit import board
-from harness.submit.flatten import ExportError, Module, apply_edits, check_namespace, parse, remove_statement, \
-    rewrite, scope_of
+from harness.submit.flatten import (ExportError, Module, apply_edits, check_namespace, parse, remove_statement,
+                                    rewrite, scope_of)
 
 __all__ = ["ExportError", "Exported", "export_variant", "SOURCE_SUFFIXES"]
 

@@ -10,6 +10,7 @@ clash in one namespace are refused rather than silently bound to another module'
 from __future__ import annotations
 
 import ast
+import functools
 import symtable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +70,7 @@ def offset(module: Module, line: int, col: int) -> int:
     return starts[line - 1] + len(line_text.encode()[:col].decode())
 
 
+@functools.lru_cache(maxsize=16)
 def _line_starts(text: str) -> list[int]:
     starts, pos = [0], 0
     for line in text.splitlines(keepends=True):
