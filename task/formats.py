@@ -2,8 +2,6 @@
 
 Facts from docs/problem.md, "Number formats" (OCP MX spec for e2m1/e4m3fn; cuBLAS "block scaling factors layout").
 """
-from __future__ import annotations
-
 import torch
 
 #: e2m1 code -> value, codes 0..15 (sign bit 3, exponent bits 2..1 with bias 1, mantissa bit 0).

@@ -324,8 +324,10 @@ def test_list_shows_whole_variant_names_and_reasons(width):
     for name in ("cuda_inline", "cute_dense_per_group", "cute_grouped", "torch_reference", "triton_grouped",
                  "wgmma_sm90"):
         assert "nvfp4_group_gemm" in rows[name]
-    assert_row(rows, "torch_reference", "H200", "cpu-ok", "yes")
-    assert rows["cute_dense_per_group"][-1].startswith("no: needs sm_100a; this ")
+    assert_row(rows, "torch_reference", "B200", "cpu-ok", "yes")
+    assert rows["cute_dense_per_group"][-2].startswith("no: needs sm_100a; this ")
+    assert rows["cute_dense_per_group"][-1] == "ok" and rows["torch_reference"][-1] == "ok"  # the export column
+    assert rows["wgmma_sm90"][-1] == "1 finding (gpu): built for another GPU: needs sm_90a"
 
 
 # ------------------------------------------------------------------------------ markup_raise.py end to end

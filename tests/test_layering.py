@@ -24,8 +24,9 @@ RULES: dict[str, tuple[str, ...]] = {
     "harness.results": ("task", "harness.results") + BOUNDARY,
     "harness.parent": ("task", "harness.parent", "harness.results", "harness.worker") + BOUNDARY,
     "harness.report": ("task", "harness.report", "harness.results") + BOUNDARY,
-    "harness.cli": ("task", "harness.cli", "harness.parent", "harness.results", "harness.report", "harness.worker")
-    + BOUNDARY,
+    "harness.submit": ("harness.submit", "harness.parent") + BOUNDARY,
+    "harness.cli": ("task", "harness.cli", "harness.parent", "harness.results", "harness.report", "harness.worker",
+                    "harness.submit") + BOUNDARY,
     "harness.__main__": ("harness.cli",),
 }
 

@@ -20,6 +20,7 @@ from rich.text import Text
 
 from harness.cli import outputs
 from harness.cli import reports as cli_reports
+from harness.cli import submit as cli_submit
 from harness.cli.exits import EXIT_OUTPUT, Stdout, broken_pipe, fail, interrupted_exit, stop_on_sigterm
 from harness.parent import sandbox as sandbox_mod
 from harness.parent import seeds
@@ -447,8 +448,9 @@ def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, 
 
 @main.command("list")
 def list_cmd() -> None:
-    """Every variant under submissions/: its POPCORN headers, what it needs, whether it can run here. Exits 113
-    (bad spec) with one line when one cannot be read (a malformed header, a link in its folder)."""
+    """Every variant under submissions/: its POPCORN headers, what it needs, whether it can run here, and whether
+    its export passes the official server's rules (fp4bench export; KernelGuard: fp4bench check). Exits 113 (bad
+    spec) with one line when one cannot be read (a malformed header, a link in its folder)."""
     from harness.parent.hostinfo import cpu_facts, nvidia_gpu_present
 
     try:
@@ -460,7 +462,7 @@ def list_cmd() -> None:
         facts = device_facts()
     else:
         facts = cpu_facts()
-    Stdout().print(cli_reports.variants_table(variants, facts))
+    Stdout().print(cli_reports.variants_table(variants, facts, [cli_submit.export_state(v) for v in variants]))
 
 
 @main.command("doctor")
@@ -476,6 +478,7 @@ def doctor_cmd() -> None:
 
 
 cli_reports.register(main)
+cli_submit.register(main)
 
 if __name__ == "__main__":
     main()

@@ -256,16 +256,23 @@ def register(group) -> None:
     group.add_command(history_cmd)
 
 
-def variants_table(variants: Sequence[Variant], machine: DeviceFacts) -> StackedTable:
+def variants_table(variants: Sequence[Variant], machine: DeviceFacts,
+                   exports: Sequence[str] | None = None) -> StackedTable:
     """``fp4bench list``: per variant its POPCORN leaderboard and gpu headers, its requirement, and whether it
-    runs on ``machine``: ``yes``, or ``no: <reason>``."""
+    runs on ``machine``: ``yes``, or ``no: <reason>``; with ``exports`` (one per variant), the state of its export
+    for the official board (``ok``, its findings, or why it cannot be exported)."""
+    columns = [Col("leaderboard", "left"), Col("gpu", "left"), Col("requires", "left"),
+               Col("runs here", "left", wrap=True)]
+    if exports is not None:
+        columns.append(Col("export", "left", wrap=True))
     table = StackedTable(f"variants (this machine: {machine.name}"
                          f"{f', sm_{machine.cc_major}{machine.cc_minor}' if machine.cuda else ''})",
-                         Col("variant", "left"), [Col("leaderboard", "left"), Col("gpu", "left"),
-                                                  Col("requires", "left"), Col("runs here", "left", wrap=True)])
-    for v in variants:
+                         Col("variant", "left"), columns)
+    for i, v in enumerate(variants):
         reason = v.requires.unmet_reason(machine)
         runs_here = Text("yes", style="green") if reason is None else Text.assemble(("no", "yellow"), f": {reason}")
-        table.add_row(v.name, v.popcorn.get("leaderboard", ""), v.popcorn.get("gpu", ""), v.requires.text,
-                      runs_here)
+        cells = [v.popcorn.get("leaderboard", ""), v.popcorn.get("gpu", ""), v.requires.text, runs_here]
+        if exports is not None:
+            cells.append(Text("ok", style="green") if exports[i] == "ok" else Text(exports[i], style="yellow"))
+        table.add_row(v.name, *cells)
     return table

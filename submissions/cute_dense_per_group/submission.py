@@ -25,9 +25,8 @@ import cutlass.pipeline as pipeline
 import cutlass.utils.blackwell_helpers as sm100_utils
 import cutlass.utils.blockscaled_layout as blockscaled_utils
 from cutlass.cute.nvgpu import cpasync, tcgen05
-from cutlass.cute.runtime import make_fake_stream, make_ptr
+from cutlass.cute.runtime import make_ptr
 from cutlass.memory import SmemAllocator, TmemAllocator
-import cuda.bindings.driver as cuda
 
 import dense_host as host
 from task import input_t, output_t
@@ -77,7 +76,6 @@ class DenseBlockScaledGemm:
         m: cutlass.Int32,
         n: cutlass.Int32,
         k: cutlass.Int32,
-        stream: cuda.CUstream,
     ):
         cfg = self.cfg
         a_layout = cute.make_layout((m, k, 1), stride=(cute.assume(k, 32), 1, cute.assume(m * k, 32)))
@@ -136,7 +134,7 @@ class DenseBlockScaledGemm:
             mC,
             a_smem, b_smem, sfa_smem, sfb_smem,
             stage_bytes,
-        ).launch(grid=grid, block=(cfg.threads, 1, 1), cluster=(1, 1, 1), stream=stream)
+        ).launch(grid=grid, block=(cfg.threads, 1, 1), cluster=(1, 1, 1))
 
     # -- device side ----------------------------------------------------------------------------------------------
     @cute.kernel
@@ -397,8 +395,7 @@ def _operand_ptrs(a: int, b: int, sfa: int, sfb: int, c: int) -> tuple:
 
 
 def compile_for_sm100(*, dump_dir: str | None = None, config: host.KernelConfig = host.CONFIG) -> CompiledKernel:
-    """Compile the kernel once for sm_100a with dynamic (M, N, K). Needs no GPU: the operands are null pointers
-    and the stream a placeholder. With ``dump_dir`` (an existing folder) the PTX is kept and returned."""
+    """Compile the kernel once for sm_100a with dynamic (M, N, K). Needs no GPU: the operands are null pointers. With ``dump_dir`` (an existing folder) the PTX is kept and returned."""
     kernel = DenseBlockScaledGemm(config)
     options = f"--gpu-arch {TARGET_ARCH}"
     if dump_dir is not None:
@@ -411,7 +408,6 @@ def compile_for_sm100(*, dump_dir: str | None = None, config: host.KernelConfig 
         cutlass.Int32(config.tile_m),
         cutlass.Int32(config.tile_n),
         cutlass.Int32(config.tile_k),
-        make_fake_stream(),
         options=options,
     )
     seconds = time.perf_counter() - start
@@ -444,7 +440,8 @@ def build_launch_args(launches: tuple[host.GroupLaunch, ...]) -> tuple:
 
 
 class DeviceLauncher:
-    """Compiles on first use and launches each group on the current torch stream, in group order."""
+    """Compiles on first use and launches each group on the default (legacy) queue, in group order: torch's current
+    one in fp4bench's worker and the official runner, which leave it so (the kernel takes no queue argument)."""
 
     def __init__(self, config: host.KernelConfig = host.CONFIG, compile_fn=None):
         self.config = config
@@ -463,9 +460,8 @@ class DeviceLauncher:
     def __call__(self, device: torch.device, group_args: tuple) -> None:
         require_sm100(device)
         compiled = self.kernel()
-        stream = cuda.CUstream(torch.cuda.current_stream(device).cuda_stream)
         for args in group_args:
-            compiled.fn(*args, stream)
+            compiled.fn(*args)
 
 
 class PerGroupRunner:

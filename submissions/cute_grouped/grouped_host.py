@@ -276,8 +276,8 @@ def upload_rows(dst: torch.Tensor, rows) -> None:
 
     The seed rewrote one pinned host buffer in place and copied it with non_blocking=True: when pointers change
     on consecutive calls, the CPU can overwrite that buffer before the previous asynchronous copy has read it.
-    Here every upload uses a fresh pinned buffer; PyTorch's caching host allocator records the copy on the stream
-    and does not hand the block out again before the copy is done.
+    Here every upload uses a fresh pinned buffer; PyTorch's caching host allocator records the copy where it was
+    queued and does not hand the block out again before the copy is done.
     """
     host = torch.tensor(rows, dtype=dst.dtype)
     if dst.device.type == "cuda":

@@ -1,5 +1,5 @@
 #!POPCORN leaderboard nvfp4_group_gemm
-#!POPCORN gpu H200
+#!POPCORN gpu B200
 #!FP4BENCH requires cpu-ok
 """Portable baseline: dequantise A and B in torch (fp32, exact), one fp32 matmul per group, round to fp16.
 

@@ -137,8 +137,8 @@ def host_parts(reps: int = 300) -> list[dict]:
             "ptrs": lambda: [t.data_ptr() for (a, b, c), (sa, sb) in zip(abc, sf_r) for t in (a, b, c, sa, sb)],
             "layout": lambda: host.layout_key(abc, sf_r),
             "launch": lambda: plan.launch(ptrs),
-            "cpp_call": (lambda: plan.fast.call(abc, sf_r, plan._stream(plan._dev))) if plan.fast else (lambda: 0),
-            "cpp_run": (lambda: plan.fast.run(abc, sf_r, plan._stream(plan._dev))) if plan.fast else (lambda: 0),
+            "cpp_call": (lambda: plan.fast.call(abc, sf_r)) if plan.fast else (lambda: 0),
+            "cpp_run": (lambda: plan.fast.run(abc, sf_r)) if plan.fast else (lambda: 0),
             "call": lambda: sub.custom_kernel(data),
         }
         row = {"case": _name(case)}

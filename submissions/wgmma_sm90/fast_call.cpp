@@ -6,8 +6,9 @@
 // rather than torch/extension.h, whose C++ frontend (torch/all.h) made the build 4x slower (64 -> 14 s on a 2-core
 // CPU, 2026-12-02), most of a leaderboard's wall time on a fresh machine; no CUDA headers: the driver's
 // cuLaunchKernel comes in as an address, and so does cuLaunchKernelEx when the plan uses programmatic dependent
-// launch for the main kernel (PDL: it may start while the kernel before it on the stream ends; kernel.cu's
-// pdl_begin waits). The pre-pass is a plain launch (it waits for the previous call's main kernel in full) unless
+// launch for the main kernel (PDL: it may start while the kernel queued before it ends; kernel.cu's
+// pdl_begin waits). Every launch goes to the default (legacy, NULL) queue: torch's current one in fp4bench's worker
+// and in the official runner, which leave it so. The pre-pass is a plain launch (it waits for the previous call's main kernel in full) unless
 // pre_pdl: the int8 pre-pass writes nothing before its own griddepcontrol.wait (wgmma_sm90_host.choose_pre_pdl).
 #include <ATen/core/Tensor.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -19,12 +20,13 @@
 
 namespace {
 
-// cuLaunchKernel(f, gridX, gridY, gridZ, blockX, blockY, blockZ, sharedMemBytes, hStream, kernelParams, extra)
+// cuLaunchKernel(f, gridX, gridY, gridZ, blockX, blockY, blockZ, sharedMemBytes, queue, kernelParams, extra); the
+// queue is always NULL here (the default one).
 using LaunchFn = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**,
                          void**);
 
 // cuda.h's CUlaunchAttribute (an id, padding to 8 bytes, a 64-byte value union) and CUlaunchConfig, for
-// cuLaunchKernelEx(config, f, kernelParams, extra); CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6.
+// cuLaunchKernelEx(config, f, kernelParams, extra); attribute id 6 is programmatic dependent launch (PDL).
 struct LaunchAttribute {
   int id;
   int pad;
@@ -32,13 +34,13 @@ struct LaunchAttribute {
 };
 struct LaunchConfig {
   unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, smem;
-  void* stream;
+  void* queue;  // NULL: the default one
   LaunchAttribute* attrs;
   unsigned num_attrs;
 };
 static_assert(sizeof(LaunchAttribute) == 72 && sizeof(LaunchConfig) == 56, "cuda.h's launch structs");
 using LaunchExFn = int (*)(const LaunchConfig*, void*, void**, void**);
-constexpr int kProgrammaticStreamSerialization = 6;
+constexpr int kProgrammaticDependentLaunch = 6;
 
 struct Layout {
   c10::ScalarType dtype;
@@ -58,7 +60,7 @@ bool same(const Layout& l, const at::Tensor& t) {
 // One plan's launch: the parameter block (the Python Params struct, kept alive by the caller) and the launch
 // geometry of the main kernel and of the pre-pass (pre_func 0: none; it shares the parameter block), plus the
 // layouts of the last validated call (a, b, c, sfa, sfb of each group in turn). launch_ex: cuLaunchKernelEx's
-// address to launch the main kernel with programmatic stream serialisation (PDL), or 0 for plain cuLaunchKernel.
+// address to launch the main kernel with programmatic dependent launch (PDL), or 0 for plain cuLaunchKernel.
 // epoch: the address of the parameter block's epoch (the int8 path), counted up before every launch as
 // wgmma_sm90_host.next_epoch does, or 0.
 class FastCall {
@@ -82,7 +84,7 @@ class FastCall {
         kparams_{reinterpret_cast<void*>(params)} {
     if (pre_pdl && (launch_ex == 0 || pre_func == 0))
       throw std::invalid_argument("pre_pdl needs launch_ex and a pre-pass");
-    pdl_.id = kProgrammaticStreamSerialization;
+    pdl_.id = kProgrammaticDependentLaunch;
     pdl_.value[0] = 1;
   }
 
@@ -95,14 +97,14 @@ class FastCall {
     }
   }
 
-  // Launches on `stream` when every tensor matches the remembered layout and every address is 16-byte aligned,
+  // Launches on the default queue when every tensor matches the remembered layout and every address is 16-byte aligned,
   // and returns the list of every group's c (the very objects in `abc`); returns 1, launching nothing, when one
   // does not or the arguments are not sequences of the remembered lengths holding tensors (the caller then
   // validates in full); 1000 + the CUresult when a cuLaunchKernel fails (the main kernel is not launched after a
   // failed pre-pass). `abc` and `sf` are read in place (lists or tuples of tensors): no conversion to C++
   // containers and no reference counting per tensor, which a cold first call of a timed window pays for in
   // cache misses.
-  py::object run(py::handle abc, py::handle sf, uint64_t stream) {
+  py::object run(py::handle abc, py::handle sf) {
     const Py_ssize_t groups = static_cast<Py_ssize_t>(layouts_.size() / 5);
     if (groups == 0 || !sized(abc.ptr(), groups) || !sized(sf.ptr(), groups)) return py::int_(1);
     PyObject* out = PyList_New(groups);
@@ -127,17 +129,17 @@ class FastCall {
     }
     if (epoch_ != nullptr) *epoch_ = *epoch_ >= INT32_MAX ? 1 : *epoch_ + 1;
     if (pre_func_ != nullptr) {
-      const int err = launch(pre_func_, pre_grid_, pre_threads_, 0, stream, pre_pdl_);
+      const int err = launch(pre_func_, pre_grid_, pre_threads_, 0, pre_pdl_);
       if (err) return py::int_(1000 + err);
     }
-    const int err = launch(func_, grid_, threads_, smem_, stream, launch_ex_ != nullptr);
+    const int err = launch(func_, grid_, threads_, smem_, launch_ex_ != nullptr);
     if (err) return py::int_(1000 + err);
     return result;
   }
 
   // run() as a status: 0 after launching, else run()'s code.
-  int64_t call(py::handle abc, py::handle sf, uint64_t stream) {
-    py::object r = run(abc, sf, stream);
+  int64_t call(py::handle abc, py::handle sf) {
+    py::object r = run(abc, sf);
     return PyList_Check(r.ptr()) ? 0 : r.cast<int64_t>();
   }
 
@@ -157,10 +159,9 @@ class FastCall {
   unsigned grid_, threads_, smem_;
   void* pre_func_;
   unsigned pre_grid_, pre_threads_;
-  int launch(void* func, unsigned grid, unsigned threads, unsigned smem, uint64_t stream, bool pdl) {
-    void* s = reinterpret_cast<void*>(stream);
-    if (!pdl) return launch_(func, grid, 1, 1, threads, 1, 1, smem, s, kparams_, nullptr);
-    const LaunchConfig config{grid, 1, 1, threads, 1, 1, smem, s, &pdl_, 1};
+  int launch(void* func, unsigned grid, unsigned threads, unsigned smem, bool pdl) {
+    if (!pdl) return launch_(func, grid, 1, 1, threads, 1, 1, smem, nullptr, kparams_, nullptr);
+    const LaunchConfig config{grid, 1, 1, threads, 1, 1, smem, nullptr, &pdl_, 1};
     return launch_ex_(&config, func, kparams_, nullptr);
   }
 

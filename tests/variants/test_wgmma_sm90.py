@@ -588,8 +588,8 @@ _LAUNCH_EX = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(sub._LaunchConfig), c
 
 
 class _ExRecorder:
-    """A stand-in for cuLaunchKernelEx that records (func, grid, block, smem, stream, attributes, kparams[0],
-    extra) and returns 0."""
+    """A stand-in for cuLaunchKernelEx that records (func, grid, block, smem, the config's queue, attributes,
+    kparams[0], extra) and returns 0."""
 
     def __init__(self):
         self.calls = []
@@ -599,17 +599,17 @@ class _ExRecorder:
     def _launch(self, config, func, kparams, extra):
         c = config.contents
         attrs = [(c.attrs[i].id, c.attrs[i].value[0]) for i in range(c.num_attrs)]
-        self.calls.append((func, list(c.grid), list(c.block), c.smem, c.stream, attrs,
+        self.calls.append((func, list(c.grid), list(c.block), c.smem, c.queue, attrs,
                            ctypes.cast(kparams, ctypes.POINTER(ctypes.c_void_p))[0], extra))
         return 0
 
 
 def test_launch_structs_match_cuda_h():
     # cuda.h: CUlaunchAttribute is an int id padded to 8 bytes and a 64-byte union; CUlaunchConfig 7 uints, then
-    # the stream, the attribute pointer and their count (fast_call.cpp static_asserts the same sizes)
+    # the queue, the attribute pointer and their count (fast_call.cpp static_asserts the same sizes)
     assert ctypes.sizeof(sub._LaunchAttribute) == 72 and sub._LaunchAttribute.value.offset == 8
     assert ctypes.sizeof(sub._LaunchConfig) == 56
-    assert (sub._LaunchConfig.stream.offset, sub._LaunchConfig.attrs.offset, sub._LaunchConfig.num_attrs.offset) \
+    assert (sub._LaunchConfig.queue.offset, sub._LaunchConfig.attrs.offset, sub._LaunchConfig.num_attrs.offset) \
         == (32, 40, 48)
 
 
@@ -617,16 +617,16 @@ def test_fast_call_launches_with_the_addresses_of_each_call(fast_module):
     abc, _, sf_r, sizes = _data()
     params, rec = host.make_params(sizes, 0), _Recorder()
     fast = _fast(fast_module, params, rec)
-    assert fast.call(abc, sf_r, 5) == 1 and rec.calls == []  # nothing remembered yet: validate first
+    assert fast.call(abc, sf_r) == 1 and rec.calls == []  # nothing remembered yet: validate first
     fast.remember(abc, sf_r)
-    assert fast.call(abc, sf_r, 5) == 0
-    func, *dims, stream, kparams, extra = rec.calls[-1]
-    assert (func, dims, stream, extra) == (0xF00, [77, 1, 1, 256, 1, 1, 89088], 5, None)
+    assert fast.call(abc, sf_r) == 0
+    func, *dims, queue, kparams, extra = rec.calls[-1]
+    assert (func, dims, queue, extra) == (0xF00, [77, 1, 1, 256, 1, 1, 89088], None, None)  # the default queue
     assert ctypes.cast(kparams, ctypes.POINTER(ctypes.c_void_p))[0] == ctypes.addressof(params)
     for g, ((a, b, c), (sfa, sfb)) in enumerate(zip(abc, sf_r)):
         assert [params.addr[kind * 16 + g] for kind in range(5)] == [t.data_ptr() for t in (a, b, c, sfa, sfb)]
     other = _data()  # new tensors, same layout: launched with their addresses
-    assert fast.call(other[0], other[2], 5) == 0 and params.addr[16 + 1] == other[0][1][1].data_ptr()
+    assert fast.call(other[0], other[2]) == 0 and params.addr[16 + 1] == other[0][1][1].data_ptr()
 
 
 def test_fast_call_run_returns_the_c_tensors_themselves_and_reads_lists_or_tuples(fast_module):
@@ -634,49 +634,49 @@ def test_fast_call_run_returns_the_c_tensors_themselves_and_reads_lists_or_tuple
     params, rec = host.make_params(sizes, 0), _Recorder()
     fast = _fast(fast_module, params, rec)
     fast.remember(abc, sf_r)
-    out = fast.run(abc, sf_r, 5)
+    out = fast.run(abc, sf_r)
     assert type(out) is list and [id(c) for c in out] == [id(c) for (_, _, c) in abc] and len(rec.calls) == 1
     as_lists = [list(t) for t in abc], [list(t) for t in sf_r]
-    assert fast.run(*as_lists, 5)[1] is abc[1][2] and len(rec.calls) == 2
+    assert fast.run(*as_lists)[1] is abc[1][2] and len(rec.calls) == 2
     short = [abc[0]], sf_r  # a group missing
     not_tensors = [(abc[0][0], abc[0][1], "c"), abc[1]], sf_r
     not_sequences = abc, {0: sf_r[0], 1: sf_r[1]}
     for bad in (short, not_tensors, not_sequences, (None, None)):
-        assert fast.run(*bad, 5) == 1
+        assert fast.run(*bad) == 1
     assert len(rec.calls) == 2  # none of them launched
 
 
-def test_fast_call_launches_the_pre_pass_first_on_the_same_stream_and_block(fast_module):
+def test_fast_call_launches_the_pre_pass_first_on_the_default_queue_with_the_same_block(fast_module):
     abc, _, sf_r, sizes = _data()
     params, rec = host.make_params(sizes, 0, scratch=0x100000), _Recorder()
     fast = _fast(fast_module, params, rec, pre_func=0xE00, pre_grid=6)
     fast.remember(abc, sf_r)
-    assert fast.call(abc, sf_r, 5) == 0 and len(rec.calls) == 2
-    (pf, *pdims, pstream, pk, _), (mf, *mdims, mstream, mk, _) = rec.calls
-    assert (pf, pdims, pstream) == (0xE00, [6, 1, 1, 256, 1, 1, 0], 5)
-    assert (mf, mdims, mstream) == (0xF00, [77, 1, 1, 256, 1, 1, 89088], 5)
+    assert fast.call(abc, sf_r) == 0 and len(rec.calls) == 2
+    (pf, *pdims, pqueue, pk, _), (mf, *mdims, mqueue, mk, _) = rec.calls
+    assert (pf, pdims, pqueue) == (0xE00, [6, 1, 1, 256, 1, 1, 0], None)
+    assert (mf, mdims, mqueue) == (0xF00, [77, 1, 1, 256, 1, 1, 89088], None)
     for kp in (pk, mk):
         assert ctypes.cast(kp, ctypes.POINTER(ctypes.c_void_p))[0] == ctypes.addressof(params)
     # FastCall holds raw pointers: the parameter block and the recorder's callback must outlive it
     params2, rec2 = host.make_params(sizes, 0), _Recorder(result=700)
     failing = _fast(fast_module, params2, rec2, pre_func=0xE00, pre_grid=6)
     failing.remember(abc, sf_r)
-    assert failing.call(abc, sf_r, 5) == 1700 and len(rec2.calls) == 1  # the main kernel is not launched
+    assert failing.call(abc, sf_r) == 1700 and len(rec2.calls) == 1  # the main kernel is not launched
 
 
 def test_fast_call_counts_the_epoch_once_per_launched_call(fast_module):
     abc, _, sf_r, sizes = _data()
     params, rec = host.make_params(sizes, 0, scratch=0x100000, flags=0x4000), _Recorder()
     fast = _fast(fast_module, params, rec, pre_func=0xE00, pre_grid=6, epoch=True)
-    assert fast.call(abc, sf_r, 5) == 1 and params.epoch == 0  # handed back: the Python path counts it
+    assert fast.call(abc, sf_r) == 1 and params.epoch == 0  # handed back: the Python path counts it
     fast.remember(abc, sf_r)
-    assert [fast.call(abc, sf_r, 5) for _ in range(3)] == [0, 0, 0] and params.epoch == 3
+    assert [fast.call(abc, sf_r) for _ in range(3)] == [0, 0, 0] and params.epoch == 3
     params.epoch = 2**31 - 1
-    assert fast.call(abc, sf_r, 5) == 0 and params.epoch == host.next_epoch(2**31 - 1) == 1
+    assert fast.call(abc, sf_r) == 0 and params.epoch == host.next_epoch(2**31 - 1) == 1
     plain = host.make_params(sizes, 0)
     fast = _fast(fast_module, plain, _Recorder())
     fast.remember(abc, sf_r)
-    assert fast.call(abc, sf_r, 5) == 0 and plain.epoch == 0  # no int8 path: no epoch
+    assert fast.call(abc, sf_r) == 0 and plain.epoch == 0  # no int8 path: no epoch
 
 
 def test_fast_call_with_pdl_launches_only_the_main_kernel_through_cuLaunchKernelEx(fast_module):
@@ -685,13 +685,13 @@ def test_fast_call_with_pdl_launches_only_the_main_kernel_through_cuLaunchKernel
     params, rec, ex = host.make_params(sizes, 0, scratch=0x100000), _Recorder(), _ExRecorder()
     fast = _fast(fast_module, params, rec, pre_func=0xE00, pre_grid=6, ex=ex)
     fast.remember(abc, sf_r)
-    assert fast.call(abc, sf_r, 5) == 0
+    assert fast.call(abc, sf_r) == 0
     addr = ctypes.addressof(params)
-    (pf, *pdims, pstream, pk, pextra), = rec.calls
-    assert (pf, pdims, pstream, ctypes.cast(pk, ctypes.POINTER(ctypes.c_void_p))[0], pextra) == (
-        0xE00, [6, 1, 1, 256, 1, 1, 0], 5, addr, None)
-    pdl = [(6, 1)]  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, allowed
-    assert ex.calls == [(0xF00, [77, 1, 1], [256, 1, 1], 89088, 5, pdl, addr, None)]
+    (pf, *pdims, pqueue, pk, pextra), = rec.calls
+    assert (pf, pdims, pqueue, ctypes.cast(pk, ctypes.POINTER(ctypes.c_void_p))[0], pextra) == (
+        0xE00, [6, 1, 1, 256, 1, 1, 0], None, addr, None)
+    pdl = [(6, 1)]  # programmatic dependent launch, allowed
+    assert ex.calls == [(0xF00, [77, 1, 1], [256, 1, 1], 89088, None, pdl, addr, None)]
 
 
 def test_fast_call_with_pre_pdl_launches_both_kernels_through_cuLaunchKernelEx_pre_pass_first(fast_module):
@@ -699,10 +699,10 @@ def test_fast_call_with_pre_pdl_launches_both_kernels_through_cuLaunchKernelEx_p
     params, rec, ex = host.make_params(sizes, 0, scratch=0x100000), _Recorder(), _ExRecorder()
     fast = _fast(fast_module, params, rec, pre_func=0xE00, pre_grid=6, ex=ex, pre_pdl=True)
     fast.remember(abc, sf_r)
-    assert fast.call(abc, sf_r, 5) == 0 and rec.calls == []
+    assert fast.call(abc, sf_r) == 0 and rec.calls == []
     addr, pdl = ctypes.addressof(params), [(6, 1)]
-    assert ex.calls == [(0xE00, [6, 1, 1], [256, 1, 1], 0, 5, pdl, addr, None),
-                        (0xF00, [77, 1, 1], [256, 1, 1], 89088, 5, pdl, addr, None)]
+    assert ex.calls == [(0xE00, [6, 1, 1], [256, 1, 1], 0, None, pdl, addr, None),
+                        (0xF00, [77, 1, 1], [256, 1, 1], 89088, None, pdl, addr, None)]
     with pytest.raises(ValueError, match="pre_pdl needs launch_ex and a pre-pass"):
         _fast(fast_module, params, rec, pre_func=0xE00, pre_grid=6, pre_pdl=True)  # no cuLaunchKernelEx
 
@@ -727,7 +727,7 @@ def test_fast_call_hands_any_other_layout_back_without_launching(fast_module, ki
     fast = _fast(fast_module, params, rec)
     fast.remember(abc, sf_r)
     bad = _mutated(kind)
-    assert fast.call(bad[0], bad[2], 5) == 1 and rec.calls == []
+    assert fast.call(bad[0], bad[2]) == 1 and rec.calls == []
 
 
 def test_fast_call_refuses_misaligned_addresses_and_reports_launch_errors(fast_module):
@@ -741,10 +741,10 @@ def test_fast_call_refuses_misaligned_addresses_and_reports_launch_errors(fast_m
     shifted = torch.empty(a.numel() + 16, dtype=torch.uint8)[1:].as_strided(tuple(a.shape), a.stride()).view(a.dtype)
     assert shifted.data_ptr() % 16 != 0 and shifted.stride() == a.stride()
     moved = [(shifted, abc[0][1], abc[0][2]), abc[1]]
-    assert fast_ok.call(moved, sf_r, 5) == 1
+    assert fast_ok.call(moved, sf_r) == 1
     failing = _fast(fast_module, keep[2], keep[3])
     failing.remember(abc, sf_r)
-    assert failing.call(abc, sf_r, 5) == 1700
+    assert failing.call(abc, sf_r) == 1700
 
 
 # --- compiling for sm_90a (no GPU needed) ---------------------------------------------------------------------
