@@ -69,8 +69,9 @@ def test_busy_time_is_the_union_of_the_intervals(intervals, busy):
 
 def test_run_window_orders_the_gate_around_the_marks():
     """The bracket's flags on the worker's stream: ``ready`` and the wait for ``go`` before the start mark,
-    ``end_calls`` right behind the end mark (before any host work of the worker), ``end_copy`` after the copy of
-    the outputs; the stream watch's queries come last, outside the bracket."""
+    the copy of the outputs right behind the end mark, then ``end_calls`` and ``end_copy`` (the copy before the
+    parent's end mark: no switch to the parent's context between the calls and the copy, in which a write left
+    on another stream would land); the stream watch's queries come last, outside the bracket."""
     order = []
 
     class Window:
@@ -104,7 +105,7 @@ def test_run_window_orders_the_gate_around_the_marks():
     result = timing.run_window(Window(), lambda x: order.append(f"call {x}") or x, [1, 2],
                                lambda outputs: order.append("copy"), cuda=False, flush=lambda: order.append("flush"),
                                watch=Watch(), gate=Gate())
-    assert order == ["flush", "ready, wait go", "start mark", "call 1", "call 2", "end mark", "end_calls", "copy",
+    assert order == ["flush", "ready, wait go", "start mark", "call 1", "call 2", "end mark", "copy", "end_calls",
                      "end_copy", "watch"]
     assert result.outputs == [1, 2] and result.elapsed_ns == 5.0 and result.late_streams == 0
 

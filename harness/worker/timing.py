@@ -198,8 +198,9 @@ def run_window(window, kernel, inputs: list, copy_out, cuda: bool, flush: L2Flus
     fallback) holds, then ``copy_out(outputs)`` (what each call returned, to the parent's output buffer, on the same
     stream). ``flush``: clear the L2 first (untimed passes; a timed sample's clear is the parent's, inside its
     bracket); ``watch``: look for work left on other streams; ``gate``: the bracket's flags around the window
-    (CUDA timed samples: ``ready``/``go`` before the start mark, ``end_calls`` after the end mark, ``end_copy``
-    after the copy). Returns once the device is idle.
+    (CUDA timed samples: ``ready``/``go`` before the start mark; ``end_calls`` and ``end_copy`` after the copy, so
+    the copy runs right behind the calls on the GPU, before the parent's end mark: a write left on another stream
+    lands after it, where a switch to the parent's context in between would have given it time). Returns once the device is idle.
 
     Raises whatever a call raised (the marks are closed first)."""
     if cuda:
@@ -210,10 +211,9 @@ def run_window(window, kernel, inputs: list, copy_out, cuda: bool, flush: L2Flus
     if gate is not None:
         gate.open(stream)
     outputs = window.run_calls(kernel, inputs, stream)
-    if gate is not None:  # first: the parent's end mark follows this write on the GPU, before any host work here
-        gate.calls_done(stream)
     copy_out(outputs)
-    if gate is not None:
+    if gate is not None:  # after the copy: no switch to the parent's context between the calls and the copy
+        gate.calls_done(stream)
         gate.copied(stream)
     marks = watch.mark_pending() if watch is not None else []  # 128 queries: after the copy, outside the bracket
     if cuda:
