@@ -1,0 +1,223 @@
+"""The contract every problem plug satisfies: what the harness may ask of a problem, and nothing more.
+
+The harness owns processes, timing, statistics, the store, reports and machine facts; a problem owns its case
+fields, inputs, reference, check, output shape, cost and timing-loop parameters. A plug is an object (one per
+problem, ``problems.<name>.plug.PROBLEM``) satisfying ``Problem`` below; ``problems.get(name)`` finds it by the
+name a submission's ``#!POPCORN leaderboard <name>`` line gives. ``tests/problems/test_conformance.py`` checks
+every plug in ``problems/`` against this file.
+
+This module imports neither ``task`` nor ``problems`` (nor torch): the harness can read it anywhere. The records
+here are plain, frozen, with units in their names.
+
+Errors: a case that breaks a problem's rules raises ``CaseError`` with a one-line message naming what was expected
+and what came (the CLI turns it into exit 113). Nothing else a plug raises is the user's fault.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+
+#: The official tolerance of every NVFP4 problem (each task.yml's ``make_match_reference(..., rtol=1e-03,
+#: atol=1e-03)``): |got - expected| <= ATOL + RTOL * |expected|.
+RTOL = 1e-3
+ATOL = 1e-3
+
+
+class CaseError(ValueError):
+    """A case mapping or line a problem cannot use (the message names the field, what was expected, what came)."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One output tensor as a right submission returns it: ``shape`` (sizes), ``dtype`` as ``str(torch.dtype)``
+    (e.g. ``"torch.float16"``). Device: always the inputs' device."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the tensor's elements (fp16 / bf16: 2, fp32: 4, fp64: 8, 8-bit types: 1)."""
+        size = {"torch.float16": 2, "torch.bfloat16": 2, "torch.float32": 4, "torch.float64": 8}.get(self.dtype, 1)
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n * size
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """What one call returns. ``container``: ``"tensor"`` (the call returns one tensor: ``tensors`` has one
+    entry) or ``"list"`` (a Python list holding ``tensors`` in order). The worker copies and the parent validates
+    outputs from this alone (``validate_outputs``), without knowing the problem."""
+
+    container: str
+    tensors: tuple[TensorSpec, ...]
+
+    def __post_init__(self) -> None:
+        if self.container not in ("tensor", "list"):
+            raise ValueError(f"container must be 'tensor' or 'list', got {self.container!r}")
+        if self.container == "tensor" and len(self.tensors) != 1:
+            raise ValueError(f"a 'tensor' output holds exactly one tensor, got {len(self.tensors)}")
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of one call's outputs."""
+        return sum(t.nbytes for t in self.tensors)
+
+
+@dataclass(frozen=True)
+class TimingLoop:
+    """The official timing loop's parameters for one problem (reference-kernels ``problems/nvidia/eval*.py``).
+
+    ``calls_per_sample``: calls between one pair of CUDA events, time / calls per sample.
+    ``fresh_inputs_each_sample``: True when the leaderboard loop draws a new input before every sample (gemv's
+    ``eval.py``: seed += ``seed_step`` per sample, one call a sample); False when ``calls_per_sample`` inputs
+    are drawn once (seed += ``seed_step`` per input) and reused by every sample.
+    ``l2_clear_bytes``: what the official loop writes to clear the L2 before each sample.
+    ``max_samples_benchmark`` / ``max_samples_leaderboard``: the loop's ``max_repeats`` in each mode.
+    ``warm_up_every_shape``: the leaderboard warms up every shape first (else only the first).
+    ``source``: the file the figures come from.
+    """
+
+    calls_per_sample: int
+    fresh_inputs_each_sample: bool
+    seed_step: int
+    l2_clear_bytes: int
+    max_samples_benchmark: int
+    max_samples_leaderboard: int
+    warm_up_every_shape: bool
+    source: str
+
+
+@runtime_checkable
+class Evidence(Protocol):
+    """What a check returns (reference-kernels ``verbose_allclose``): ``mismatches`` of ``total`` elements outside
+    the tolerance (NaN or inf where the reference has none count), ``first`` as (index, got, expected) for the
+    first few, ``ok`` when there are none, ``describe(label)`` one line for a report."""
+
+    mismatches: int
+    total: int
+    first: tuple
+
+    @property
+    def ok(self) -> bool: ...
+
+    def describe(self, label: str = "") -> str: ...
+
+
+@runtime_checkable
+class Case(Protocol):
+    """A case is a frozen, hashable record of the problem's own fields; the harness reads only ``seed`` (the seed
+    its inputs are drawn from, before any secret is combined in) and ``name`` (a label, may be empty)."""
+
+    seed: int
+    name: str
+
+
+@runtime_checkable
+class Problem(Protocol):
+    """One problem plug. Methods take the plug's own case records (``parse_case``'s results) and never mutate
+    them. ``device`` arguments take a ``torch.device`` or string; ``None`` means the current CUDA device, or the
+    CPU when there is none (inputs then come from the CPU generator: other values than on a GPU)."""
+
+    #: The problem's name, as ``#!POPCORN leaderboard <name>`` gives it (e.g. ``"nvfp4_gemm"``).
+    name: str
+    #: The keys of its case mappings, in the official line's order (e.g. ``("m", "n", "k", "l", "seed")``).
+    case_fields: tuple[str, ...]
+    #: How inputs can be drawn: ``"official"`` (bit-identical to the official generator on CUDA) first.
+    data_modes: tuple[str, ...]
+    #: The official timing loop.
+    timing: TimingLoop
+
+    def parse_case(self, mapping: Mapping[str, Any], where: str = "") -> Case:
+        """A case from ``{field: value}`` (``case_fields``, plus an optional ``name``). Raises CaseError, its
+        message starting with ``where``, for a missing, unexpected or impossible field."""
+        ...
+
+    def case_text(self, case: Case) -> str:
+        """The official one-line form, ``key: value`` pairs joined by ``; `` in ``case_fields`` order."""
+        ...
+
+    def case_id(self, case: Case) -> str:
+        """A stable id: 12 hex digits of the sha256 of ``"<name>\\n<case_text>"`` (sizes and seed; not the name)."""
+        ...
+
+    def label(self, case: Case) -> str:
+        """Its sizes for a report, e.g. ``"M=128 N=7168 K=16384 L=1"``."""
+        ...
+
+    def check_drawable(self, case: Case, data: str) -> None:
+        """Raises CaseError when inputs of ``case`` cannot be drawn in data mode ``data`` (an unknown mode, or
+        sizes a mode cannot bound, naming the limit)."""
+        ...
+
+    def generate(self, case: Case, seed: int, data: str = "official", device: Any = None) -> Any:
+        """One input (the problem's ``input_t``) drawn from ``seed`` (not ``case.seed``: the harness derives
+        per-call seeds). Deterministic: equal arguments give equal bits."""
+        ...
+
+    def reference(self, data: Any) -> Any:
+        """The exact expected output (``output_t``) of input ``data``: decode and products exact, rounded once to
+        the output dtype; on ``data``'s device. Never mutates ``data``."""
+        ...
+
+    def check(self, got: Any, expected: Any) -> Evidence:
+        """Compare a (validated) output with the reference's, elementwise with RTOL/ATOL, as evidence."""
+        ...
+
+    def output_spec(self, case: Case) -> OutputSpec:
+        """What one call on ``case`` returns."""
+        ...
+
+    def input_bytes(self, case: Case) -> int:
+        """Bytes of one drawn input (every tensor, padding included)."""
+        ...
+
+    def reference_bytes(self, case: Case) -> int:
+        """Peak bytes of the reference's working set beyond its input and output."""
+        ...
+
+    def flops(self, case: Case) -> int:
+        """Floating-point operations of one call (2 per multiply-add), for the roofline."""
+        ...
+
+    def bytes_moved(self, case: Case) -> int:
+        """Bytes an ideal kernel moves once per call (inputs read, output written), for the roofline."""
+        ...
+
+
+def validate_outputs(spec: OutputSpec, container: str, metas: Sequence[Any], device: str) -> str | None:
+    """None when a call's returned objects match ``spec``; else one line saying what is wrong.
+
+    ``container``: the returned object's type name (``"builtins.list"`` or ``"torch.Tensor"``); ``metas``: one
+    description per returned tensor (``task.returned.OutputMeta``-like: ``type_name``, ``plain_tensor``,
+    ``dtype``, ``shape``, ``device``); ``device``: where the inputs live, as ``str(torch.device)``.
+    """
+    expected = "torch.Tensor" if spec.container == "tensor" else "builtins.list"
+    n = len(spec.tensors)
+    if container != expected:
+        want = "a torch.Tensor" if spec.container == "tensor" else f"a list of {n} tensor{'s' * (n != 1)}"
+        return f"expected {want} (output_t), got {container}"
+    if len(metas) != n:
+        return f"expected {n} output{'s' * (n != 1)}, got {len(metas)}"
+    for i, (meta, want) in enumerate(zip(metas, spec.tensors)):
+        where = f"output {i}: " if spec.container == "list" else ""
+        if not meta.plain_tensor:
+            return f"{where}expected torch.Tensor, got {meta.type_name}"
+        problems = []
+        if meta.dtype != want.dtype:
+            problems.append(f"dtype {meta.dtype} (expected {want.dtype})")
+        if tuple(meta.shape) != want.shape:
+            problems.append(f"shape {list(meta.shape)} (expected {list(want.shape)})")
+        if _device_key(meta.device) != _device_key(device):
+            problems.append(f"device {meta.device} (expected {device})")
+        if problems:
+            return where + ", ".join(problems)
+    return None
+
+
+def _device_key(device: str) -> str:
+    """``"cuda"`` and ``"cuda:0"`` name the same device when only one is visible; compare type and index."""
+    device = str(device)
+    return device if ":" in device or device == "cpu" else f"{device}:0"

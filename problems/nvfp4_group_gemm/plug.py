@@ -1,0 +1,111 @@
+"""The nvfp4_group_gemm plug: today's ``task`` package (task.spec, task.inputs, task.reference, task.check,
+task.cost, harness.parent.memory's figures) adapted to harness/problem.py's contract, with no change in
+behaviour. Facts: reference-kernels problems/nvidia/nvfp4_group_gemm and eval_better_bench_grouped_gemm.py.
+Loads without torch (task.spec and task.cost are torch-free)."""
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Mapping
+
+from harness.problem import CaseError, OutputSpec, TensorSpec, TimingLoop
+from task import cost
+from task.spec import DATA_MODES, Case, SpecError, case_from_mapping
+
+#: Bytes an exact-reference decode element takes (fp64), as harness.parent.memory counts it.
+_REF_ELEMENT = 8
+
+
+class GroupGemm:
+    """C_g = (A_g * SFA_g) @ (B_g * SFB_g)^T for every group; cases ``m, n, k, g, seed`` (task.spec.Case)."""
+
+    name = "nvfp4_group_gemm"
+    case_fields = ("m", "n", "k", "g", "seed")
+    data_modes = DATA_MODES
+    timing = TimingLoop(calls_per_sample=15, fresh_inputs_each_sample=False, seed_step=42,
+                        l2_clear_bytes=32 * 1024 * 1024 * 8, max_samples_benchmark=100,
+                        max_samples_leaderboard=100, warm_up_every_shape=True,
+                        source="reference-kernels problems/nvidia/eval_better_bench_grouped_gemm.py, "
+                               "nvfp4_group_gemm/utils.py clear_l2_cache")
+
+    def parse_case(self, mapping: Mapping[str, Any], where: str = "") -> Case:
+        """task.spec.case_from_mapping; its SpecError becomes CaseError (same message)."""
+        try:
+            return case_from_mapping(mapping, where=where)
+        except SpecError as exc:
+            raise CaseError(str(exc)) from None
+
+    def case_text(self, case: Case) -> str:
+        """task.spec.Case.text(): ``m: [..]; n: [..]; k: [..]; g: G; seed: S``."""
+        return case.text()
+
+    def case_id(self, case: Case) -> str:
+        return hashlib.sha256(f"{self.name}\n{case.text()}".encode()).hexdigest()[:12]
+
+    def label(self, case: Case) -> str:
+        """``G=2 M=[..] N=.. K=..`` (a list only where the groups differ), as harness.report.figures labels."""
+        short = lambda xs: str(xs[0]) if len(set(xs)) == 1 else "[" + ",".join(map(str, xs)) + "]"  # noqa: E731
+        return f"G={case.g} M={short(case.m)} N={short(case.n)} K={short(case.k)}"
+
+    def check_drawable(self, case: Case, data: str) -> None:
+        """An unknown mode, or full-range data with a K above task.inputs.full_range_max_k, raises CaseError."""
+        if data not in self.data_modes:
+            raise CaseError(f"data mode must be one of {', '.join(self.data_modes)}, got {data!r}")
+        if data == "full-range":
+            from task.inputs import check_full_range_k
+
+            for k in case.k:
+                try:
+                    check_full_range_k(k)
+                except ValueError as exc:
+                    raise CaseError(str(exc)) from None
+
+    def generate(self, case: Case, seed: int, data: str = "official", device=None):
+        """task.inputs.generate_input."""
+        from task.inputs import generate_input
+
+        return generate_input(case.m, case.n, case.k, case.g, seed, data, device)
+
+    def reference(self, data):
+        """task.reference.ref_kernel (exact; the plain scales)."""
+        from task.reference import ref_kernel
+
+        return ref_kernel(data)
+
+    def check(self, got, expected):
+        """task.check.compare per group, summed into one Evidence: mismatches and elements over all groups, the
+        first mismatches' indices prefixed with their group (``(g, i, j, 0)``). Raises ValueError when the numbers
+        of outputs or a group's shapes differ."""
+        from task.check import SHOW_MISMATCHES, Evidence, compare
+
+        if len(got) != len(expected):
+            raise ValueError(f"{len(got)} outputs vs {len(expected)} expected")
+        mismatches = total = 0
+        first: list = []
+        for g, (o, e) in enumerate(zip(got, expected)):
+            ev = compare(o, e)
+            mismatches, total = mismatches + ev.mismatches, total + ev.total
+            first += [((g, *i), x, y) for i, x, y in ev.first]
+        return Evidence(mismatches, total, tuple(first[:SHOW_MISMATCHES]))
+
+    def output_spec(self, case: Case) -> OutputSpec:
+        """A list of G fp16 tensors [M_g, N_g, 1]."""
+        return OutputSpec("list", tuple(TensorSpec((m, n, 1), "torch.float16") for m, n in zip(case.m, case.n)))
+
+    def input_bytes(self, case: Case) -> int:
+        """harness.parent.memory.input_bytes's figure: bytes_moved plus the blocked scale copies."""
+        blocked = sum(512 * -(-rows // 128) * -(-(k // 16) // 4) for m, n, k in zip(case.m, case.n, case.k)
+                      for rows in (m, n))
+        return cost.bytes_moved(case) + blocked
+
+    def reference_bytes(self, case: Case) -> int:
+        """harness.parent.memory.reference_bytes's figure (the fp64 path's largest group)."""
+        return max(2 * (m + n) * k * _REF_ELEMENT + 3 * m * n * _REF_ELEMENT for m, n, k in zip(case.m, case.n, case.k))
+
+    def flops(self, case: Case) -> int:
+        return cost.flops(case)
+
+    def bytes_moved(self, case: Case) -> int:
+        return cost.bytes_moved(case)
+
+
+PROBLEM = GroupGemm()

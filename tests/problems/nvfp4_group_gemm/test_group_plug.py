@@ -1,0 +1,55 @@
+"""The nvfp4_group_gemm plug is today's task/ behind the contract: the same cases, inputs, reference, memory and
+cost figures; its check sums the per-group evidence."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import problems
+from harness.parent import memory
+from harness.problem import CaseError
+from task import cost
+from task.inputs import generate_input
+from task.reference import ref_kernel
+from task.spec import load_shapes
+
+P = problems.get("nvfp4_group_gemm")
+CASE = P.parse_case({"m": [72, 128], "n": [128, 256], "k": [256, 512], "g": 2, "seed": 1111})
+
+
+def test_cases_match_task_spec():
+    assert problems.load_cases("nvfp4_group_gemm", "tests") == load_shapes("tests").cases
+    assert P.case_text(CASE) == "m: [72, 128]; n: [128, 256]; k: [256, 512]; g: 2; seed: 1111"
+    assert P.label(CASE) == "G=2 M=[72,128] N=[128,256] K=[256,512]"
+    with pytest.raises(CaseError, match="k must be a multiple of 64, got 100"):
+        P.parse_case({"m": 64, "n": 64, "k": 100, "g": 1, "seed": 1})
+    with pytest.raises(CaseError, match="full-range data cannot bound the fp16 output for K=530048"):
+        P.check_drawable(P.parse_case({"m": 64, "n": 64, "k": 530048, "g": 1, "seed": 1}), "full-range")
+
+
+@pytest.mark.parametrize("data", ["official", "full-range"])
+def test_inputs_and_reference_are_tasks(data):
+    ours, theirs = P.generate(CASE, 5, data), generate_input(CASE.m, CASE.n, CASE.k, CASE.g, 5, data)
+    flat = lambda x: [t for part in x[:3] for pair in part for t in pair]  # noqa: E731
+    assert all(torch.equal(a.view(torch.uint8) if a.element_size() == 1 else a, b.view(torch.uint8)
+                           if b.element_size() == 1 else b) for a, b in zip(flat(ours), flat(theirs)))
+    assert all(torch.equal(a, b) for a, b in zip(P.reference(ours), ref_kernel(theirs)))
+
+
+def test_check_sums_the_groups_evidence():
+    expected = P.reference(P.generate(CASE, 5))
+    got = [e.clone() for e in expected]
+    got[1][3, 4, 0] += 100
+    ev = P.check(got, expected)
+    assert (ev.mismatches, ev.total) == (1, 72 * 128 + 128 * 256)
+    assert ev.first == (((1, 3, 4, 0), float(got[1][3, 4, 0]), float(expected[1][3, 4, 0])),)
+    assert P.check(expected, expected).ok
+
+
+def test_memory_and_cost_are_the_harness_figures():
+    for case in problems.load_cases("nvfp4_group_gemm", "benchmarks"):
+        assert P.input_bytes(case) == memory.input_bytes(case)
+        assert P.reference_bytes(case) == memory.reference_bytes(case)
+        assert (P.flops(case), P.bytes_moved(case)) == (cost.flops(case), cost.bytes_moved(case))
+        spec = P.output_spec(case)
+        assert spec.container == "list" and spec.nbytes == memory.output_bytes(case)
