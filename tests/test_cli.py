@@ -62,7 +62,8 @@ def test_settings_file_that_is_not_yaml_or_is_a_shape_file(tmp_path):
     settings.write_text("timing:\n  max_runs: 5\n")
     result = _run("--shapes", str(settings))
     assert result.exit_code == 113
-    assert "expected a mapping with a 'cases' list, got a mapping with keys 'timing'" in " ".join(result.output.split())
+    assert (f"{settings}: expected a mapping with a 'cases' list, or an official task.yml with 'tests' or "
+            f"'benchmarks' lists, got a mapping with keys 'timing'") in " ".join(result.output.split())
 
 
 def test_settings_keys_keep_their_kinds(tmp_path):
@@ -524,3 +525,10 @@ def test_usage_errors_are_one_line_with_exit_2(args, message):
     assert result.exit_code == 2
     lines = result.output.splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: ") and message in lines[0], result.output
+
+
+def test_a_case_pick_out_of_range_is_one_line_113():
+    result = CliRunner().invoke(main, ["run", "--submission", "torch_reference", "--shapes", "tests#11",
+                                       "--no-store"])
+    assert (result.exit_code, result.output) == (
+        113, "Error: --shapes tests#11: expected a case number from 1 to 10, got '11'\n")

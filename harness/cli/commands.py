@@ -42,7 +42,7 @@ from harness.results.store import (
     StoreRecorder,
     resolve_db_path,
 )
-from task.spec import DATA_MODES, SpecError, load_shapes
+from task.spec import DATA_MODES, DEFAULT_SEED, SpecError, load_shapes
 
 
 class _Group(click.Group):
@@ -124,8 +124,11 @@ def _run_options(fn):
     """The options ``run`` and ``compare`` share: shapes, data, seed, settings, timeout and the store."""
     for option in reversed((
         click.option("--shapes", default="auto", show_default=True,
-                     help="tests | benchmarks | smoke | a .yml or text file | one inline case; auto: benchmarks "
-                          "on a GPU, smoke on the CPU."),
+                     help="tests | benchmarks | smoke | a .yml or text file | an official task.yml (task.yml#tests, "
+                          "task.yml#benchmarks) | one case of a set by number from 1 or name (benchmarks#2, "
+                          "benchmarks#g8_n4096_k7168) | one inline case ('m: [96]; n: [128]; k: [256]' or "
+                          "'{\"m\": [96], \"n\": [128], \"k\": [256]}'; g defaults to the lists' length, seed to "
+                          f"{DEFAULT_SEED}); auto: benchmarks on a GPU, smoke on the CPU."),
         click.option("--data", type=click.Choice(DATA_MODES), default="official", show_default=True),
         click.option("--seed", type=_Seed(), default=None,
                      help="Secret seed (a non-negative integer) combined into every case seed "
