@@ -532,3 +532,43 @@ def test_a_case_pick_out_of_range_is_one_line_113():
                                        "--no-store"])
     assert (result.exit_code, result.output) == (
         113, "Error: --shapes tests#11: expected a case number from 1 to 10, got '11'\n")
+
+
+def test_timeout_bounds_the_calls_not_start_up_and_import(tmp_path):
+    """A submission whose import takes 4 s passes under --timeout 3: the worker's start-up and the import keep
+    import_s (300 s); before, the 3 s counted from the worker's start and the run ended 114, blamed on loading."""
+    from harness.parent.settings import Settings
+
+    assert Settings().with_timeout(3) == Settings(import_s=300.0, first_call_s=3.0, call_s=3.0)
+    sub = tmp_path / "slow_import.py"
+    reference = Path(__file__).resolve().parent.parent / "submissions" / "torch_reference" / "submission.py"
+    sub.write_text("import time\ntime.sleep(4)\n" + reference.read_text())
+    result = CliRunner().invoke(main, ["run", "--submission", str(sub), "--shapes", "smoke#2", "--timeout", "3",
+                                       "--no-store"])
+    assert result.exit_code == 0, result.output
+    assert "pass" in result.output and "timeout" not in result.output
+
+
+def test_a_run_where_every_case_was_skipped_exits_3():
+    from harness.cli.exits import EXIT_NOTHING_RAN
+
+    assert EXIT_NOTHING_RAN == 3
+    result = CliRunner().invoke(main, ["run", "--submission", "cute_grouped", "--shapes", "smoke", "--no-store"])
+    assert result.exit_code == 3, result.output
+    text = " ".join(result.output.split())
+    assert text.count("skipped") >= 3 and "needs sm_100a; this machine has no CUDA GPU" in text
+
+
+def test_a_run_with_one_submission_measured_exits_as_that_one():
+    result = CliRunner().invoke(main, ["run", "--submission", "torch_reference,cute_grouped", "--shapes", "smoke#2",
+                                       "--no-store", "--timeout", "120"])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_compare_where_both_sides_were_skipped_exits_3_and_says_so_in_json():
+    result = CliRunner().invoke(main, ["compare", "cute_grouped", "cute_dense_per_group", "--shapes", "smoke#1",
+                                       "--no-store", "--format", "json", "--out", os.devnull])
+    assert result.exit_code == 3, result.output
+    out = CliRunner().invoke(main, ["compare", "cute_grouped", "cute_dense_per_group", "--shapes", "smoke#1",
+                                    "--no-store", "--format", "json"])
+    assert json.loads(out.stdout)["exit_code"] == 3

@@ -7,6 +7,7 @@ import pytest
 
 from harness import protocol as P
 from harness.parent import judge
+from harness.parent.judge import CaseFailed
 from harness.protocol import ExitCode
 from harness.results.record import CaseResult, Environment, RunRecord, Status, SubmissionInfo, exit_code
 from task.spec import Case
@@ -182,3 +183,17 @@ def test_a_15_mb_exception_from_a_real_worker_is_stored_cut(tmp_path):
     cuts = [line for line in lines if line.startswith("[... ")]
     assert len(cuts) == 1 and int(cuts[0].split()[1]) > 14_900_000 and len(message) <= MESSAGE_CHARS
     assert body < 2 * MESSAGE_CHARS
+
+
+def test_a_timeout_says_which_phase_timed_out():
+    from harness.parent.judge import timeout_named
+
+    with pytest.raises(CaseFailed) as info:
+        with timeout_named("importing the submission took over import_s = 300 s"):
+            raise CaseFailed(Status.TIMEOUT, "timeout after 300 s")
+    assert (info.value.status, info.value.message) == (
+        Status.TIMEOUT, "timeout: importing the submission took over import_s = 300 s")
+    with pytest.raises(CaseFailed) as info:  # any other verdict passes through as it is
+        with timeout_named("importing"):
+            raise CaseFailed(Status.ERROR, "import failed: ValueError: x")
+    assert info.value.message == "import failed: ValueError: x"

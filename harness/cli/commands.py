@@ -21,7 +21,8 @@ from rich.text import Text
 from harness.cli import outputs
 from harness.cli import reports as cli_reports
 from harness.cli import submit as cli_submit
-from harness.cli.exits import EXIT_OUTPUT, Stdout, broken_pipe, fail, interrupted_exit, stop_on_sigterm
+from harness.cli.exits import (EXIT_OUTPUT, Stdout, broken_pipe, fail, interrupted_exit, runs_exit,
+                                stop_on_sigterm)
 from harness.parent import sandbox as sandbox_mod
 from harness.parent import seeds
 from harness.parent.registry import RegistryError, find_variants, resolve
@@ -35,7 +36,6 @@ from harness.report.console import (
     results_table,
     side_by_side,
 )
-from harness.results.record import exit_code
 from harness.results.store import (
     ResultStore,
     StoreError,
@@ -328,9 +328,10 @@ def _pool(variants, shape_set, opts, store, devices, cluster, progress, compare:
 @_run_options
 def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, timeout, db, no_store, sandbox, gpus,
             cluster, worker_log) -> None:
-    """Run submissions over a shape set; exit code as the official runner (0, 110, 112, 113, 114; 130 after
-    Ctrl-C, with the cases measured so far kept in the store and the --json file). With --gpus or --cluster
-    the submissions run side by side, one per GPU (docs/usage.md)."""
+    """Run submissions over a shape set; exit code as the official runner (0, 110, 112, 113, 114; 3 when every
+    case was skipped: nothing could run here; 130 after Ctrl-C, with the cases measured so far kept in the store
+    and the --json file). With --gpus or --cluster the submissions run side by side, one per GPU
+    (docs/usage.md)."""
     console = Stdout()
     specs = [x.strip() for x in submissions.split(",") if x.strip()]
     if not specs:
@@ -381,7 +382,7 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
         except OSError as exc:
             fail(f"cannot write the POPCORN_FD stream: {exc.strerror or exc}{outputs.kept_in(record, store)}",
                  EXIT_OUTPUT)
-    sys.exit(max(exit_code(r) for r in records))
+    sys.exit(runs_exit(records))
 
 
 @main.command("compare")
@@ -396,7 +397,7 @@ def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, 
                 fmt, out) -> None:
     """Time submission A against B interleaved (A, B, A, B ... on identical inputs, every output checked) on
     each shape: ratio A/B of per-call times with a 95% CI and a verdict, plus the geomean. A and B as for
-    run --submission. Exit code as run's: nonzero when either side failed a shape."""
+    run --submission. Exit code as run's: nonzero when either side failed a shape, 3 when both were skipped."""
     (va, vb), shape_set, settings, secret = _prepare([a, b], shapes, settings_path, timeout, seed, "compare", data,
                                                      workers=2)
     devices = _devices(gpus, cluster)
@@ -430,13 +431,14 @@ def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, 
     if result.unmet:
         err.print(Text.assemble(("cannot compare here: ", "yellow"), result.unmet,
                                 (f"; {result.timed_alone} timed alone" if result.timed_alone else "")))
+    code = runs_exit([result.a, result.b])
     if fmt == "text" and out is None:
         Stdout().print(compare_rich_table(va.name, vb.name, result.rows, result.overall,
                                            overall_label=result.overall_label))
     else:
         extra = {"a_run_id": result.a.run_id, "b_run_id": result.b.run_id, "shape_set": shape_set.name,
                  "shape_set_id": shape_set.id,
-                 "data": data, "exit_code": int(result.exit_code), "unmet": result.unmet,
+                 "data": data, "exit_code": code, "unmet": result.unmet,
                  "timed_alone": result.timed_alone}
         cli_reports.emit(compare_table(va.name, vb.name, result.rows, result.overall, fmt, result.overall_label,
                                        extra), out)
@@ -446,7 +448,7 @@ def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, 
     if store:
         err.print(Text(f"recorded: A {result.a.run_id}, B {result.b.run_id} in {store.path} "
                        f"(fp4bench report {result.a.run_id} {result.b.run_id})", style="dim"))
-    sys.exit(result.exit_code)
+    sys.exit(code)
 
 
 @main.command("list")

@@ -106,21 +106,26 @@ class Session:
 
     def load(self) -> None:
         """Start a worker (``start``), measure the bracket's honest gap on empty windows, take the worker's trusted
-        tasks, then import the submission and wait for it, the import time limit counted from the first request.
-        Raises CaseFailed(ERROR) if the import fails (TIMEOUT, CRASH as ``_receive``)."""
+        tasks, then import the submission and wait for it. ``import_s`` bounds the worker's start-up (counted from
+        its first request) and, afresh, the import (from the Load request): neither is the submission's call, so
+        --timeout (the calls' limits) leaves both alone. Raises CaseFailed(ERROR) if the import fails (TIMEOUT,
+        CRASH as ``_receive``)."""
         self.start()
         if self._loading is None:
             return
-        self._receive(max(self.settings.import_s - (time.monotonic() - self._loading), 0.001), (P.Closed,))
-        for _ in range(CALIBRATION_WINDOWS):
-            self._calibrate()
-            self._calibrated(self.settings.call_s)
+        limit = self.settings.import_s
+        started = f"the worker (Python, torch, CUDA; no submission code yet) did not start in import_s = {limit:g} s"
+        with judge.timeout_named(started):
+            self._receive(max(limit - (time.monotonic() - self._loading), 0.001), (P.Closed,))
+            for _ in range(CALIBRATION_WINDOWS):
+                self._calibrate()
+                self._calibrated(limit)  # empty windows: only a stalled machine makes them slow
         self.bracket.calibrate(self._gaps)
         self.trusted = frozenset(watch.snapshot(self.proc.proc.pid).tasks)
         self.proc.send(P.Load(str(self.variant.path)))
-        left = self.settings.import_s - (time.monotonic() - self._loading)
         self._loading = None
-        reply = self._receive(max(left, 0.001), (P.Loaded, P.Failed))
+        with judge.timeout_named(f"importing the submission took over import_s = {limit:g} s"):
+            reply = self._receive(limit, (P.Loaded, P.Failed))
         if isinstance(reply, P.Failed):
             self.close()
             raise judge.load_failed(reply, str(self.variant.path))

@@ -10,6 +10,7 @@ message holds at most harness.results.record.MESSAGE_CHARS characters (``CaseFai
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -66,6 +67,17 @@ def _with_traceback(text: str, traceback: str) -> str:
         return whole
     text = cut_message(text, max(MESSAGE_CHARS // 2, MESSAGE_CHARS - 1 - len(traceback)))
     return f"{text}\n{cut_message(traceback, MESSAGE_CHARS - 1 - len(text))}".strip()
+
+
+@contextmanager
+def timeout_named(what: str):
+    """A TIMEOUT CaseFailed raised inside says ``what`` timed out (the channel's own words name no phase)."""
+    try:
+        yield
+    except CaseFailed as exc:
+        if exc.status is not Status.TIMEOUT:
+            raise
+        raise CaseFailed(Status.TIMEOUT, f"timeout: {what}") from None
 
 
 def load_failed(reply: P.Failed, path: str) -> CaseFailed:
