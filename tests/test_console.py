@@ -254,7 +254,7 @@ def test_markup_in_submission_text_is_shown_verbatim(width):
     message = "raised: ValueError: scale tile [/] mismatch at a[0:4, /1] [bold]row 3[/bold] [/red]"
     run = make_run("my[bold]kernel[/]", 1.0, "r1", cases=TESTS.cases[:2])
     run = dataclasses.replace(run, cases=(dataclasses.replace(run.cases[0], status=Status.ERROR,
-                                                              message=message + "\nTraceback ..."),
+                                                              message=message + "\nTraceback (most recent call last):\n  ..."),
                                           run.cases[1]), geomean_ns=None)
     flat = " ".join(render(results_table(run), width).split())
     assert "my[bold]kernel[/]: leaderboard mode" in flat
@@ -375,3 +375,13 @@ def test_progress_writes_one_line_per_shape_to_a_log_and_none_to_a_terminal(term
         obs.on_case(1, CaseResult(cases[1], Status.FAIL, "mismatch"))
     lines = [line for line in out.getvalue().splitlines() if line.startswith("honest: shape")]
     assert lines == ([] if terminal else ["honest: shape 1 of 2 pass, 1.500 us", "honest: shape 2 of 2 fail"])
+
+
+def test_message_head_keeps_four_lines_and_where_it_raised():
+    from harness.results.record import message_head
+
+    text = "\n".join(f"line {i}" for i in range(1, 8))
+    message = f"raised: E: {text}\nat sub/k.py:9 in custom_kernel\nTraceback (most recent call last):\n  File x"
+    assert message_head(message) == ["raised: E: line 1", "line 2", "line 3", "line 4", "[... 3 more lines]",
+                                      "at sub/k.py:9 in custom_kernel"]
+    assert message_head("outputs differ: 3 of 8192 elements") == ["outputs differ: 3 of 8192 elements"]

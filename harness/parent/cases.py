@@ -227,7 +227,7 @@ class Session:
         if raised is not None:
             raise raised
         if isinstance(reply, P.Failed):
-            failed = judge.call_failed(reply)
+            failed = judge.call_failed(reply, self.variant.path.parent)
             if failed.cuda:  # the worker exits: its context is gone
                 self.close()
             raise failed

@@ -31,7 +31,7 @@ from harness.report.figures import (
 )
 from harness.report.stacked import Col, StackedTable, plain
 from harness.results.ranking import plural
-from harness.results.record import CaseResult, RunRecord, Status
+from harness.results.record import CaseResult, RunRecord, Status, message_head
 from task.cost import sol_ns
 from task.spec import Case
 
@@ -54,8 +54,9 @@ def _title(record: RunRecord) -> str:
 
 def results_table(record: RunRecord) -> StackedTable:
     """One row per shape: shape, status and, for a timed run, mean/std/best/worst us per call, the 95 % CI of
-    the mean, TFLOP/s and % of the GPU's speed of light (CUDA-timed runs only). Each case's message (first
-    line, verbatim) is a note under the table; the caption gives the geomean."""
+    the mean, TFLOP/s and % of the GPU's speed of light (CUDA-timed runs only). Each case's message (its head:
+    the first lines before a traceback and where the submission raised, ``record.message_head``; verbatim) is a
+    note under the table; the caption gives the geomean."""
     figures = case_figures(record)
     timed = any(r.stats for r in record.cases)
     peaks = run_peaks(record) if timed else None
@@ -81,8 +82,11 @@ def results_table(record: RunRecord) -> StackedTable:
         table.add_row(shape_number(f.index), *cells)
         if f.result.message:
             lead = f"shape {shape_number(f.index)} {f.result.status.value}: "
-            table.add_note(Text.assemble((lead, _STATUS_STYLE.get(f.result.status, "red")),
-                                         first_line(f.result.message, 300)))
+            first, *more = message_head(f.result.message)
+            note = Text.assemble((lead, _STATUS_STYLE.get(f.result.status, "red")), first_line(first, 300))
+            for line in more:
+                note.append("\n  " + first_line(line, 300))
+            table.add_note(note)
     return table
 
 
