@@ -572,3 +572,14 @@ def test_a_compare_where_both_sides_were_skipped_exits_3_and_says_so_in_json():
     out = CliRunner().invoke(main, ["compare", "cute_grouped", "cute_dense_per_group", "--shapes", "smoke#1",
                                     "--no-store", "--format", "json"])
     assert json.loads(out.stdout)["exit_code"] == 3
+
+
+def test_a_file_built_for_another_gpu_is_named_before_it_runs(tmp_path):
+    sub = tmp_path / "bw.py"
+    sub.write_text('PTX = "tcgen05.mma.cta_group::1"\n\n\ndef custom_kernel(data):\n    raise RuntimeError("no")\n')
+    result = CliRunner().invoke(main, ["run", "--submission", str(sub), "--shapes", "smoke#2", "--no-store",
+                                       "--timeout", "120"])
+    assert result.exit_code == 112, result.output
+    assert " ".join(result.stderr.split()) == (
+        "note: bw looks built for sm_100a (line 1: PTX = \"tcgen05.mma.cta_group::1\"); this machine has no CUDA "
+        "GPU: running it anyway; a '#!FP4BENCH requires sm_100a' line at its top would skip it here")

@@ -186,7 +186,19 @@ def _prepare(specs, shapes, settings_path, timeout, seed, mode, data, workers=1)
         check_fits(shape_set.cases, inputs, workers, cuda)
     except (RegistryError, SpecError, SettingsError, ValueError, MemoryError) as exc:
         fail(str(exc), ExitCode.BAD_SPEC)
+    _say_built_for(variants, device_facts())
     return variants, shape_set, settings if timeout is None else settings.with_timeout(timeout), secret
+
+
+def _say_built_for(variants, facts) -> None:
+    """Before anything runs: one line on stderr for each file that declares no requirement but is plainly built
+    for a GPU this is not (Variant.looks_unmet); it runs all the same."""
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    for v in variants:
+        reason = v.looks_unmet(facts)
+        if reason:
+            err.print(Text(f"note: {v.name} {reason}: running it anyway; a '#!FP4BENCH requires "
+                           f"{v.built_for[0].text}' line at its top would skip it here", style="yellow"))
 
 
 def _distinct_names(variants, same_file_ok: bool = False) -> None:
