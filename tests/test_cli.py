@@ -580,6 +580,47 @@ def test_a_file_built_for_another_gpu_is_named_before_it_runs(tmp_path):
     result = CliRunner().invoke(main, ["run", "--submission", str(sub), "--shapes", "smoke#2", "--no-store",
                                        "--timeout", "120"])
     assert result.exit_code == 112, result.output
-    assert " ".join(result.stderr.split()) == (
+    note, *progress = result.stderr.splitlines()
+    assert note == (
         "note: bw looks built for sm_100a (line 1: PTX = \"tcgen05.mma.cta_group::1\"); this machine has no CUDA "
         "GPU: running it anyway; a '#!FP4BENCH requires sm_100a' line at its top would skip it here")
+    assert progress[0] == "bw test: starting the worker, loading the submission"  # then it runs
+
+
+def test_test_mode_prints_per_shape_progress_on_stderr_and_keeps_stdout_for_the_table():
+    result = CliRunner().invoke(main, ["run", "--submission", "torch_reference", "--shapes", "smoke", "--no-store",
+                                       "--timeout", "120"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines() == [
+        "torch_reference test: starting the worker, loading the submission",
+        "torch_reference test: shape 1 of 3 (G=2 M=[64,40] N=[128,256] K=[256,512]): correctness call",
+        "torch_reference test: shape 1 of 3 pass",
+        "torch_reference test: shape 2 of 3 (G=1 M=128 N=128 K=256): correctness call",
+        "torch_reference test: shape 2 of 3 pass",
+        "torch_reference test: shape 3 of 3 (G=3 M=[4,76,132] N=[128,128,256] K=[64,128,256]): correctness call",
+        "torch_reference test: shape 3 of 3 pass",
+    ]
+    assert "correctness call" not in result.stdout and "torch_reference: test mode" in result.stdout
+
+
+def test_compare_progress_names_each_side_on_stderr_and_json_on_stdout_stays_clean(tmp_path):
+    settings = tmp_path / "fast.yml"
+    settings.write_text("timing:\n  min_runs: 2\n  max_runs: 2\n  warmup_max: 2\n  budget_s: {compare: 1}\n")
+    result = CliRunner().invoke(main, ["compare", "torch_reference", "torch_reference", "--shapes", "smoke#2",
+                                       "--no-store", "--settings", str(settings), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["rows"][0]["a_status"] == "pass"
+    lines = [re.sub(r"pass, [0-9.]+ us$", "pass, T us", line) for line in result.stderr.splitlines()]
+    head = "torch_reference vs torch_reference"
+    assert lines == [
+        f"{head}: A (torch_reference): starting the worker, loading the submission",
+        f"{head}: B (torch_reference): starting the worker, loading the submission",
+        f"{head}: shape 1 of 1 (G=1 M=128 N=128 K=256): A (torch_reference): correctness call",
+        f"{head}: shape 1 of 1: A (torch_reference): warm-up",
+        f"{head}: shape 1 of 1: B (torch_reference): correctness call",
+        f"{head}: shape 1 of 1: B (torch_reference): warm-up",
+        f"{head}: shape 1 of 1: A (torch_reference): timing, the sides interleaved",
+        f"{head}: shape 1 of 1: B (torch_reference): timing, the sides interleaved",
+        f"{head}: shape 1 of 1: A (torch_reference) pass, T us",
+        f"{head}: shape 1 of 1: B (torch_reference) pass, T us",
+    ]

@@ -7,7 +7,6 @@ torch is imported only where it is needed: by ``run`` and ``compare`` once their
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import sys
@@ -201,6 +200,12 @@ def _say_built_for(variants, facts) -> None:
                            f"{v.built_for[0].text}' line at its top would skip it here", style="yellow"))
 
 
+def _progress_console() -> Console:
+    """Where progress goes: standard error (a bar on a terminal, a line per shape and phase elsewhere), so that
+    what standard output carries (a table, --format json) stays clean."""
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
 def _distinct_names(variants, same_file_ok: bool = False) -> None:
     """Raise RegistryError when two submissions share a name: the table's columns, the --json files and the store
     tell variants apart by name, so the second would overwrite or mix with the first. ``same_file_ok``: one file
@@ -355,13 +360,14 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
     outputs.check_json(json_path, variants)
     outputs.check_writable("--worker-log", worker_log)
     store = outputs.open_store(db, no_store)
-    from harness.parent.runner import Observer, RunOptions
+    from harness.parent.runner import RunOptions
     from harness.parent.runner import run as run_variant
 
     opts = RunOptions(mode, data, secret, settings, _sandbox(sandbox, variants, settings, db, no_store), worker_log)
     records = []
+    err = _progress_console()
     if gpus is not None or cluster is not None:
-        progress = (ProgressObserver(console, len(shape_set.cases), f"{len(variants)} submission(s) on "
+        progress = (ProgressObserver(err, len(shape_set.cases), f"{len(variants)} submission(s) on "
                                      f"{'GPUs ' + gpus if gpus else cluster}", sides=len(variants)))
         with progress:
             records = _pool(variants, shape_set, opts, store, devices, cluster, progress)
@@ -371,14 +377,9 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
         label = f"{variant.name} {mode}"
         target, recorder, kept = outputs.json_target(json_path, variants, variant), None, None
         try:
-            if mode in ("benchmark", "leaderboard"):  # a bar on a terminal, one line per shape elsewhere
-                with ProgressObserver(console, len(shape_set.cases), label) as obs:
-                    recorder = StoreRecorder(store, obs) if store else None
-                    kept = _Kept(recorder or obs)
-                    record = run_variant(variant, shape_set, opts, kept)
-            else:
-                recorder = StoreRecorder(store, Observer()) if store else None
-                kept = _Kept(recorder or Observer())
+            with ProgressObserver(err, len(shape_set.cases), label) as obs:  # a bar on a terminal, else lines
+                recorder = StoreRecorder(store, obs) if store else None
+                kept = _Kept(recorder or obs)
                 record = run_variant(variant, shape_set, opts, kept)
         except KeyboardInterrupt:
             _interrupted([kept] if kept else [], [recorder] if recorder else [], store, [target] if kept else [])
@@ -416,19 +417,18 @@ def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, 
     outputs.check_writable("--worker-log", worker_log)
     store = outputs.open_store(db, no_store)
     from harness.parent import compare as compare_mod
-    from harness.parent.runner import Observer, RunOptions
+    from harness.parent.runner import RunOptions
 
     opts = RunOptions(compare_mod.MODE, data, secret, settings, _sandbox(sandbox, (va, vb), settings, db, no_store),
                       worker_log)
-    err = Console(stderr=True)
-    progress = (ProgressObserver(err, len(shape_set.cases), f"{va.name} vs {vb.name}", sides=2)
-                if err.is_terminal else None)
-    observers = (progress or Observer(), progress or Observer())
+    err = _progress_console()
+    progress = ProgressObserver(err, len(shape_set.cases), f"{va.name} vs {vb.name}", sides=2)
+    observers = (progress.side(f"A ({va.name})"), progress.side(f"B ({vb.name})"))
     recorders = [StoreRecorder(store, o) for o in observers] if store else []
     if recorders:
         observers = tuple(recorders)
     try:
-        with progress or contextlib.nullcontext():
+        with progress:
             if gpus is not None or cluster is not None:
                 result = _pool((va, vb), shape_set, opts, store, devices, cluster, progress, compare=True)
             else:

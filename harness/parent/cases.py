@@ -50,6 +50,7 @@ class Observer:
     """Hooks for progress display and the results store; every method is optional to override."""
 
     def on_start(self, record: RunRecord) -> None: ...
+    def on_phase(self, index: int | None, phase: str) -> None: ...  # of shape ``index``, or the run's (None)
     def on_case_start(self, index: int, case: Case) -> None: ...
     def on_sample(self, index: int, runs: int) -> None: ...
     def on_case(self, index: int, result: CaseResult) -> None: ...
@@ -426,18 +427,24 @@ class CaseAttempt:
         finally:
             self.wall_s += time.monotonic() - t0
 
+    def _phase(self, phase: str) -> None:
+        if self.failure is None:
+            self.runner.observer.on_phase(self.index, phase)
+
     def check(self) -> bool:
         """The correctness call on the official draw (compiles happen here). Runs once; later calls return
         whether it passed."""
         if not self.checked:
+            self._phase("correctness call")
             self.checked = self._step(lambda: self.runner.correctness(self.case, self.seed))
         return self.checked
 
     def prepare(self) -> bool:
         """Correctness call, then warm-up: the case is ready to be timed. Runs once; later calls return whether
         it passed."""
-        if not self.ready:
-            self.ready = self.check() and self._step(lambda: self.runner.warmup(self.case, self.seed))
+        if not self.ready and self.check():
+            self._phase("warm-up")
+            self.ready = self._step(lambda: self.runner.warmup(self.case, self.seed))
         return self.ready
 
     def sample(self) -> bool:
@@ -450,6 +457,7 @@ class CaseAttempt:
         (CUDA); sets ``overhead_ms`` (the loop's wall time outside the windows, per sample) and ``kernel_ns``."""
         settings = self.runner.opts.settings
         rule = settings.stopping_rule(mode)
+        self._phase("timing")
         t0 = time.monotonic_ns()
         while self.sample():
             if rule.is_finished(self.samples, time.monotonic_ns() - t0):
@@ -461,6 +469,7 @@ class CaseAttempt:
 
     def profiled(self) -> bool:
         """The profiler's kernel table for one call (``profile``)."""
+        self._phase("profile")
         return self._step(lambda: setattr(self, "profile", self.runner.profile(self.case, self.seed)))
 
     def result(self, note: str = "") -> CaseResult:

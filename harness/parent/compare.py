@@ -51,7 +51,7 @@ from harness.parent.cases import CaseAttempt, CaseRunner, Observer, RunOptions, 
 from harness.parent.environment import device_facts
 from harness.parent.process import EXIT_WAIT_S
 from harness.parent.registry import Variant
-from harness.parent.runner import close_record, new_record, while_workers_start
+from harness.parent.runner import LOADING, close_record, new_record, while_workers_start
 from harness.protocol import ExitCode
 from harness.results.ranking import CompareRow, Comparison, NoRatio, compare_geomeans, compare_samples, plural
 from harness.results.record import CaseResult, RunRecord, Status, exit_code
@@ -192,6 +192,7 @@ def _run_cases(cases, case_seeds, sides: tuple[_Side, ...], rule: StoppingRule) 
     """The ``compare`` schedule: load the workers of ``sides`` (both, or the one that can run here), then every
     case: correctness and warm-up per side, then interleaved timed samples (pairs, or one side's samples alone)."""
     for s in sides:
+        s.observer.on_phase(None, LOADING)
         s.session.start()
     while_workers_start(cases, sides[0].runner.opts, sides[0].runner.device)
     failed = {s.letter: exc for s in sides if (exc := lifecycle.load(s.session))}
@@ -209,6 +210,8 @@ def _run_cases(cases, case_seeds, sides: tuple[_Side, ...], rule: StoppingRule) 
             if _policed(sides, s, a.check) and not any(x.failure for x in attempts):
                 _policed(sides, s, a.prepare)
         if not any(a.failure for a in attempts):
+            for s in sides:
+                s.observer.on_phase(index, "timing, the sides interleaved")
             _interleave(sides, attempts, rule)
         for s, other in zip(sides, sides[::-1]):
             partner = other.attempt.failure
