@@ -144,8 +144,8 @@ def compare(a: Variant, b: Variant, shapes: ShapeSet, opts: RunOptions = RunOpti
     """Time ``a`` (A) against ``b`` (B) interleaved on every case of ``shapes`` (module docstring).
 
     ``opts``: mode must be ``compare``; data, secret seed and settings as for ``runner.run``. ``observers``:
-    one Observer per side (A's, B's), each told on_start / on_case_start / on_sample / on_case / on_finish for
-    its own run. Times are ns throughout (per call: sample duration / calls).
+    one Observer per side (A's, B's), each told on_start / on_phase / on_case_start / on_sample / on_case /
+    on_finish for its own run. Times are ns throughout (per call: sample duration / calls).
 
     Never raises for a submission's fault: each side's case ends pass/fail/error/crash/timeout/skipped. Raises
     ValueError when ``opts.mode`` is not ``compare``, or a case seed combined with the secret does not fit.
