@@ -1,9 +1,13 @@
-"""Cases and shape sets: frozen records, loaded from configs/shapes/*.yml, the official text format, or inline.
+"""Cases and shape sets: frozen records, loaded from configs/shapes/*.yml, an official task.yml, the official text
+format, or inline.
 
 A case is one nvfp4_group_gemm problem: per-group M, N, K (tuples of length G) and the seed its inputs are drawn
 from. The official text format (task.yml "tests"/"benchmarks" as they travel to the evaluator) is one case a
 line, ``key: value`` pairs separated by ``;``, values an integer or a bracketed list:
-``m: [96, 128]; n: [128, 256]; k: [256, 512]; g: 2; seed: 1111``.
+``m: [96, 128]; n: [128, 256]; k: [256, 512]; g: 2; seed: 1111``. The official task.yml writes the same case as
+a JSON-style mapping, ``{"m": [96, 128], "n": [128, 256], "k": [256, 512], "g": 2, "seed": 1111}``; both forms
+are read wherever a case is. ``g`` may be left out (the length of the m/n/k lists), and so may ``seed``
+(DEFAULT_SEED, the official sets' seed).
 """
 from __future__ import annotations
 
@@ -28,6 +32,13 @@ DATA_MODES: tuple[str, ...] = ("official", "full-range")
 #: Hex digits of a shape set's id (``shape_set_id``): 48 bits, short enough to type, and two sets in one store
 #: collide with odds of about n^2 / 2^49.
 SHAPE_SET_ID_DIGITS = 12
+#: A case's seed when it names none: 1111, the seed of every case of the official tests and benchmarks (task.yml).
+DEFAULT_SEED = 1111
+#: The lists of cases an official task.yml holds, in the order they are offered.
+TASK_YML_SETS = ("tests", "benchmarks")
+#: Separates a --shapes source from what is picked in it: ``task.yml#benchmarks``, ``benchmarks#2``,
+#: ``benchmarks#g8_n4096_k7168``, ``task.yml#benchmarks#2``.
+PICK = "#"
 
 
 class SpecError(ValueError):
@@ -96,33 +107,43 @@ class ShapeSet:
 
 
 def case_from_mapping(d: Mapping, where: str = "") -> Case:
-    """Build a Case from ``{m, n, k, g, seed}``; scalars for m/n/k are broadcast to g groups.
+    """Build a Case from ``{m, n, k, g?, seed?, name?}``: scalars for m/n/k are broadcast to g groups; ``g``
+    defaults to the length of the m/n/k lists (1 when all three are integers), ``seed`` to DEFAULT_SEED.
 
     Raises SpecError naming the missing or unexpected keys, or what makes the case impossible, after ``where``
     the mapping came from.
     """
-    expected = {"m", "n", "k", "g", "seed"}
+    required, optional = {"m", "n", "k"}, {"g", "seed", "name"}
     keys = set(d)
-    if keys - expected - {"name"} or expected - keys:
+    missing, unexpected = required - keys, keys - required - optional
+    if missing or unexpected:
         raise SpecError(
-            f"{where}expected keys {sorted(expected)}, got {sorted(keys)}"
-            + (f" (missing {sorted(expected - keys)})" if expected - keys else "")
-            + (f" (unexpected {sorted(keys - expected - {'name'})})" if keys - expected - {"name"} else "")
+            f"{where}expected keys {sorted(required)} (and optionally g, seed, name), got {sorted(keys)}"
+            + (f" (missing {sorted(missing)})" if missing else "")
+            + (f" (unexpected {sorted(unexpected)})" if unexpected else "")
         )
-    g = d["g"]
-    if not isinstance(g, int) or isinstance(g, bool):
-        raise SpecError(f"{where}g must be an integer, got {g!r}")
-    seed = d["seed"]
+    for key in ("m", "n", "k"):
+        v = d[key]
+        if not (isinstance(v, (list, tuple)) or isinstance(v, int) and not isinstance(v, bool)):
+            raise SpecError(f"{where}{key} must be an integer or a list, got {v!r}")
+    if "g" in d:
+        g = d["g"]
+        if not isinstance(g, int) or isinstance(g, bool):
+            raise SpecError(f"{where}g must be an integer, got {g!r}")
+    else:
+        lengths = {key: len(d[key]) for key in ("m", "n", "k") if isinstance(d[key], (list, tuple))}
+        if len(set(lengths.values())) > 1:
+            got = ", ".join(f"{key} {n}" for key, n in lengths.items())
+            raise SpecError(f"{where}expected m, n and k lists of one length (g, the group count), got {got} "
+                            f"entries")
+        g = next(iter(lengths.values()), 1)
+    seed = d.get("seed", DEFAULT_SEED)
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise SpecError(f"{where}seed must be a non-negative integer, got {seed!r}")
 
     def per_group(key: str) -> tuple[int, ...]:
         v = d[key]
-        if isinstance(v, int) and not isinstance(v, bool):
-            return (v,) * g
-        if isinstance(v, (list, tuple)):
-            return tuple(v)
-        raise SpecError(f"{where}{key} must be an integer or a list, got {v!r}")
+        return tuple(v) if isinstance(v, (list, tuple)) else (v,) * g
 
     try:
         return Case(per_group("m"), per_group("n"), per_group("k"), g, seed, str(d.get("name", "")))
@@ -134,11 +155,15 @@ _PAIR = re.compile(r"^\s*([a-z_]+)\s*:\s*(.+?)\s*$")
 
 
 def parse_case_line(line: str, where: str | None = None) -> Case:
-    """Parse one official text line (``m: [96, 128]; n: [...]; k: [...]; g: 2; seed: 1111``).
+    """Parse one case: the official text line (``m: [96, 128]; n: [...]; k: [...]; g: 2; seed: 1111``) or the
+    JSON-style mapping of task.yml (``{"m": [96, 128], "n": [...], "k": [...], "g": 2, "seed": 1111}``); g and
+    seed may be left out (``case_from_mapping``).
 
     Raises SpecError quoting the line and the part that did not parse; a case that is impossible (e.g. g: 0) is
     reported after ``where`` (default ``line '<line>': ``).
     """
+    if line.lstrip().startswith("{"):
+        return _parse_mapping_line(line, where)
     fields: dict[str, object] = {}
     for part in line.split(";"):
         if not part.strip():
@@ -155,6 +180,20 @@ def parse_case_line(line: str, where: str | None = None) -> Case:
             raise SpecError(f"key {key!r} given twice in line {line.strip()!r}")
         fields[key] = value
     return case_from_mapping(fields, where=f"line {line.strip()!r}: " if where is None else where)
+
+
+def _parse_mapping_line(line: str, where: str | None) -> Case:
+    """One case written as a flow mapping, ``{"m": [..], "n": [..], "k": [..], "g": 2, "seed": 1111}``."""
+    try:
+        value = yaml.safe_load(line)
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+        raise SpecError(f"expected a mapping like {{\"m\": [96], \"n\": [128], \"k\": [256]}}, got "
+                        f"{line.strip()!r} ({problem})") from None
+    if not isinstance(value, dict):
+        raise SpecError(f"expected a mapping like {{\"m\": [96], \"n\": [128], \"k\": [256]}}, got "
+                        f"{line.strip()!r}")
+    return case_from_mapping(value, where=f"case {line.strip()!r}: " if where is None else where)
 
 
 def parse_text(text: str, source: str = "") -> list[Case]:
@@ -201,53 +240,123 @@ def read_yaml_file(path: Path):
         raise SpecError(f"{path}: not valid YAML{where}: {problem}") from None
 
 
-def load_yaml(path: Path) -> ShapeSet:
-    """Load ``configs/shapes/*.yml``: ``{cases: [{m, n, k, g, seed, name?}, ...]}``.
+def _case_lists(doc, path) -> dict[str, list]:
+    """The lists of cases a shape file holds: ``{"cases": [...]}`` (configs/shapes) or the official task.yml's
+    ``tests`` and ``benchmarks`` (TASK_YML_SETS), whichever are there. Raises SpecError naming the file and what
+    it holds instead."""
+    if isinstance(doc, dict) and "cases" in doc:
+        if not isinstance(doc["cases"], list):
+            raise SpecError(f"{path}: expected a mapping with a 'cases' list, got 'cases' of type "
+                            f"{type(doc['cases']).__name__}")
+        return {"cases": doc["cases"]}
+    if isinstance(doc, dict):
+        found = {name: doc[name] for name in TASK_YML_SETS if isinstance(doc.get(name), list)}
+        if found:
+            return found
+    if not isinstance(doc, dict):
+        got = type(doc).__name__
+    else:
+        got = f"a mapping with keys {', '.join(map(repr, doc)) or 'none'}"
+    raise SpecError(f"{path}: expected a mapping with a 'cases' list, or an official task.yml with 'tests' or "
+                    f"'benchmarks' lists, got {got}")
 
-    Raises SpecError with the file name and case index on any malformed entry.
-    """
-    doc = read_yaml_file(path)
-    if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
-        if not isinstance(doc, dict):
-            got = type(doc).__name__
-        elif "cases" in doc:
-            got = f"'cases' of type {type(doc['cases']).__name__}"
-        else:
-            got = f"a mapping with keys {', '.join(map(repr, doc)) or 'none'}"
-        raise SpecError(f"{path}: expected a mapping with a 'cases' list, got {got}")
-    cases = [case_from_mapping(c if isinstance(c, dict) else {}, where=f"{path} case {i}: ")
-             for i, c in enumerate(doc["cases"])]
+
+def _cases_of(path, part: str, entries: list) -> tuple[Case, ...]:
+    label = f"{path} case" if part == "cases" else f"{path} {part}"
+    cases = tuple(case_from_mapping(c if isinstance(c, dict) else {}, where=f"{label} {i}: ")
+                  for i, c in enumerate(entries))
     if not cases:
-        raise SpecError(f"{path}: 'cases' is empty")
-    return ShapeSet(Path(path).stem, tuple(cases))
+        raise SpecError(f"{path}: {part!r} is empty")
+    return cases
+
+
+def load_yaml(path: Path, picks: tuple[str, ...] = ()) -> ShapeSet:
+    """Load a YAML shape file: ``{cases: [{m, n, k, g?, seed?, name?}, ...]}`` (configs/shapes), or an official
+    task.yml, whose ``tests`` or ``benchmarks`` list is taken (``picks[0]`` names it; needed only when the file
+    holds both). A further pick selects one case (``pick_case``). The set is named after the file's stem, or
+    the task.yml list.
+
+    Raises SpecError with the file name and case index on any malformed entry, and naming what can be picked
+    when a pick does not match.
+    """
+    lists = _case_lists(read_yaml_file(path), path)
+    picks = list(picks)
+    if "cases" in lists:
+        part, name = "cases", Path(path).stem
+    elif picks and picks[0] in lists:
+        part = name = picks.pop(0)
+    elif len(lists) == 1:
+        part = name = next(iter(lists))
+    else:
+        choices = " or ".join(f"{path}{PICK}{n}" for n in lists)
+        got = f"{path}{PICK}{picks[0]}" if picks else str(path)
+        raise SpecError(f"{path} holds {' and '.join(repr(n) for n in lists)}: expected {choices}, got {got}")
+    shape_set = ShapeSet(name, _cases_of(path, part, lists[part]))
+    if len(picks) > 1:
+        raise SpecError(f"--shapes {path}{PICK}{PICK.join(picks)}: expected at most one case after the set "
+                        f"(e.g. {path}{PICK}2), got {len(picks)} picks")
+    return pick_case(shape_set, picks[0]) if picks else shape_set
+
+
+def pick_case(shape_set: ShapeSet, pick: str) -> ShapeSet:
+    """The one case of ``shape_set`` that ``pick`` names: its number, counted from 1 as reports number shapes,
+    or its name. The set is named ``<set>#<pick>``. Raises SpecError naming the numbers and names there are."""
+    cases = shape_set.cases
+    chosen = None
+    if pick.isdigit() and 1 <= int(pick) <= len(cases):
+        chosen = cases[int(pick) - 1]
+    else:
+        chosen = next((c for c in cases if c.name and c.name == pick), None)
+    if chosen is None:
+        names = [c.name for c in cases if c.name]
+        named = f" or a case name ({', '.join(names)})" if names else ""
+        raise SpecError(f"--shapes {shape_set.name}{PICK}{pick}: expected a case number from 1 to {len(cases)}"
+                        f"{named}, got {pick!r}")
+    return ShapeSet(f"{shape_set.name}{PICK}{pick}", (chosen,))
 
 
 def load_shapes(spec: str, aliases: tuple[str, ...] = ()) -> ShapeSet:
-    """Resolve ``--shapes``: a name in configs/shapes (``tests``), a .yml/.yaml path, a text file (one case a
-    line), or one inline case in the text format (contains ``:``). ``aliases``: names the caller resolves before
-    calling (the CLI's ``auto``), listed among the names when nothing matches.
+    """Resolve ``--shapes``: a name in configs/shapes (``tests``), a .yml/.yaml path (a shape set or an official
+    task.yml), a text file (one case a line), or one inline case (the text line or the JSON-style mapping of
+    ``parse_case_line``). A source may be followed by picks after ``#`` (PICK): the list of a task.yml
+    (``task.yml#benchmarks``), then one case by number from 1 or name (``benchmarks#2``,
+    ``benchmarks#g8_n4096_k7168``, ``task.yml#tests#3``). ``aliases``: names the caller resolves before calling
+    (the CLI's ``auto``), listed among the names when nothing matches.
 
     Raises SpecError when nothing matches, naming what was tried.
     """
-    named = CONFIG_DIR / f"{spec}.yml"
+    if spec.lstrip().startswith("{"):
+        return ShapeSet("inline", (parse_case_line(spec),))
+    if ":" in spec and ";" in spec:
+        return ShapeSet("inline", (parse_case_line(spec),))
+    source, picks = spec, ()
+    if not Path(spec).is_file() and PICK in spec:
+        source, *rest = spec.split(PICK)
+        picks = tuple(rest)
+        if not source or not all(picks):
+            raise SpecError(f"--shapes {spec!r}: expected SOURCE{PICK}PICK with nothing empty (e.g. benchmarks"
+                            f"{PICK}2 or task.yml{PICK}tests)")
+    named = CONFIG_DIR / f"{source}.yml"
     if named.is_file():
-        return load_yaml(named)
-    path = Path(spec)
+        return load_yaml(named, picks)
+    path = Path(source)
     if path.is_file():
         if path.suffix in (".yml", ".yaml"):
-            return load_yaml(path)
+            return load_yaml(path, picks)
         cases = parse_text(read_text_file(path), str(path))
         if not cases:
             raise SpecError(f"{path}: no cases in the file")
-        return ShapeSet(path.stem, tuple(cases))
-    if ":" in spec and ";" in spec:
-        return ShapeSet("inline", (parse_case_line(spec),))
+        shape_set = ShapeSet(path.stem, tuple(cases))
+        if len(picks) > 1:
+            raise SpecError(f"--shapes {spec!r}: expected at most one case after the file, got {len(picks)} picks")
+        return pick_case(shape_set, picks[0]) if picks else shape_set
     if path.is_dir():
-        raise SpecError(f"shape file {spec}: expected a .yml or text file, got a folder")
-    if path.suffix in (".yml", ".yaml", ".txt") or "/" in spec:
-        raise SpecError(f"shape file {spec} does not exist")
+        raise SpecError(f"shape file {source}: expected a .yml or text file, got a folder")
+    if path.suffix in (".yml", ".yaml", ".txt") or "/" in source:
+        raise SpecError(f"shape file {source} does not exist")
     known = [*aliases, *sorted(p.stem for p in CONFIG_DIR.glob("*.yml"))]
     raise SpecError(
-        f"--shapes {spec!r}: expected a shape-set name ({', '.join(known)}), a .yml or text file, "
-        f"or an inline case like 'm: [96]; n: [128]; k: [256]; g: 1; seed: 1'"
+        f"--shapes {spec!r}: expected a shape-set name ({', '.join(known)}), a .yml or text file (an official "
+        f"task.yml too), one case of a set (benchmarks{PICK}2), or an inline case like "
+        f"'m: [96]; n: [128]; k: [256]; g: 1; seed: 1' or '{{\"m\": [96], \"n\": [128], \"k\": [256]}}'"
     )

@@ -62,7 +62,8 @@ def test_settings_file_that_is_not_yaml_or_is_a_shape_file(tmp_path):
     settings.write_text("timing:\n  max_runs: 5\n")
     result = _run("--shapes", str(settings))
     assert result.exit_code == 113
-    assert "expected a mapping with a 'cases' list, got a mapping with keys 'timing'" in " ".join(result.output.split())
+    assert (f"{settings}: expected a mapping with a 'cases' list, or an official task.yml with 'tests' or "
+            f"'benchmarks' lists, got a mapping with keys 'timing'") in " ".join(result.output.split())
 
 
 def test_settings_keys_keep_their_kinds(tmp_path):
@@ -452,7 +453,9 @@ def test_closed_stdout_exits_141_quietly_and_keeps_the_run(tmp_path):
     proc.stdout.close()
     stderr = proc.stderr.read().decode()
     assert proc.wait(timeout=300) == 141, stderr
-    assert stderr == ""
+    # quiet: the progress lines (stderr is still read) and no error or traceback
+    assert stderr.splitlines()[-1] == "torch_reference test: shape 1 of 1 pass"
+    assert all(line.startswith("torch_reference test: ") for line in stderr.splitlines())
     with ResultStore(db, create=False) as store:
         assert [r.submission.name for r in store.runs()] == ["torch_reference"]
 
@@ -524,3 +527,102 @@ def test_usage_errors_are_one_line_with_exit_2(args, message):
     assert result.exit_code == 2
     lines = result.output.splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: ") and message in lines[0], result.output
+
+
+def test_a_case_pick_out_of_range_is_one_line_113():
+    result = CliRunner().invoke(main, ["run", "--submission", "torch_reference", "--shapes", "tests#11",
+                                       "--no-store"])
+    assert (result.exit_code, result.output) == (
+        113, "Error: --shapes tests#11: expected a case number from 1 to 10, got '11'\n")
+
+
+def test_timeout_bounds_the_calls_not_start_up_and_import(tmp_path):
+    """A submission whose import takes 4 s passes under --timeout 3: the worker's start-up and the import keep
+    import_s (300 s); before, the 3 s counted from the worker's start and the run ended 114, blamed on loading."""
+    from harness.parent.settings import Settings
+
+    assert Settings().with_timeout(3) == Settings(import_s=300.0, first_call_s=3.0, call_s=3.0)
+    sub = tmp_path / "slow_import.py"
+    reference = Path(__file__).resolve().parent.parent / "submissions" / "torch_reference" / "submission.py"
+    sub.write_text("import time\ntime.sleep(4)\n" + reference.read_text())
+    result = CliRunner().invoke(main, ["run", "--submission", str(sub), "--shapes", "smoke#2", "--timeout", "3",
+                                       "--no-store"])
+    assert result.exit_code == 0, result.output
+    assert "pass" in result.output and "timeout" not in result.output
+
+
+def test_a_run_where_every_case_was_skipped_exits_3():
+    from harness.cli.exits import EXIT_NOTHING_RAN
+
+    assert EXIT_NOTHING_RAN == 3
+    result = CliRunner().invoke(main, ["run", "--submission", "cute_grouped", "--shapes", "smoke", "--no-store"])
+    assert result.exit_code == 3, result.output
+    text = " ".join(result.output.split())
+    assert text.count("skipped") >= 3 and "needs sm_100a; this machine has no CUDA GPU" in text
+
+
+def test_a_run_with_one_submission_measured_exits_as_that_one():
+    result = CliRunner().invoke(main, ["run", "--submission", "torch_reference,cute_grouped", "--shapes", "smoke#2",
+                                       "--no-store", "--timeout", "120"])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_compare_where_both_sides_were_skipped_exits_3_and_says_so_in_json():
+    result = CliRunner().invoke(main, ["compare", "cute_grouped", "cute_dense_per_group", "--shapes", "smoke#1",
+                                       "--no-store", "--format", "json", "--out", os.devnull])
+    assert result.exit_code == 3, result.output
+    out = CliRunner().invoke(main, ["compare", "cute_grouped", "cute_dense_per_group", "--shapes", "smoke#1",
+                                    "--no-store", "--format", "json"])
+    assert json.loads(out.stdout)["exit_code"] == 3
+
+
+def test_a_file_built_for_another_gpu_is_named_before_it_runs(tmp_path):
+    sub = tmp_path / "bw.py"
+    sub.write_text('PTX = "tcgen05.mma.cta_group::1"\n\n\ndef custom_kernel(data):\n    raise RuntimeError("no")\n')
+    result = CliRunner().invoke(main, ["run", "--submission", str(sub), "--shapes", "smoke#2", "--no-store",
+                                       "--timeout", "120"])
+    assert result.exit_code == 112, result.output
+    note, *progress = result.stderr.splitlines()
+    assert note == (
+        "note: bw looks built for sm_100a (line 1: PTX = \"tcgen05.mma.cta_group::1\"); this machine has no CUDA "
+        "GPU: running it anyway; a '#!FP4BENCH requires sm_100a' line at its top would skip it here")
+    assert progress[0] == "bw test: starting the worker, loading the submission"  # then it runs
+
+
+def test_test_mode_prints_per_shape_progress_on_stderr_and_keeps_stdout_for_the_table():
+    result = CliRunner().invoke(main, ["run", "--submission", "torch_reference", "--shapes", "smoke", "--no-store",
+                                       "--timeout", "120"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines() == [
+        "torch_reference test: starting the worker, loading the submission",
+        "torch_reference test: shape 1 of 3 (G=2 M=[64,40] N=[128,256] K=[256,512]): correctness call",
+        "torch_reference test: shape 1 of 3 pass",
+        "torch_reference test: shape 2 of 3 (G=1 M=128 N=128 K=256): correctness call",
+        "torch_reference test: shape 2 of 3 pass",
+        "torch_reference test: shape 3 of 3 (G=3 M=[4,76,132] N=[128,128,256] K=[64,128,256]): correctness call",
+        "torch_reference test: shape 3 of 3 pass",
+    ]
+    assert "correctness call" not in result.stdout and "torch_reference: test mode" in result.stdout
+
+
+def test_compare_progress_names_each_side_on_stderr_and_json_on_stdout_stays_clean(tmp_path):
+    settings = tmp_path / "fast.yml"
+    settings.write_text("timing:\n  min_runs: 2\n  max_runs: 2\n  warmup_max: 2\n  budget_s: {compare: 1}\n")
+    result = CliRunner().invoke(main, ["compare", "torch_reference", "torch_reference", "--shapes", "smoke#2",
+                                       "--no-store", "--settings", str(settings), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["rows"][0]["a_status"] == "pass"
+    lines = [re.sub(r"pass, [0-9.]+ us$", "pass, T us", line) for line in result.stderr.splitlines()]
+    head = "torch_reference vs torch_reference"
+    assert lines == [
+        f"{head}: A (torch_reference): starting the worker, loading the submission",
+        f"{head}: B (torch_reference): starting the worker, loading the submission",
+        f"{head}: shape 1 of 1 (G=1 M=128 N=128 K=256): A (torch_reference): correctness call",
+        f"{head}: shape 1 of 1: A (torch_reference): warm-up",
+        f"{head}: shape 1 of 1: B (torch_reference): correctness call",
+        f"{head}: shape 1 of 1: B (torch_reference): warm-up",
+        f"{head}: shape 1 of 1: A (torch_reference): timing, the sides interleaved",
+        f"{head}: shape 1 of 1: B (torch_reference): timing, the sides interleaved",
+        f"{head}: shape 1 of 1: A (torch_reference) pass, T us",
+        f"{head}: shape 1 of 1: B (torch_reference) pass, T us",
+    ]

@@ -254,7 +254,7 @@ def test_markup_in_submission_text_is_shown_verbatim(width):
     message = "raised: ValueError: scale tile [/] mismatch at a[0:4, /1] [bold]row 3[/bold] [/red]"
     run = make_run("my[bold]kernel[/]", 1.0, "r1", cases=TESTS.cases[:2])
     run = dataclasses.replace(run, cases=(dataclasses.replace(run.cases[0], status=Status.ERROR,
-                                                              message=message + "\nTraceback ..."),
+                                                              message=message + "\nTraceback (most recent call last):\n  ..."),
                                           run.cases[1]), geomean_ns=None)
     flat = " ".join(render(results_table(run), width).split())
     assert "my[bold]kernel[/]: leaderboard mode" in flat
@@ -375,3 +375,42 @@ def test_progress_writes_one_line_per_shape_to_a_log_and_none_to_a_terminal(term
         obs.on_case(1, CaseResult(cases[1], Status.FAIL, "mismatch"))
     lines = [line for line in out.getvalue().splitlines() if line.startswith("honest: shape")]
     assert lines == ([] if terminal else ["honest: shape 1 of 2 pass, 1.500 us", "honest: shape 2 of 2 fail"])
+
+
+def test_message_head_keeps_four_lines_and_where_it_raised():
+    from harness.results.record import message_head
+
+    text = "\n".join(f"line {i}" for i in range(1, 8))
+    message = f"raised: E: {text}\nat sub/k.py:9 in custom_kernel\nTraceback (most recent call last):\n  File x"
+    assert message_head(message) == ["raised: E: line 1", "line 2", "line 3", "line 4", "[... 3 more lines]",
+                                      "at sub/k.py:9 in custom_kernel"]
+    assert message_head("outputs differ: 3 of 8192 elements") == ["outputs differ: 3 of 8192 elements"]
+
+
+def test_progress_lines_name_the_shape_once_and_every_phase():
+    import io
+
+    from rich.console import Console
+
+    from harness.report.console import ProgressObserver
+    cases = load_shapes("smoke").cases
+    out = io.StringIO()
+    with ProgressObserver(Console(file=out, width=100), 2, "k leaderboard") as obs:
+        obs.on_phase(None, "starting the worker, loading the submission")
+        obs.on_phase(0, "warm-up")                     # a leaderboard's warm-up pass comes before the shape starts
+        obs.on_case_start(0, cases[0])
+        obs.on_phase(0, "timing")
+        obs.on_sample(0, 3)                            # a line per sample would flood a log: none
+        obs.on_case(0, CaseResult(cases[0], Status.PASS, "", (1500.0,), summarize([1500.0]), 15, 0.1))
+        side = obs.side("B (k)")
+        side.on_case_start(1, cases[1])
+        side.on_phase(1, "correctness call")
+        side.on_case(1, CaseResult(cases[1], Status.ERROR, "raised: E"))
+    assert out.getvalue().splitlines() == [
+        "k leaderboard: starting the worker, loading the submission",
+        "k leaderboard: shape 1 of 2: warm-up",
+        "k leaderboard: shape 1 of 2 (G=2 M=[64,40] N=[128,256] K=[256,512]): timing",
+        "k leaderboard: shape 1 of 2 pass, 1.500 us",
+        "k leaderboard: shape 2 of 2 (G=1 M=128 N=128 K=256): B (k): correctness call",
+        "k leaderboard: shape 2 of 2: B (k) error",
+    ]

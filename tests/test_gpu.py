@@ -181,3 +181,36 @@ def test_kernel_time_and_overhead_are_recorded_on_gpu():
     r = rec.cases[0]
     assert r.status is Status.PASS and 0 < r.kernel_ns and r.overhead_ms_per_sample > 0 and rec.wall_s > 0
     assert r.host_share == (r.stats.mean_ns - r.kernel_ns) / r.stats.mean_ns
+
+
+def test_timeout_bounds_the_calls_not_the_profilers_start_up_on_gpu():
+    """Benchmark mode starts CUPTI before the import (5-8 s on the H200 host): under --timeout 5 that start-up
+    counted against the limit and torch_reference 'timed out'; now the start keeps import_s and the calls pass."""
+    from click.testing import CliRunner
+
+    from harness.cli.commands import main
+
+    result = CliRunner().invoke(main, ["run", "--submission", "torch_reference", "--shapes", "benchmarks#3",
+                                       "--mode", "benchmark", "--timeout", "5", "--no-store"])
+    assert result.exit_code == 0, result.output
+    assert "torch_reference benchmark: shape 1 of 1 pass, " in result.stderr
+
+
+def test_a_header_less_blackwell_file_is_named_on_hopper(tmp_path):
+    from click.testing import CliRunner
+
+    from harness.cli.commands import main
+    from harness.parent.environment import device_facts
+
+    facts = device_facts()
+    sub = tmp_path / "bw.py"
+    sub.write_text("import torch\nPTX = 'tcgen05.alloc.cta_group::1'\n"
+                   "\n\ndef custom_kernel(data):\n    raise RuntimeError('no tcgen05 here')\n")
+    result = CliRunner().invoke(main, ["run", "--submission", str(sub), "--shapes", "tests#1", "--no-store"])
+    assert result.exit_code == 112, result.output
+    assert result.stderr.splitlines()[0] == (
+        f"note: bw looks built for sm_100a (line 2: PTX = 'tcgen05.alloc.cta_group::1'); this is {facts.name}, "
+        f"sm_{facts.cc_major}{facts.cc_minor}: running it anyway; a '#!FP4BENCH requires sm_100a' line at its top "
+        f"would skip it here")
+    squash = "".join(result.stdout.split())
+    assert "raised:RuntimeError:notcgen05here" in squash and "".join(f"at {sub}:6 in custom_kernel".split()) in squash

@@ -7,6 +7,7 @@ import pytest
 
 from harness import protocol as P
 from harness.parent import judge
+from harness.parent.judge import CaseFailed
 from harness.protocol import ExitCode
 from harness.results.record import CaseResult, Environment, RunRecord, Status, SubmissionInfo, exit_code
 from task.spec import Case
@@ -182,3 +183,106 @@ def test_a_15_mb_exception_from_a_real_worker_is_stored_cut(tmp_path):
     cuts = [line for line in lines if line.startswith("[... ")]
     assert len(cuts) == 1 and int(cuts[0].split()[1]) > 14_900_000 and len(message) <= MESSAGE_CHARS
     assert body < 2 * MESSAGE_CHARS
+
+
+def test_a_timeout_says_which_phase_timed_out():
+    from harness.parent.judge import timeout_named
+
+    with pytest.raises(CaseFailed) as info:
+        with timeout_named("importing the submission took over import_s = 300 s"):
+            raise CaseFailed(Status.TIMEOUT, "timeout after 300 s")
+    assert (info.value.status, info.value.message) == (
+        Status.TIMEOUT, "timeout: importing the submission took over import_s = 300 s")
+    with pytest.raises(CaseFailed) as info:  # any other verdict passes through as it is
+        with timeout_named("importing"):
+            raise CaseFailed(Status.ERROR, "import failed: ValueError: x")
+    assert info.value.message == "import failed: ValueError: x"
+
+
+# What str() of a CuTe DSL DSLRuntimeError is (nvidia-cutlass-dsl 4.8.1, base_dsl/common.py renders it through
+# diagnostics.render_user_diagnostic): a leading newline, then colour codes; a console that shows the first line
+# showed "raised: DSLRuntimeError: " and nothing else.
+DSL_TEXT = ("\n\x1b[91m\x1b[1merror[INTERNAL]:\x1b[0m The compiler hit an internal DSL problem while compiling your "
+            "code.\n  \x1b[94mnote:\x1b[0m This is a bug in the DSL, not a mistake in your kernel.\n  \x1b[91merror:"
+            "\x1b[0m Failed to verify IR\n  \x1b[91merror:\x1b[0m Caused exception: error: 'nvvm.tcgen05.alloc' op "
+            "requires sm_100a\n")
+
+
+def test_exception_text_is_plain_and_starts_with_its_first_words():
+    text = judge.exception_text(P.Failed("exception", "DSLRuntimeError", DSL_TEXT, ""))
+    assert text == ("DSLRuntimeError: error[INTERNAL]: The compiler hit an internal DSL problem while compiling your "
+                    "code.\n  note: This is a bug in the DSL, not a mistake in your kernel.\n  error: Failed to verify "
+                    "IR\n  error: Caused exception: error: 'nvvm.tcgen05.alloc' op requires sm_100a")
+    assert judge.exception_text(P.Failed("exception", "KeyError", " \n", "")) == "KeyError (with no message)"
+    assert judge.plain_text("\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\ \x1b[1;31mred\x1b[0m") == "link red"
+
+
+def test_raised_where_is_the_deepest_frame_inside_the_submissions_folder(tmp_path):
+    folder = tmp_path / "mine"
+    tb = (f'Traceback (most recent call last):\n'
+          f'  File "/repo/harness/worker/timing.py", line 200, in run_window\n    out = kernel(data)\n'
+          f'  File "{folder}/submission.py", line 12, in custom_kernel\n    return launch(data)\n'
+          f'  File "{folder}/helpers.py", line 30, in launch\n    compiled = cute.compile(k)\n'
+          f'  File "/site-packages/cutlass/base_dsl/dsl.py", line 999, in compile\n    raise DSLRuntimeError(...)\n'
+          f'DSLRuntimeError: ')
+    assert judge.raised_where(tb, folder) == f"{folder}/helpers.py:30 in launch"
+    assert judge.raised_where(tb, tmp_path / "other") is None
+    failed = judge.call_failed(P.Failed("exception", "DSLRuntimeError", DSL_TEXT, tb), folder)
+    lines = failed.message.splitlines()
+    assert lines[0] == ("raised: DSLRuntimeError: error[INTERNAL]: The compiler hit an internal DSL problem while "
+                        "compiling your code.")
+    assert lines[4:6] == [f"at {folder}/helpers.py:30 in launch", "Traceback (most recent call last):"]
+    assert "\x1b" not in failed.message
+
+
+def test_console_shows_the_head_of_an_exception_and_where_it_was_raised(tmp_path):
+    """Through a real worker: a sibling module raises an exception whose str() is blank and whose text is in a
+    ``message`` attribute (as the CuTe DSL's DSLBaseError keeps it), in colour."""
+    from click.testing import CliRunner
+
+    from harness.cli.commands import main
+
+    folder = tmp_path / "dsl_like"
+    folder.mkdir()
+    (folder / "helpers.py").write_text(
+        "class DSLRuntimeError(Exception):\n"
+        "    def __init__(self, message):\n"
+        "        self.message = message\n"
+        "        super().__init__('')\n"
+        "\n"
+        "def launch(data):\n"
+        "    raise DSLRuntimeError('\\n\\x1b[91merror:\\x1b[0m Failed to verify IR\\n'\n"
+        "                          '  \\x1b[91merror:\\x1b[0m op requires sm_100a\\n')\n")
+    (folder / "submission.py").write_text("from helpers import launch\n\n\ndef custom_kernel(data):\n"
+                                          "    return launch(data)\n")
+    result = CliRunner().invoke(main, ["run", "--submission", str(folder / "submission.py"), "--no-store",
+                                       "--shapes", "m: [64]; n: [128]; k: [256]", "--timeout", "120"])
+    assert result.exit_code == ExitCode.CHECK_FAILED, result.output
+    out = " ".join(result.stdout.split())
+    assert "shape 1 error: raised: DSLRuntimeError: error: Failed to verify IR error: op requires sm_100a at " in out
+    squash = "".join(result.stdout.split())  # a long path wraps at the console's width
+    assert squash.endswith("".join(f"at {folder}/helpers.py:7 in launch".split()))
+
+
+def test_a_real_cute_dsl_runtime_error_shows_its_words(tmp_path):
+    """The CuTe DSL's own DSLRuntimeError (nvidia-cutlass-dsl, where installed) raised in custom_kernel: the
+    console's first line names the DSL's headline, the next ones its error lines, colour codes gone."""
+    pytest.importorskip("cutlass.base_dsl.common")
+    from click.testing import CliRunner
+
+    from harness.cli.commands import main
+
+    sub = tmp_path / "dsl" / "submission.py"
+    sub.parent.mkdir()
+    sub.write_text("from cutlass.base_dsl.common import DSLRuntimeError\n\n\ndef custom_kernel(data):\n"
+                   "    raise DSLRuntimeError('Failed to verify IR', cause=RuntimeError(\"'nvvm.tcgen05.alloc' op "
+                   "requires sm_100a\"))\n")
+    result = CliRunner().invoke(main, ["run", "--submission", str(sub), "--no-store", "--timeout", "300",
+                                       "--shapes", "m: [64]; n: [128]; k: [256]"])
+    assert result.exit_code == ExitCode.CHECK_FAILED, result.output
+    out = " ".join(result.stdout.split())
+    assert ("shape 1 error: raised: DSLRuntimeError: error[INTERNAL]: The compiler hit an internal DSL problem while "
+            "compiling your code. note: This is a bug in the DSL, not a mistake in your kernel. error: Failed to "
+            "verify IR error: Caused exception: 'nvvm.tcgen05.alloc' op requires sm_100a") in out
+    squash = "".join(result.stdout.split())  # a long path wraps at the console's width
+    assert "".join(f"at {sub}:5 in custom_kernel".split()) in squash and "\x1b" not in result.stdout

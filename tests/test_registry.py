@@ -166,3 +166,55 @@ def test_list_refuses_a_variant_with_a_link_in_one_line_exit_113(tmp_path, monke
                                                       f"/etc/passwd); {RULE}\n")
     with pytest.raises(RegistryError, match=r"^submission 'nope' not found.*\(known: x\)"):
         resolve("nope", root=root)  # the names alone: the unreadable variant does not hide this error
+
+
+# The first lines of the official example submission of nvfp4_group_gemm (reference-kernels, a CuTe DSL kernel
+# for B200): no fp4bench header.
+OFFICIAL_EXAMPLE_HEAD = """\
+import cutlass
+import cutlass.cute as cute
+import cutlass.utils as utils
+import cutlass.pipeline as pipeline
+from cutlass.cute.nvgpu import cpasync, tcgen05
+import cutlass.utils.blackwell_helpers as sm100_utils
+import torch
+from task import input_t, output_t
+"""
+
+
+def test_a_file_plainly_built_for_blackwell_says_so_on_another_gpu(tmp_path):
+    f = tmp_path / "submission.py"
+    f.write_text(OFFICIAL_EXAMPLE_HEAD)
+    v = read_variant(f)
+    assert v.requires.text == "cpu-ok" and v.built_for[0].text == "sm_100a"
+    assert v.built_for[1] == "line 5: from cutlass.cute.nvgpu import cpasync, tcgen05"
+    assert v.looks_unmet(H200) == ("looks built for sm_100a (line 5: from cutlass.cute.nvgpu import cpasync, "
+                                   "tcgen05); this is NVIDIA H200, sm_90")
+    assert v.looks_unmet(CPU).endswith("; this machine has no CUDA GPU")
+    assert v.looks_unmet(B200) is None
+
+
+@pytest.mark.parametrize("source, expected", [
+    ('FLAGS = ["-gencode=arch=compute_90a,code=sm_90a"]\n', "sm_90a"),
+    ('PTX = "tcgen05.mma.cta_group::1.kind::mxf4nvf4"\nARCH = "sm_100"\n', "sm_100a"),  # one arch: the exact form
+    ('ARCH = "sm_100"\n', "sm_100"),
+    ('# tcgen05 is Blackwell only; this file is plain torch\nimport torch\n', None),   # comments do not count
+    ('ARCHS = {"sm_90a": hopper, "sm_100a": blackwell}\n', None),                     # dispatches: not one GPU
+    ("#!FP4BENCH requires cuda\nPTX = 'tcgen05.mma'\n", None),                           # a declared need wins
+])
+def test_built_for_needs_one_plain_architecture(tmp_path, source, expected):
+    f = tmp_path / "k.py"
+    f.write_text(source)
+    v = read_variant(f)
+    assert (v.built_for[0].text if v.built_for else None) == expected
+
+
+def test_list_says_probably_not_for_a_header_less_blackwell_file(tmp_path, monkeypatch):
+    from harness.cli.reports import variants_table
+    from harness.report.stacked import render_text
+
+    (tmp_path / "official").mkdir()
+    (tmp_path / "official" / "submission.py").write_text(OFFICIAL_EXAMPLE_HEAD)
+    text = " ".join(render_text(variants_table(find_variants(tmp_path), H200), 200).split())
+    assert ("probably not: looks built for sm_100a (line 5: from cutlass.cute.nvgpu import cpasync, tcgen05); this is "
+            "NVIDIA H200, sm_90") in text

@@ -7,7 +7,6 @@ torch is imported only where it is needed: by ``run`` and ``compare`` once their
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import sys
@@ -21,7 +20,8 @@ from rich.text import Text
 from harness.cli import outputs
 from harness.cli import reports as cli_reports
 from harness.cli import submit as cli_submit
-from harness.cli.exits import EXIT_OUTPUT, Stdout, broken_pipe, fail, interrupted_exit, stop_on_sigterm
+from harness.cli.exits import (EXIT_OUTPUT, Stdout, broken_pipe, fail, interrupted_exit, runs_exit,
+                                stop_on_sigterm)
 from harness.parent import sandbox as sandbox_mod
 from harness.parent import seeds
 from harness.parent.registry import RegistryError, find_variants, resolve
@@ -35,14 +35,13 @@ from harness.report.console import (
     results_table,
     side_by_side,
 )
-from harness.results.record import exit_code
 from harness.results.store import (
     ResultStore,
     StoreError,
     StoreRecorder,
     resolve_db_path,
 )
-from task.spec import DATA_MODES, SpecError, load_shapes
+from task.spec import DATA_MODES, DEFAULT_SEED, SpecError, load_shapes
 
 
 class _Group(click.Group):
@@ -124,8 +123,11 @@ def _run_options(fn):
     """The options ``run`` and ``compare`` share: shapes, data, seed, settings, timeout and the store."""
     for option in reversed((
         click.option("--shapes", default="auto", show_default=True,
-                     help="tests | benchmarks | smoke | a .yml or text file | one inline case; auto: benchmarks "
-                          "on a GPU, smoke on the CPU."),
+                     help="tests | benchmarks | smoke | a .yml or text file | an official task.yml (task.yml#tests, "
+                          "task.yml#benchmarks) | one case of a set by number from 1 or name (benchmarks#2, "
+                          "benchmarks#g8_n4096_k7168) | one inline case ('m: [96]; n: [128]; k: [256]' or "
+                          "'{\"m\": [96], \"n\": [128], \"k\": [256]}'; g defaults to the lists' length, seed to "
+                          f"{DEFAULT_SEED}); auto: benchmarks on a GPU, smoke on the CPU."),
         click.option("--data", type=click.Choice(DATA_MODES), default="official", show_default=True),
         click.option("--seed", type=_Seed(), default=None,
                      help="Secret seed (a non-negative integer) combined into every case seed "
@@ -183,7 +185,25 @@ def _prepare(specs, shapes, settings_path, timeout, seed, mode, data, workers=1)
         check_fits(shape_set.cases, inputs, workers, cuda)
     except (RegistryError, SpecError, SettingsError, ValueError, MemoryError) as exc:
         fail(str(exc), ExitCode.BAD_SPEC)
+    _say_built_for(variants, device_facts())
     return variants, shape_set, settings if timeout is None else settings.with_timeout(timeout), secret
+
+
+def _say_built_for(variants, facts) -> None:
+    """Before anything runs: one line on stderr for each file that declares no requirement but is plainly built
+    for a GPU this is not (Variant.looks_unmet); it runs all the same."""
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    for v in variants:
+        reason = v.looks_unmet(facts)
+        if reason:
+            err.print(Text(f"note: {v.name} {reason}: running it anyway; a '#!FP4BENCH requires "
+                           f"{v.built_for[0].text}' line at its top would skip it here", style="yellow"))
+
+
+def _progress_console() -> Console:
+    """Where progress goes: standard error (a bar on a terminal, a line per shape and phase elsewhere), so that
+    what standard output carries (a table, --format json) stays clean."""
+    return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _distinct_names(variants, same_file_ok: bool = False) -> None:
@@ -325,9 +345,10 @@ def _pool(variants, shape_set, opts, store, devices, cluster, progress, compare:
 @_run_options
 def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, timeout, db, no_store, sandbox, gpus,
             cluster, worker_log) -> None:
-    """Run submissions over a shape set; exit code as the official runner (0, 110, 112, 113, 114; 130 after
-    Ctrl-C, with the cases measured so far kept in the store and the --json file). With --gpus or --cluster
-    the submissions run side by side, one per GPU (docs/usage.md)."""
+    """Run submissions over a shape set; exit code as the official runner (0, 110, 112, 113, 114; 3 when every
+    case was skipped: nothing could run here; 130 after Ctrl-C, with the cases measured so far kept in the store
+    and the --json file). With --gpus or --cluster the submissions run side by side, one per GPU
+    (docs/usage.md)."""
     console = Stdout()
     specs = [x.strip() for x in submissions.split(",") if x.strip()]
     if not specs:
@@ -339,13 +360,14 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
     outputs.check_json(json_path, variants)
     outputs.check_writable("--worker-log", worker_log)
     store = outputs.open_store(db, no_store)
-    from harness.parent.runner import Observer, RunOptions
+    from harness.parent.runner import RunOptions
     from harness.parent.runner import run as run_variant
 
     opts = RunOptions(mode, data, secret, settings, _sandbox(sandbox, variants, settings, db, no_store), worker_log)
     records = []
+    err = _progress_console()
     if gpus is not None or cluster is not None:
-        progress = (ProgressObserver(console, len(shape_set.cases), f"{len(variants)} submission(s) on "
+        progress = (ProgressObserver(err, len(shape_set.cases), f"{len(variants)} submission(s) on "
                                      f"{'GPUs ' + gpus if gpus else cluster}", sides=len(variants)))
         with progress:
             records = _pool(variants, shape_set, opts, store, devices, cluster, progress)
@@ -355,14 +377,9 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
         label = f"{variant.name} {mode}"
         target, recorder, kept = outputs.json_target(json_path, variants, variant), None, None
         try:
-            if mode in ("benchmark", "leaderboard"):  # a bar on a terminal, one line per shape elsewhere
-                with ProgressObserver(console, len(shape_set.cases), label) as obs:
-                    recorder = StoreRecorder(store, obs) if store else None
-                    kept = _Kept(recorder or obs)
-                    record = run_variant(variant, shape_set, opts, kept)
-            else:
-                recorder = StoreRecorder(store, Observer()) if store else None
-                kept = _Kept(recorder or Observer())
+            with ProgressObserver(err, len(shape_set.cases), label) as obs:  # a bar on a terminal, else lines
+                recorder = StoreRecorder(store, obs) if store else None
+                kept = _Kept(recorder or obs)
                 record = run_variant(variant, shape_set, opts, kept)
         except KeyboardInterrupt:
             _interrupted([kept] if kept else [], [recorder] if recorder else [], store, [target] if kept else [])
@@ -378,7 +395,7 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
         except OSError as exc:
             fail(f"cannot write the POPCORN_FD stream: {exc.strerror or exc}{outputs.kept_in(record, store)}",
                  EXIT_OUTPUT)
-    sys.exit(max(exit_code(r) for r in records))
+    sys.exit(runs_exit(records))
 
 
 @main.command("compare")
@@ -393,26 +410,25 @@ def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, 
                 fmt, out) -> None:
     """Time submission A against B interleaved (A, B, A, B ... on identical inputs, every output checked) on
     each shape: ratio A/B of per-call times with a 95% CI and a verdict, plus the geomean. A and B as for
-    run --submission. Exit code as run's: nonzero when either side failed a shape."""
+    run --submission. Exit code as run's: nonzero when either side failed a shape, 3 when both were skipped."""
     (va, vb), shape_set, settings, secret = _prepare([a, b], shapes, settings_path, timeout, seed, "compare", data,
                                                      workers=2)
     devices = _devices(gpus, cluster)
     outputs.check_writable("--worker-log", worker_log)
     store = outputs.open_store(db, no_store)
     from harness.parent import compare as compare_mod
-    from harness.parent.runner import Observer, RunOptions
+    from harness.parent.runner import RunOptions
 
     opts = RunOptions(compare_mod.MODE, data, secret, settings, _sandbox(sandbox, (va, vb), settings, db, no_store),
                       worker_log)
-    err = Console(stderr=True)
-    progress = (ProgressObserver(err, len(shape_set.cases), f"{va.name} vs {vb.name}", sides=2)
-                if err.is_terminal else None)
-    observers = (progress or Observer(), progress or Observer())
+    err = _progress_console()
+    progress = ProgressObserver(err, len(shape_set.cases), f"{va.name} vs {vb.name}", sides=2)
+    observers = (progress.side(f"A ({va.name})"), progress.side(f"B ({vb.name})"))
     recorders = [StoreRecorder(store, o) for o in observers] if store else []
     if recorders:
         observers = tuple(recorders)
     try:
-        with progress or contextlib.nullcontext():
+        with progress:
             if gpus is not None or cluster is not None:
                 result = _pool((va, vb), shape_set, opts, store, devices, cluster, progress, compare=True)
             else:
@@ -427,13 +443,14 @@ def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, 
     if result.unmet:
         err.print(Text.assemble(("cannot compare here: ", "yellow"), result.unmet,
                                 (f"; {result.timed_alone} timed alone" if result.timed_alone else "")))
+    code = runs_exit([result.a, result.b])
     if fmt == "text" and out is None:
         Stdout().print(compare_rich_table(va.name, vb.name, result.rows, result.overall,
                                            overall_label=result.overall_label))
     else:
         extra = {"a_run_id": result.a.run_id, "b_run_id": result.b.run_id, "shape_set": shape_set.name,
                  "shape_set_id": shape_set.id,
-                 "data": data, "exit_code": int(result.exit_code), "unmet": result.unmet,
+                 "data": data, "exit_code": code, "unmet": result.unmet,
                  "timed_alone": result.timed_alone}
         cli_reports.emit(compare_table(va.name, vb.name, result.rows, result.overall, fmt, result.overall_label,
                                        extra), out)
@@ -443,7 +460,7 @@ def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, 
     if store:
         err.print(Text(f"recorded: A {result.a.run_id}, B {result.b.run_id} in {store.path} "
                        f"(fp4bench report {result.a.run_id} {result.b.run_id})", style="dim"))
-    sys.exit(result.exit_code)
+    sys.exit(code)
 
 
 @main.command("list")

@@ -11,6 +11,8 @@ from typing import NoReturn
 import click
 from rich.console import Console
 
+from harness.results.record import RunRecord, Status, exit_code
+
 #: Exit code after Ctrl-C: 128 + SIGINT, what a shell reports for a program SIGINT ended.
 EXIT_INTERRUPTED = 130
 #: Exit code after SIGTERM (``kill``, a CI job's cancel): 128 + SIGTERM. It stops a run as Ctrl-C does.
@@ -21,6 +23,17 @@ EXIT_BROKEN_PIPE = 141
 #: Exit code when an output cannot be written: the results store, the --json file, the POPCORN_FD stream, a
 #: report's --out file (click's code for its errors).
 EXIT_OUTPUT = 1
+#: Exit code of a run or compare in which every case of every submission was skipped (each needs another GPU):
+#: nothing was measured, so a script must not read it as a pass.
+EXIT_NOTHING_RAN = 3
+
+
+def runs_exit(records: list[RunRecord]) -> int:
+    """The exit status of a command that ran ``records`` (run, compare): EXIT_NOTHING_RAN when every case of
+    every record was skipped, else the worst record's official code (harness.results.record.exit_code)."""
+    if records and all(c.status is Status.SKIPPED for r in records for c in r.cases):
+        return EXIT_NOTHING_RAN
+    return max((int(exit_code(r)) for r in records), default=0)
 
 
 class Terminated(KeyboardInterrupt):

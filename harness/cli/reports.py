@@ -259,8 +259,9 @@ def register(group) -> None:
 def variants_table(variants: Sequence[Variant], machine: DeviceFacts,
                    exports: Sequence[str] | None = None) -> StackedTable:
     """``fp4bench list``: per variant its POPCORN leaderboard and gpu headers, its requirement, and whether it
-    runs on ``machine``: ``yes``, or ``no: <reason>``; with ``exports`` (one per variant), the state of its export
-    for the official board (``ok``, its findings, or why it cannot be exported)."""
+    runs on ``machine``: ``yes``, ``no: <reason>``, or for a file that declares no requirement but is plainly
+    built for another GPU ``probably not: <why>`` (Variant.looks_unmet); with ``exports`` (one per variant), the
+    state of its export for the official board (``ok``, its findings, or why it cannot be exported)."""
     columns = [Col("leaderboard", "left"), Col("gpu", "left"), Col("requires", "left"),
                Col("runs here", "left", wrap=True)]
     if exports is not None:
@@ -269,8 +270,13 @@ def variants_table(variants: Sequence[Variant], machine: DeviceFacts,
                          f"{f', sm_{machine.cc_major}{machine.cc_minor}' if machine.cuda else ''})",
                          Col("variant", "left"), columns)
     for i, v in enumerate(variants):
-        reason = v.requires.unmet_reason(machine)
-        runs_here = Text("yes", style="green") if reason is None else Text.assemble(("no", "yellow"), f": {reason}")
+        reason, guess = v.requires.unmet_reason(machine), v.looks_unmet(machine)
+        if reason is not None:
+            runs_here = Text.assemble(("no", "yellow"), f": {reason}")
+        elif guess is not None:
+            runs_here = Text.assemble(("probably not", "yellow"), f": {guess}")
+        else:
+            runs_here = Text("yes", style="green")
         cells = [v.popcorn.get("leaderboard", ""), v.popcorn.get("gpu", ""), v.requires.text, runs_here]
         if exports is not None:
             cells.append(Text("ok", style="green") if exports[i] == "ok" else Text(exports[i], style="yellow"))

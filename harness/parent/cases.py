@@ -50,6 +50,7 @@ class Observer:
     """Hooks for progress display and the results store; every method is optional to override."""
 
     def on_start(self, record: RunRecord) -> None: ...
+    def on_phase(self, index: int | None, phase: str) -> None: ...  # of shape ``index``, or the run's (None)
     def on_case_start(self, index: int, case: Case) -> None: ...
     def on_sample(self, index: int, runs: int) -> None: ...
     def on_case(self, index: int, result: CaseResult) -> None: ...
@@ -106,21 +107,26 @@ class Session:
 
     def load(self) -> None:
         """Start a worker (``start``), measure the bracket's honest gap on empty windows, take the worker's trusted
-        tasks, then import the submission and wait for it, the import time limit counted from the first request.
-        Raises CaseFailed(ERROR) if the import fails (TIMEOUT, CRASH as ``_receive``)."""
+        tasks, then import the submission and wait for it. ``import_s`` bounds the worker's start-up (counted from
+        its first request) and, afresh, the import (from the Load request): neither is the submission's call, so
+        --timeout (the calls' limits) leaves both alone. Raises CaseFailed(ERROR) if the import fails (TIMEOUT,
+        CRASH as ``_receive``)."""
         self.start()
         if self._loading is None:
             return
-        self._receive(max(self.settings.import_s - (time.monotonic() - self._loading), 0.001), (P.Closed,))
-        for _ in range(CALIBRATION_WINDOWS):
-            self._calibrate()
-            self._calibrated(self.settings.call_s)
+        limit = self.settings.import_s
+        started = f"the worker (Python, torch, CUDA; no submission code yet) did not start in import_s = {limit:g} s"
+        with judge.timeout_named(started):
+            self._receive(max(limit - (time.monotonic() - self._loading), 0.001), (P.Closed,))
+            for _ in range(CALIBRATION_WINDOWS):
+                self._calibrate()
+                self._calibrated(limit)  # empty windows: only a stalled machine makes them slow
         self.bracket.calibrate(self._gaps)
         self.trusted = frozenset(watch.snapshot(self.proc.proc.pid).tasks)
         self.proc.send(P.Load(str(self.variant.path)))
-        left = self.settings.import_s - (time.monotonic() - self._loading)
         self._loading = None
-        reply = self._receive(max(left, 0.001), (P.Loaded, P.Failed))
+        with judge.timeout_named(f"importing the submission took over import_s = {limit:g} s"):
+            reply = self._receive(limit, (P.Loaded, P.Failed))
         if isinstance(reply, P.Failed):
             self.close()
             raise judge.load_failed(reply, str(self.variant.path))
@@ -222,7 +228,7 @@ class Session:
         if raised is not None:
             raise raised
         if isinstance(reply, P.Failed):
-            failed = judge.call_failed(reply)
+            failed = judge.call_failed(reply, self.variant.path.parent)
             if failed.cuda:  # the worker exits: its context is gone
                 self.close()
             raise failed
@@ -421,18 +427,24 @@ class CaseAttempt:
         finally:
             self.wall_s += time.monotonic() - t0
 
+    def _phase(self, phase: str) -> None:
+        if self.failure is None:
+            self.runner.observer.on_phase(self.index, phase)
+
     def check(self) -> bool:
         """The correctness call on the official draw (compiles happen here). Runs once; later calls return
         whether it passed."""
         if not self.checked:
+            self._phase("correctness call")
             self.checked = self._step(lambda: self.runner.correctness(self.case, self.seed))
         return self.checked
 
     def prepare(self) -> bool:
         """Correctness call, then warm-up: the case is ready to be timed. Runs once; later calls return whether
         it passed."""
-        if not self.ready:
-            self.ready = self.check() and self._step(lambda: self.runner.warmup(self.case, self.seed))
+        if not self.ready and self.check():
+            self._phase("warm-up")
+            self.ready = self._step(lambda: self.runner.warmup(self.case, self.seed))
         return self.ready
 
     def sample(self) -> bool:
@@ -445,6 +457,7 @@ class CaseAttempt:
         (CUDA); sets ``overhead_ms`` (the loop's wall time outside the windows, per sample) and ``kernel_ns``."""
         settings = self.runner.opts.settings
         rule = settings.stopping_rule(mode)
+        self._phase("timing")
         t0 = time.monotonic_ns()
         while self.sample():
             if rule.is_finished(self.samples, time.monotonic_ns() - t0):
@@ -456,6 +469,7 @@ class CaseAttempt:
 
     def profiled(self) -> bool:
         """The profiler's kernel table for one call (``profile``)."""
+        self._phase("profile")
         return self._step(lambda: setattr(self, "profile", self.runner.profile(self.case, self.seed)))
 
     def result(self, note: str = "") -> CaseResult:

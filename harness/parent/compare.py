@@ -51,7 +51,7 @@ from harness.parent.cases import CaseAttempt, CaseRunner, Observer, RunOptions, 
 from harness.parent.environment import device_facts
 from harness.parent.process import EXIT_WAIT_S
 from harness.parent.registry import Variant
-from harness.parent.runner import close_record, new_record, while_workers_start
+from harness.parent.runner import LOADING, close_record, new_record, while_workers_start
 from harness.protocol import ExitCode
 from harness.results.ranking import CompareRow, Comparison, NoRatio, compare_geomeans, compare_samples, plural
 from harness.results.record import CaseResult, RunRecord, Status, exit_code
@@ -144,8 +144,8 @@ def compare(a: Variant, b: Variant, shapes: ShapeSet, opts: RunOptions = RunOpti
     """Time ``a`` (A) against ``b`` (B) interleaved on every case of ``shapes`` (module docstring).
 
     ``opts``: mode must be ``compare``; data, secret seed and settings as for ``runner.run``. ``observers``:
-    one Observer per side (A's, B's), each told on_start / on_case_start / on_sample / on_case / on_finish for
-    its own run. Times are ns throughout (per call: sample duration / calls).
+    one Observer per side (A's, B's), each told on_start / on_phase / on_case_start / on_sample / on_case /
+    on_finish for its own run. Times are ns throughout (per call: sample duration / calls).
 
     Never raises for a submission's fault: each side's case ends pass/fail/error/crash/timeout/skipped. Raises
     ValueError when ``opts.mode`` is not ``compare``, or a case seed combined with the secret does not fit.
@@ -192,6 +192,7 @@ def _run_cases(cases, case_seeds, sides: tuple[_Side, ...], rule: StoppingRule) 
     """The ``compare`` schedule: load the workers of ``sides`` (both, or the one that can run here), then every
     case: correctness and warm-up per side, then interleaved timed samples (pairs, or one side's samples alone)."""
     for s in sides:
+        s.observer.on_phase(None, LOADING)
         s.session.start()
     while_workers_start(cases, sides[0].runner.opts, sides[0].runner.device)
     failed = {s.letter: exc for s in sides if (exc := lifecycle.load(s.session))}
@@ -209,6 +210,8 @@ def _run_cases(cases, case_seeds, sides: tuple[_Side, ...], rule: StoppingRule) 
             if _policed(sides, s, a.check) and not any(x.failure for x in attempts):
                 _policed(sides, s, a.prepare)
         if not any(a.failure for a in attempts):
+            for s in sides:
+                s.observer.on_phase(index, "timing, the sides interleaved")
             _interleave(sides, attempts, rule)
         for s, other in zip(sides, sides[::-1]):
             partner = other.attempt.failure

@@ -10,14 +10,18 @@ message holds at most harness.results.record.MESSAGE_CHARS characters (``CaseFai
 """
 from __future__ import annotations
 
+import re
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from harness import protocol as P
 from harness.parent.bracket import Bracket, Measured
 from harness.parent.samples import Sample
-from harness.results.record import MESSAGE_CHARS, Status, cut_message
+from harness.parent.registry import shown
+from harness.results.record import MESSAGE_CHARS, TRACEBACK_HEAD, WHERE_PREFIX, Status, cut_message
 from task.check import ReferenceError, all_finite_fp16, check_outputs, compare, validate_container
 from task.cost import GpuPeaks, sol_ns
 from task.spec import Case
@@ -48,24 +52,73 @@ class CaseFailed(Exception):
         return Verdict(self.status, self.message, self.cuda)
 
 
+#: Terminal control sequences (CSI such as colours ``\x1b[91m``, OSC such as links, and two-byte escapes):
+#: the CuTe DSL writes its diagnostics in colour, which a log, a report or the store should not keep.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+#: A frame line of a Python traceback: ``  File "/path/x.py", line 42, in custom_kernel``.
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+?)\s*$', re.MULTILINE)
+
+
+def plain_text(text: str) -> str:
+    """``text`` without terminal control sequences (colours), trailing spaces or blank lines: a DSL diagnostic
+    that begins with a newline and colour codes then starts with its first words."""
+    lines = (line.rstrip() for line in _ANSI.sub("", text).splitlines())
+    return "\n".join(line for line in lines if line.strip())
+
+
 def exception_text(reply: P.Failed) -> str:
-    """The submission's exception as ``Type: message``: its own text, or what went wrong turning it into text."""
+    """The submission's exception as ``Type: message`` (``plain_text``: colours and blank lines gone): its own
+    text, or what went wrong turning it into text."""
     if reply.str_raised:
         return f"{reply.type}: <str() of the exception raised {reply.str_raised}>"
     if reply.str_nonstring:
         return f"{reply.type}: <__str__ returned a non-string>"
-    return f"{reply.type}: {reply.message}"
+    message = plain_text(reply.message)
+    return f"{reply.type}: {message}" if message else f"{reply.type} (with no message)"
 
 
-def _with_traceback(text: str, traceback: str) -> str:
-    """``text`` with the worker's ``traceback`` on the lines below, within MESSAGE_CHARS: when both do not fit, each
-    is cut (``cut_message``) to what the other leaves, half the cap at least, so a huge exception text cannot push
-    the traceback's first lines (where it raised) and last ones (what) out."""
+def raised_where(traceback: str, folder: Path | str) -> str | None:
+    """Where in ``folder`` (the submission's) the exception was raised: the deepest frame of ``traceback`` whose
+    file lies inside it, as ``<file>:<line> in <function>`` (the file as harness.parent.registry.shown names
+    it); None when no frame does (say, the worker's traceback was cut)."""
+    root = Path(folder).resolve()
+    found = None
+    for frame in _FRAME.finditer(traceback):
+        try:
+            inside = Path(frame["file"]).resolve().is_relative_to(root)
+        except (OSError, ValueError):
+            inside = False
+        if inside:
+            found = frame
+    if found is None:
+        return None
+    return f"{shown(Path(found['file']))}:{found['line']} in {found['func']}"
+
+
+def _with_traceback(text: str, traceback: str, where: str | None = None) -> str:
+    """``text``, the line ``at <where>`` and the worker's ``traceback`` (colours taken out) on the lines below,
+    within MESSAGE_CHARS: when they do not fit, text and traceback are each cut (``cut_message``) to what the
+    other leaves, half the cap at least, so a huge exception text cannot push the traceback's first lines (where
+    it raised) and last ones (what) out."""
+    if where:
+        text = f"{text}\n{WHERE_PREFIX}{where}"
+    traceback = _ANSI.sub("", traceback)
     whole = f"{text}\n{traceback}".strip()
     if len(whole) <= MESSAGE_CHARS:
         return whole
     text = cut_message(text, max(MESSAGE_CHARS // 2, MESSAGE_CHARS - 1 - len(traceback)))
     return f"{text}\n{cut_message(traceback, MESSAGE_CHARS - 1 - len(text))}".strip()
+
+
+@contextmanager
+def timeout_named(what: str):
+    """A TIMEOUT CaseFailed raised inside says ``what`` timed out (the channel's own words name no phase)."""
+    try:
+        yield
+    except CaseFailed as exc:
+        if exc.status is not Status.TIMEOUT:
+            raise
+        raise CaseFailed(Status.TIMEOUT, f"timeout: {what}") from None
 
 
 def load_failed(reply: P.Failed, path: str) -> CaseFailed:
@@ -74,7 +127,8 @@ def load_failed(reply: P.Failed, path: str) -> CaseFailed:
         found = ", ".join(reply.callables) or "none"
         return CaseFailed(Status.ERROR, f"no entry point: MissingEntryPoint: {path} defines no callable "
                                         f"custom_kernel(data) (callables found: {found})")
-    return CaseFailed(Status.ERROR, _with_traceback(f"import failed: {exception_text(reply)}", reply.traceback))
+    return CaseFailed(Status.ERROR, _with_traceback(f"import failed: {exception_text(reply)}", reply.traceback,
+                                                    raised_where(reply.traceback, Path(path).parent)))
 
 
 def map_failed(reply: P.Failed) -> CaseFailed:
@@ -82,14 +136,17 @@ def map_failed(reply: P.Failed) -> CaseFailed:
                                     f"{reply.type}: {reply.message}")
 
 
-def call_failed(reply: P.Failed) -> CaseFailed:
+def call_failed(reply: P.Failed, folder: Path | str | None = None) -> CaseFailed:
     """The submission raised during a run request; ``kind`` cuda: the CUDA context is gone (the worker exits);
-    ``kind`` protocol: the worker refused the request itself (a harness error, not the submission's)."""
+    ``kind`` protocol: the worker refused the request itself (a harness error, not the submission's). With the
+    submission's ``folder``, the message names the deepest frame inside it (``raised_where``)."""
     if reply.kind == "protocol":
         return CaseFailed(Status.ERROR, f"harness error: the worker refused the request: {reply.message}")
     cuda = reply.kind == "cuda"
     word = "CUDA error" if cuda else "raised"
-    return CaseFailed(Status.ERROR, _with_traceback(f"{word}: {exception_text(reply)}", reply.traceback), cuda)
+    where = raised_where(reply.traceback, folder) if folder is not None else None
+    return CaseFailed(Status.ERROR, _with_traceback(f"{word}: {exception_text(reply)}", reply.traceback, where),
+                      cuda)
 
 
 def protocol_broken(exc: P.ProtocolError) -> CaseFailed:

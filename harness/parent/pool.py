@@ -171,6 +171,9 @@ class _Events(runner.Observer):
         self.run_id = record.run_id
         self._send("start", record=record.to_json())
 
+    def on_phase(self, index: int | None, phase: str) -> None:
+        self._send("phase", index=index, phase=phase)
+
     def on_case_start(self, index: int, case) -> None:
         self._send("case_start", index=index)
 
@@ -192,6 +195,7 @@ class _Attempt:
     recorder: StoreRecorder | None = None
     counted: set[int] = dataclasses.field(default_factory=set)
     final: RunRecord | None = None
+    view: object = None  # the progress display's hooks for this slot (its side, named after the variant)
 
 
 class PoolRun:
@@ -203,7 +207,8 @@ class PoolRun:
                  store: ResultStore | None = None, display=None):
         self.variants, self.shapes, self.opts, self.store = variants, shapes, opts, store
         self.display = display or runner.Observer()
-        self.attempts = [_Attempt(v) for v in variants]
+        self.attempts = [_Attempt(v, view=self.display.side(v.name) if hasattr(self.display, "side") else
+                                  self.display) for v in variants]
         self._events: queue.Queue = queue.Queue()
 
     def run(self, client) -> list[RunRecord]:
@@ -293,9 +298,11 @@ class PoolRun:
         elif msg["kind"] == "case":
             self._case(attempt, msg["index"], case_result_from_dict(json.loads(msg["result"])))
         elif msg["kind"] == "case_start":
-            self.display.on_case_start(msg["index"], self.shapes.cases[msg["index"]])
+            attempt.view.on_case_start(msg["index"], self.shapes.cases[msg["index"]])
         elif msg["kind"] == "sample":
-            self.display.on_sample(msg["index"], msg["runs"])
+            attempt.view.on_sample(msg["index"], msg["runs"])
+        elif msg["kind"] == "phase":
+            attempt.view.on_phase(msg["index"], msg["phase"])
 
     def _begin(self, attempt: _Attempt, record: RunRecord) -> None:
         """A (new) attempt began: the one before it, if any, lost its worker and stays incomplete."""
@@ -316,7 +323,7 @@ class PoolRun:
             attempt.recorder.on_case(index, result)
         if index not in attempt.counted:
             attempt.counted.add(index)
-            self.display.on_case(index, result)
+            attempt.view.on_case(index, result)
 
     def _finished(self, index: int, record: RunRecord) -> None:
         attempt = self.attempts[index]

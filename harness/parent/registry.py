@@ -52,20 +52,28 @@ class Requirement:
     minor: int = 0
     exact: bool = False
 
+    def met(self, device: "DeviceFacts") -> bool:
+        """Whether ``device`` satisfies this."""
+        if self.kind == "any":
+            return True
+        if not device.cuda:
+            return False
+        if self.kind == "cuda":
+            return True
+        have = (device.cc_major, device.cc_minor)
+        return have == (self.major, self.minor) if self.exact else have >= (self.major, self.minor)
+
     def unmet_reason(self, device: "DeviceFacts") -> str | None:
         """None when ``device`` satisfies this; otherwise a sentence such as
         ``needs sm_100a; this is NVIDIA H200, sm_90``."""
-        if self.kind == "any":
-            return None
-        if not device.cuda:
-            return f"needs {self.text}; this machine has no CUDA GPU"
-        if self.kind == "cuda":
-            return None
-        have = (device.cc_major, device.cc_minor)
-        ok = have == (self.major, self.minor) if self.exact else have >= (self.major, self.minor)
-        if ok:
-            return None
-        return f"needs {self.text}; this is {device.name}, sm_{device.cc_major}{device.cc_minor}"
+        return None if self.met(device) else f"needs {self.text}; {machine_text(device)}"
+
+
+def machine_text(device: "DeviceFacts") -> str:
+    """``this is NVIDIA H200, sm_90`` or ``this machine has no CUDA GPU``: the machine a refusal names."""
+    if not device.cuda:
+        return "this machine has no CUDA GPU"
+    return f"this is {device.name}, sm_{device.cc_major}{device.cc_minor}"
 
 
 @dataclass(frozen=True)
@@ -92,15 +100,59 @@ def parse_requirement(text: str) -> Requirement:
     return Requirement(text, "arch", int(major), int(minor), bool(a))
 
 
+#: Code that exists for one GPU architecture only, and the requirement it implies: Blackwell's fifth-generation
+#: tensor-core instructions (tcgen05: PTX in a string, cutlass.cute.nvgpu.tcgen05) and CUTLASS's Blackwell helpers
+#: need sm_100a, Hopper's wgmma sm_90a; an architecture named in build flags or strings (sm_100a,
+#: compute_90a, sm_100) needs itself.
+_BUILT_FOR = (
+    (re.compile(r"\btcgen05\b"), "sm_100a"),
+    (re.compile(r"\bblackwell_helpers\b"), "sm_100a"),
+    (re.compile(r"\bwgmma\b"), "sm_90a"),
+    (re.compile(r"\b(?:sm|compute)_(\d{2,3}a?)\b"), None),
+)
+
+
+def built_for(text: str) -> tuple[Requirement, str] | None:
+    """The one GPU architecture a source file is plainly built for, from its code lines (comment lines passed
+    over; ``_BUILT_FOR``), and the first line that says so (``line 5: from cutlass.cute.nvgpu import tcgen05``);
+    None when it names none, or more than one (a file that dispatches between GPUs is not plainly built for
+    one). ``sm_100`` and ``sm_100a`` are one architecture: the exact ``a`` form wins."""
+    found: dict[tuple[int, int], tuple[Requirement, str]] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        code = line.strip()
+        if not code or code.startswith(("#", "//")):
+            continue
+        for pattern, implied in _BUILT_FOR:
+            for match in pattern.finditer(code):
+                req = parse_requirement(implied or f"sm_{match.group(1)}")
+                key = (req.major, req.minor)
+                if key not in found or (req.exact and not found[key][0].exact):
+                    shown_line = code if len(code) <= 80 else code[:77] + "..."
+                    found[key] = (req, found.get(key, (None, f"line {lineno}: {shown_line}"))[1])
+    return next(iter(found.values())) if len(found) == 1 else None
+
+
 @dataclass(frozen=True)
 class Variant:
-    """A submission file and its declared metadata; ``sha256`` is the entry file's content hash."""
+    """A submission file and its declared metadata; ``sha256`` is the entry file's content hash. ``built_for``:
+    for a file that declares no requirement, the architecture its code is plainly built for and the line that
+    says so (``built_for``), else None."""
 
     name: str
     path: Path
     popcorn: dict = field(default_factory=dict)
     requires: Requirement = Requirement()
     sha256: str = ""
+    built_for: tuple[Requirement, str] | None = None
+
+    def looks_unmet(self, device: DeviceFacts) -> str | None:
+        """For a file that declares no requirement but is plainly built for a GPU ``device`` is not: a sentence
+        such as ``looks built for sm_100a (line 5: from cutlass.cute.nvgpu import tcgen05); this is NVIDIA H200,
+        sm_90``; else None. It is run all the same (nothing was declared); a ``requires`` line skips it."""
+        if self.built_for is None or self.built_for[0].met(device):
+            return None
+        req, evidence = self.built_for
+        return f"looks built for {req.text} ({evidence}); {machine_text(device)}"
 
 
 def shown(path: Path) -> str:
@@ -205,8 +257,9 @@ def read_variant(path: Path, name: str | None = None) -> Variant:
         walk_folder(path.parent)
     raw = path.read_bytes()
     popcorn: dict[str, str] = {}
-    requires = Requirement()
-    for lineno, line in enumerate(raw.decode("utf-8-sig", errors="replace").splitlines(), 1):
+    requires, declared = Requirement(), False
+    text = raw.decode("utf-8-sig", errors="replace")
+    for lineno, line in enumerate(text.splitlines(), 1):
         if line.strip() and not line.startswith("#"):
             break
         match = _HEADER.match(line)
@@ -217,14 +270,15 @@ def read_variant(path: Path, name: str | None = None) -> Variant:
             popcorn[key] = value
         elif key == "requires":
             try:
-                requires = parse_requirement(value)
+                requires, declared = parse_requirement(value), True
             except RegistryError as exc:
                 raise RegistryError(f"{path}:{lineno}: {exc}") from None
         else:
             raise RegistryError(f"{path}:{lineno}: unknown #!FP4BENCH key {key!r} (known: requires)")
     if name is None:
         name = path.parent.name if path.name == ENTRY_FILE else path.stem
-    return Variant(name, path, popcorn, requires, hashlib.sha256(raw).hexdigest())
+    return Variant(name, path, popcorn, requires, hashlib.sha256(raw).hexdigest(),
+                   None if declared else built_for(text))
 
 
 def find_variants(root: Path = SUBMISSIONS_DIR) -> list[Variant]:

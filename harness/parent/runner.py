@@ -36,6 +36,9 @@ from task.spec import ShapeSet
 __all__ = ["CaseFailed", "CaseRunner", "Observer", "RunOptions", "Session", "close_record", "git_commit",
            "new_record", "run", "sample_layouts", "window_held"]
 
+#: The run's first phase as progress names it (the worker's start-up and the submission's import).
+LOADING = "starting the worker, loading the submission"
+
 
 def git_commit(root=ROOT) -> str:
     """HEAD of the repo at ``root``, with ``-dirty`` appended when tracked files differ from it (the code that
@@ -141,6 +144,7 @@ def _run_cases(cases, opts: RunOptions, runner: CaseRunner, observer: Observer, 
     """The ``run`` schedule: every case in order through its phases for ``opts.mode``; leaderboard warms every
     shape up first and stops at the first shape that fails."""
     timed = opts.mode in ("benchmark", "leaderboard")
+    observer.on_phase(None, LOADING)
     while_workers_start(cases, opts, runner.device)  # run() has started the worker
     failed = lifecycle.load(runner.session)
     if failed:  # import error or no entry point: fail before generating any data; the message once, on shape 1

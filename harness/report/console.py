@@ -31,7 +31,7 @@ from harness.report.figures import (
 )
 from harness.report.stacked import Col, StackedTable, plain
 from harness.results.ranking import plural
-from harness.results.record import CaseResult, RunRecord, Status
+from harness.results.record import CaseResult, RunRecord, Status, message_head
 from task.cost import sol_ns
 from task.spec import Case
 
@@ -54,8 +54,9 @@ def _title(record: RunRecord) -> str:
 
 def results_table(record: RunRecord) -> StackedTable:
     """One row per shape: shape, status and, for a timed run, mean/std/best/worst us per call, the 95 % CI of
-    the mean, TFLOP/s and % of the GPU's speed of light (CUDA-timed runs only). Each case's message (first
-    line, verbatim) is a note under the table; the caption gives the geomean."""
+    the mean, TFLOP/s and % of the GPU's speed of light (CUDA-timed runs only). Each case's message (its head:
+    the first lines before a traceback and where the submission raised, ``record.message_head``; verbatim) is a
+    note under the table; the caption gives the geomean."""
     figures = case_figures(record)
     timed = any(r.stats for r in record.cases)
     peaks = run_peaks(record) if timed else None
@@ -81,8 +82,11 @@ def results_table(record: RunRecord) -> StackedTable:
         table.add_row(shape_number(f.index), *cells)
         if f.result.message:
             lead = f"shape {shape_number(f.index)} {f.result.status.value}: "
-            table.add_note(Text.assemble((lead, _STATUS_STYLE.get(f.result.status, "red")),
-                                         first_line(f.result.message, 300)))
+            first, *more = message_head(f.result.message)
+            note = Text.assemble((lead, _STATUS_STYLE.get(f.result.status, "red")), first_line(first, 300))
+            for line in more:
+                note.append("\n  " + first_line(line, 300))
+            table.add_note(note)
     return table
 
 
@@ -165,16 +169,23 @@ def profile_section(result: CaseResult, index: int):
 
 
 class ProgressObserver:
-    """A rich progress bar over ``shapes`` shapes, the current shape's sample count in its description. An
-    Observer (harness.parent.runner) by its hooks, duck-typed so this module needs no torch. ``sides``: how many runs
-    report to it (2 for both sides of a compare), so the bar counts shapes x sides finished results."""
+    """Progress over ``shapes`` shapes, per shape and phase: on a terminal a transient rich bar whose description
+    names the shape, its phase and its sample count; elsewhere (a log, a pipe) one line per event: the run's own
+    phases (loading), each shape as it starts, each phase of it, and each finished shape with its status and
+    mean. Write it to standard error, so that data on standard output (--format json) stays clean. An Observer
+    (harness.parent.runner) by its hooks, duck-typed so this module needs no torch. ``sides``: how many runs report
+    to it (2 for both sides of a compare, each through its ``side`` view), so the bar counts shapes x sides
+    finished results."""
 
     def __init__(self, console: Console, shapes: int, label: str, sides: int = 1):
+        self.live = console.is_terminal
         self.progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=console, transient=True)
+                                 TimeElapsedColumn(), console=console, transient=True, disable=not self.live)
         self.task = self.progress.add_task(label, total=shapes * sides)
         self.label = label
         self.total = shapes
+        self._started: set[int] = set()
+        self._unnamed: dict[int, str] = {}  # shapes started whose label no line has shown yet
 
     def __enter__(self):
         self.progress.start()
@@ -183,20 +194,63 @@ class ProgressObserver:
     def __exit__(self, *exc):
         self.progress.stop()
 
+    def side(self, who: str) -> "SideProgress":
+        """A view of this display for one side of a compare (``who``: ``A (name)``): its hooks name the side."""
+        return SideProgress(self, who)
+
+    def _where(self, index: int | None, who: str, named: str = "") -> str:
+        shape = f": shape {shape_number(index)} of {self.total}" if index is not None else ""
+        return f"{self.label}{shape}{f' ({named})' if named else ''}{f': {who}' if who else ''}"
+
+    def _show(self, text: str, line: bool = True) -> None:
+        """``text`` as the bar's description on a terminal, else (``line``) as a line of its own."""
+        if self.live:
+            self.progress.update(self.task, description=text)
+        elif line:
+            self.progress.console.print(Text(text), soft_wrap=True)
+
+    def on_start(self, record: RunRecord, who: str = "") -> None: ...
+
+    def on_phase(self, index: int | None, phase: str, who: str = "") -> None:
+        """A phase began: of the whole run (``index`` None: starting the worker, loading) or of shape ``index``
+        (correctness call, warm-up, timing); the shape's first phase names the shape."""
+        self._show(f"{self._where(index, who, self._unnamed.pop(index, ''))}: {phase}")
+
+    def on_case_start(self, index: int, case: Case, who: str = "") -> None:
+        if index not in self._started:  # both sides of a compare start each shape: named once
+            self._started.add(index)
+            self._unnamed[index] = shape_label(case)
+            self._show(f"{self._where(index, '')}: {shape_label(case)}", line=False)
+
+    def on_sample(self, index: int, runs: int, who: str = "") -> None:
+        self._show(f"{self._where(index, who)}: timing, {plural(runs, 'sample')}", line=False)
+
+    def on_case(self, index: int, result: CaseResult, who: str = "") -> None:
+        self.progress.advance(self.task)
+        mean = f", {fmt_us(result.stats.mean_ns)} us" if result.stats else ""
+        self._show(f"{self._where(index, who)} {result.status.value}{mean}", line=True)
+
+    def on_finish(self, record: RunRecord, who: str = "") -> None: ...
+
+
+class SideProgress:
+    """One side's hooks into a shared ProgressObserver (``ProgressObserver.side``)."""
+
+    def __init__(self, display: ProgressObserver, who: str):
+        self.display, self.who = display, who
+
     def on_start(self, record: RunRecord) -> None: ...
 
+    def on_phase(self, index: int | None, phase: str) -> None:
+        self.display.on_phase(index, phase, self.who)
+
     def on_case_start(self, index: int, case: Case) -> None:
-        self.progress.update(self.task, description=f"{self.label}: shape {shape_number(index)} of {self.total}")
+        self.display.on_case_start(index, case, self.who)
 
     def on_sample(self, index: int, runs: int) -> None:
-        self.progress.update(self.task, description=f"{self.label}: shape {shape_number(index)} of {self.total}, "
-                                                    f"{plural(runs, 'sample')}")
+        self.display.on_sample(index, runs, self.who)
 
     def on_case(self, index: int, result: CaseResult) -> None:
-        self.progress.advance(self.task)
-        if not self.progress.console.is_terminal:  # a log or a pipe gets no bar: one line per finished shape
-            mean = f", {fmt_us(result.stats.mean_ns)} us" if result.stats else ""
-            self.progress.console.print(Text(f"{self.label}: shape {shape_number(index)} of {self.total} "
-                                             f"{result.status.value}{mean}"))
+        self.display.on_case(index, result, self.who)
 
     def on_finish(self, record: RunRecord) -> None: ...

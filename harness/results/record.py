@@ -21,6 +21,23 @@ from task.spec import Case
 MESSAGE_CHARS = 64 << 10
 
 
+#: The line a case's message has before a submission's traceback (harness.parent.judge puts it there).
+TRACEBACK_HEAD = "Traceback (most recent call last):"
+#: How the line before the traceback starts when it names where in the submission's folder the exception was
+#: raised (``at submissions/x/submission.py:42 in custom_kernel``).
+WHERE_PREFIX = "at "
+
+
+def message_head(message: str, lines: int = 4) -> list[str]:
+    """What a terminal shows of a case's message: its lines before the traceback (``TRACEBACK_HEAD``), at most
+    ``lines`` of them, then ``[... N more lines]`` for those left out, and the last line kept when it says where
+    the exception was raised (``WHERE_PREFIX``)."""
+    head = message.split(f"\n{TRACEBACK_HEAD}", 1)[0].splitlines() or [""]
+    where = head.pop() if len(head) > 1 and head[-1].startswith(WHERE_PREFIX) else None
+    shown = head[:lines] + ([f"[... {len(head) - lines} more lines]"] if len(head) > lines else [])
+    return shown + ([where] if where else [])
+
+
 def cut_message(text: str, limit: int = MESSAGE_CHARS) -> str:
     """``text`` if it has at most ``limit`` characters; else its head and its tail around a marker line
     ``[... N characters cut ...]`` (N: how many were left out), ``limit`` characters at most in all. Each cut falls

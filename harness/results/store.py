@@ -399,6 +399,9 @@ class StoreRecorder:
         self.run_id = record.run_id
         self._forward("on_start", record)
 
+    def on_phase(self, index: int | None, phase: str) -> None:
+        self._forward("on_phase", index, phase)
+
     def on_case_start(self, index: int, case) -> None:
         self._forward("on_case_start", index, case)
 

@@ -46,6 +46,8 @@ def _failed(kind: str, exc: BaseException) -> P.Failed:
     message, raised, nonstring = "", "", False
     try:
         text = str(exc)
+        if type(text) is str and not text.strip():
+            text = _detail(exc)
         if type(text) is str:
             message = text if len(text) <= _MESSAGE_CHARS else (
                 f"{text[:_MESSAGE_CHARS // 2]}\n[... {len(text) - _MESSAGE_CHARS} characters cut ...]\n"
@@ -60,6 +62,19 @@ def _failed(kind: str, exc: BaseException) -> P.Failed:
     except BaseException:  # noqa: BLE001 - formatting may call submission code
         tb = ""
     return P.Failed(kind, _type_name(type(exc)), message, tb, raised, nonstring)
+
+
+def _detail(exc: BaseException) -> str:
+    """Text for an exception whose str() is blank: its ``message`` attribute (the CuTe DSL's DSLBaseError keeps
+    its own words there), else its cause's str(); "" when neither has any."""
+    for get in (lambda: exc.message, lambda: str(exc.__cause__) if exc.__cause__ is not None else ""):
+        try:
+            text = get()
+        except BaseException:  # noqa: BLE001 - attributes may be submission code
+            continue
+        if type(text) is str and text.strip():
+            return text
+    return ""
 
 
 def _container(obj) -> P.Container:
