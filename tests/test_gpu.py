@@ -79,15 +79,17 @@ def test_side_stream_is_caught():
     rec = run(read_variant(SHARED_CASES / "side_stream.py"), big, RunOptions("benchmark", settings=FAST))
     r = rec.cases[0]
     assert r.status is Status.FAIL
-    assert "still had work queued when the timed window closed" in r.message
+    assert ("still had work queued when the timed window closed" in r.message
+            or re.search(r"output 0: \d+ of 1048576 elements differ", r.message)), r.message
 
 
 def test_late_side_stream_write_is_caught_on_small_shapes():
     """Work left on another stream past the end event fails the case whatever the shape. (side_stream.py on
     small shapes is host-bound: its side stream has drained by the time the call returns, nothing is outside
-    the window, and it passes with its honest time; seen on the H200 2026-11-29.) Either verdict may come first:
-    the parent copies the outputs at the window's end, before the late write lands, so they read as wrong
-    (seen on the H200 2026-12-04), or the worker's late-stream probe names the stream."""
+    the window, and it passes with its honest time; seen on the H200 2026-11-29.) The late write comes 1 ms after
+    the window: the worker's copy after ``end_calls`` reads the outputs before it lands, so they read as wrong, or
+    the worker's late-stream probe names the stream. (With 0.2 ms it lands within the switch to the parent's
+    context and back in two of three H200 runs: docs/trust.md, what the margin leaves.)"""
     rec = run(read_variant(ADVERSARIAL / "late_side_write.py"), TWO_GROUPS, RunOptions("benchmark", settings=FAST))
     r = rec.cases[0]
     assert r.status is Status.FAIL

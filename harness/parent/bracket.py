@@ -9,12 +9,10 @@ rewrite anything in the worker's process. The parent checks it against a bracket
 - CUDA: everything is queued on the parent's own stream before the request is sent, ordered against the worker's
   stream through flag words in the parent's memory (harness.buffers: cuStreamWaitValue32 / cuStreamWriteValue32):
   wait until the worker writes ``ready`` -> T0 -> the L2 clear -> the fix of the inputs -> Tg -> write ``go`` ->
-  wait for ``end_calls`` (the worker writes it behind its end mark and its copy of the outputs, which follows the
-  calls on its stream with no switch of context in between) -> T1 -> wait for ``end_copy`` -> T2 -> a copy of the
-  output buffer into the parent's own memory, chunks in a secret order -> T3. Two checks: the calls phase, T1 - Tg
-  against the worker's window (the window, the worker's copy, and two crossings between the CUDA contexts); and the
-  copy phase, T2 - T1, whatever the worker put between its two end flags, against the parent's own copy of the
-  same bytes (T3 - T2).
+  wait for ``end_calls`` (the worker writes it right behind its end mark) -> T1 -> wait for ``end_copy`` -> T2 -> a
+  copy of the output buffer into the parent's own memory, chunks in a secret order -> T3. Two checks: the calls
+  phase, T1 - Tg against the worker's window (the window plus two crossings between the CUDA contexts); and the
+  copy phase, T2 - T1, the worker's copy of its outputs, against the parent's own copy of the same bytes (T3 - T2).
   A worker that signals early is judged on outputs read at that point.
 - CPU: the parent's monotonic clock: the fix of the inputs -> tg -> the request -> the worker's ``Closed`` (its
   outputs already in the output buffer) -> t1 and the copy of the outputs; one check, t1 - tg against the window.

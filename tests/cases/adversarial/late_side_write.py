@@ -1,5 +1,5 @@
 """Cheat (GPU): computes on the caller's stream, but the final write of every output happens on a private
-stream, behind 0.2 ms of other work, never joined: that work is outside the timed window. The outputs are
+stream, behind 1 ms of other work, never joined: that work is outside the timed window. The outputs are
 right once everything has finished. On the CPU there are no streams, so it is honest there."""
 import torch
 
@@ -20,7 +20,7 @@ def custom_kernel(data):
         c.zero_()
     _stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(_stream):
-        torch.cuda._sleep(400_000)  # about 0.2 ms at 2 GHz
+        torch.cuda._sleep(2_000_000)  # about 1 ms at 2 GHz: beyond the bracket's tolerance on any window here
         for c, r in zip(outs, results):
             c.copy_(r)
             r.record_stream(_stream)  # keep the copy's source alive until the side stream has read it
