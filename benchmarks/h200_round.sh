@@ -54,7 +54,8 @@ for step in $steps; do
       python3 -m harness doctor 2>&1 | tee "$OUT/doctor.txt"
       timeout 540 python3 -m pytest -m gpu -q -p no:cacheprovider --durations=15 tests/test_gpu.py tests/test_reference_gpu.py tests/test_native_guard.py \
         tests/test_threads.py tests/test_integrity.py tests/test_sandbox.py tests/test_console.py tests/test_cases.py \
-        tests/test_memory.py tests/test_exploits.py tests/test_procs.py tests/test_timing.py \
+        tests/test_memory.py tests/test_exploits.py tests/test_procs.py tests/test_timing.py tests/test_compare.py \
+        tests/test_export_standalone.py tests/problems \
         tests/variants/test_wgmma_sm90.py tests/variants/test_triton_grouped.py 2>&1 \
         | tee "$OUT/gpu_tests.log" | tail -40 ;;
     margin)  # the parent's bracket against each window, per sample (benchmarks/bracket_margin.py), two variants
