@@ -11,11 +11,17 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 #: The leaves both sides share. ``harness`` itself is one (it holds ROOT) but only by exact name: it is no prefix.
-BOUNDARY = ("harness", "harness.protocol", "harness.channel", "harness.buffers", "harness.confine")
+BOUNDARY = ("harness", "harness.protocol", "harness.channel", "harness.buffers", "harness.confine",
+            "harness.hardware", "harness.problem", "harness.shapes")
+#: Machine facts, the problem contract and shape-text parsing: leaves a problem (and task) may read too.
+FACTS = ("harness.hardware", "harness.problem", "harness.shapes")
 
 #: (layer prefix, the prefixes it may import from harness/task/submissions). A module matches its longest prefix.
 RULES: dict[str, tuple[str, ...]] = {
-    "task": ("task",),
+    "task": ("task",) + FACTS,
+    "harness.hardware": (),
+    "harness.problem": (),
+    "harness.shapes": ("harness.problem",),
     "harness.protocol": ("task",) + BOUNDARY,
     "harness.channel": BOUNDARY,
     "harness.buffers": BOUNDARY,

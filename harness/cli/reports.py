@@ -35,7 +35,7 @@ from harness.report.history import HistoryRow, history_rows
 from harness.report.stacked import Col, StackedTable
 from harness.results.ranking import Verdict, best_runs, plural
 from harness.results.store import ResultStore, StoreError, resolve_db_path
-from task.cost import gpu_model
+from harness.hardware import gpu_model
 from task.spec import DATA_MODES, SHAPE_SET_ID_DIGITS, SpecError, load_shapes
 
 #: The run modes the leaderboard ranks (their runs carry timed samples of every case).

@@ -27,7 +27,7 @@ from harness.parent.sandbox import Sandbox, plan_for
 from harness.parent.settings import Settings
 from harness.results.record import CaseResult, RunRecord, Status
 from harness.results.stats import summarize
-from task.cost import peaks_for
+from harness.hardware import peaks_for
 from task.inputs import default_device
 from task.spec import Case
 

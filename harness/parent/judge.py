@@ -19,7 +19,8 @@ from harness.parent.bracket import Bracket, Measured
 from harness.parent.samples import Sample
 from harness.results.record import MESSAGE_CHARS, Status, cut_message
 from task.check import ReferenceError, all_finite_fp16, check_outputs, compare, validate_container
-from task.cost import GpuPeaks, sol_ns
+from harness.hardware import GpuPeaks
+from task.cost import sol_ns
 from task.spec import Case
 
 

@@ -9,7 +9,8 @@ from harness.report.figures import run_peaks
 from harness.results.ranking import Interval, geomean_ci, rank_with_ties
 from harness.results.record import RunRecord
 from harness.results.stats import geomean
-from task.cost import GpuPeaks, gpu_model, sol_ns
+from harness.hardware import GpuPeaks, gpu_model
+from task.cost import sol_ns
 from task.spec import Case
 
 #: Under every ranking: how ranks and ties are decided.

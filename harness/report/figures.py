@@ -14,7 +14,8 @@ from typing import Sequence
 
 from harness.results.ranking import Comparison, Interval, geomean_ci, mean_ci
 from harness.results.record import CaseResult, Environment, RunRecord, Status
-from task.cost import GPU_PEAKS, GpuPeaks, bytes_moved, flops, peaks_for, sol_ns, tflops_at
+from harness.hardware import GPU_PEAKS, GpuPeaks, peaks_for
+from task.cost import bytes_moved, flops, sol_ns, tflops_at
 from task.spec import Case
 
 #: The task's own reference GPU: its SOL column appears in every report.

@@ -8,7 +8,7 @@ from harness.report.boards import rankable
 from harness.report.figures import run_geomean_ci, run_status
 from harness.results.ranking import Comparison, Interval, compare_geomeans
 from harness.results.record import RunRecord
-from task.cost import gpu_model
+from harness.hardware import gpu_model
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Sequence
 from harness.report.boards import Board
 from harness.report.figures import case_figures, finite, run_geomean_ci, run_status
 from harness.results.record import RunRecord
-from task.cost import GPU_PEAKS, gpu_model
+from harness.hardware import GPU_PEAKS, gpu_model
 
 #: JSON report layout version (bump when keys change meaning).
 JSON_VERSION = 1

@@ -21,7 +21,8 @@ from harness.report.tables import (
 )
 from harness.results.ranking import mean_ci
 from harness.results.record import RunRecord
-from task.cost import GPU_PEAKS, bytes_moved, flops, sol_ns
+from harness.hardware import GPU_PEAKS
+from task.cost import bytes_moved, flops, sol_ns
 from task.spec import Case
 
 

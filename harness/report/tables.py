@@ -24,7 +24,8 @@ from harness.report.figures import (
 from harness.results.ranking import mean_ci, plural
 from harness.results.record import RunRecord, Status
 from harness.results.stats import geomean
-from task.cost import GPU_PEAKS, bytes_moved, flops, gpu_model, sol_ns
+from harness.hardware import GPU_PEAKS, gpu_model
+from task.cost import bytes_moved, flops, sol_ns
 from task.spec import Case
 
 

@@ -44,7 +44,7 @@ from typing import Iterable, Mapping, Sequence, Union
 
 from harness.results.record import RunRecord, Stats
 from harness.results.stats import geomean, summarize
-from task.cost import gpu_model
+from harness.hardware import gpu_model
 from task.spec import Case, shape_set_id
 
 #: Confidence level used everywhere unless a caller asks for another.

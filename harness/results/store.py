@@ -40,7 +40,7 @@ from typing import Iterator, Sequence
 from harness import ROOT
 from harness.results import schema
 from harness.results.record import CaseResult, RunRecord, Status, run_from_dict
-from task.cost import gpu_model
+from harness.hardware import gpu_model
 
 #: The store used when neither ``--db`` nor ``$FP4BENCH_DB`` says otherwise.
 DEFAULT_DB = ROOT / "results" / "fp4bench.sqlite"
