@@ -24,7 +24,7 @@ from harness.cli import submit as cli_submit
 from harness.cli.exits import EXIT_OUTPUT, Stdout, broken_pipe, fail, interrupted_exit, stop_on_sigterm
 from harness.parent import sandbox as sandbox_mod
 from harness.parent import seeds
-from harness.parent.registry import RegistryError, find_variants, resolve
+from harness.parent.registry import RegistryError, find_variants, problem_of, resolve
 from harness.parent.settings import MAX_SECONDS, MODES, SettingsError, load_settings
 from harness.protocol import ExitCode
 from harness.report import popcorn
@@ -42,7 +42,9 @@ from harness.results.store import (
     StoreRecorder,
     resolve_db_path,
 )
-from task.spec import DATA_MODES, SpecError, load_shapes
+from harness.problem import CaseError
+from harness.shapes import DEFAULT_PROBLEM, load_shapes
+from task.spec import DATA_MODES
 
 
 class _Group(click.Group):
@@ -123,9 +125,12 @@ def main() -> None:
 def _run_options(fn):
     """The options ``run`` and ``compare`` share: shapes, data, seed, settings, timeout and the store."""
     for option in reversed((
+        click.option("--problem", default=None,
+                     help="The problem the submissions solve (fp4bench list names them); default: their "
+                          f"#!POPCORN leaderboard line, else {DEFAULT_PROBLEM}."),
         click.option("--shapes", default="auto", show_default=True,
-                     help="tests | benchmarks | smoke | a .yml or text file | one inline case; auto: benchmarks "
-                          "on a GPU, smoke on the CPU."),
+                     help="tests | benchmarks | smoke (the problem's own sets) | a .yml or text file | one inline "
+                          "case; auto: benchmarks on a GPU, smoke on the CPU."),
         click.option("--data", type=click.Choice(DATA_MODES), default="official", show_default=True),
         click.option("--seed", type=_Seed(), default=None,
                      help="Secret seed (a non-negative integer) combined into every case seed "
@@ -153,37 +158,63 @@ def _run_options(fn):
     return fn
 
 
-def _prepare(specs, shapes, settings_path, timeout, seed, mode, data, workers=1):
-    """Variants, shape set, settings and secret seed from the options; exits 113 (bad spec) on a bad one, on a
-    K that full-range data cannot draw, and on a case that cannot fit in memory (harness.parent.memory), all before
-    anything is drawn or run. ``workers``: worker processes the run will start side by side."""
+def _prepare(specs, shapes, settings_path, timeout, seed, mode, data, workers=1, problem=None):
+    """Variants, their problem (``problem``: the --problem option, else ``pick_problem``), its shape set,
+    settings and secret seed from the options; exits 113 (bad spec) on a bad one, on a case the data mode cannot
+    draw (the plug's ``check_drawable``), and on a case that cannot fit in memory (harness.parent.memory), all
+    before anything is drawn or run. ``workers``: worker processes the run will start side by side."""
+    import problems
     from harness.parent.environment import device_facts
     from harness.parent.memory import check_fits
-    from task.inputs import check_full_range_k
 
     try:
         variants = [resolve(s) for s in specs]
         _distinct_names(variants, same_file_ok=mode == "compare")
+        name = pick_problem(problem, variants)
+        plug = problems.get(name)
         cuda = device_facts().cuda
         if shapes == "auto":
             shapes = "benchmarks" if cuda else "smoke"
-        shape_set = load_shapes(shapes, aliases=("auto",))
+        shape_set = load_shapes(shapes, name, aliases=("auto",))
         settings = load_settings(settings_path)
         secret = seed if seed is not None else seeds.secret_from_env()
         for case in shape_set.cases:  # a combined seed torch cannot take fails here, not mid-run
             seeds.case_seed(case.seed, secret)
-        if data == "full-range":
-            for case in shape_set.cases:
-                for k in case.k:
-                    try:
-                        check_full_range_k(k)
-                    except ValueError as exc:
-                        raise SpecError(f"--data full-range: {exc} (case {case.text()})") from None
+            try:
+                plug.check_drawable(case, data)
+            except CaseError as exc:
+                raise CaseError(f"--data {data}: {exc} (case {plug.case_text(case)})") from None
         inputs = 1 if mode in ("test", "profile") else settings.calls_per_sample
-        check_fits(shape_set.cases, inputs, workers, cuda)
-    except (RegistryError, SpecError, SettingsError, ValueError, MemoryError) as exc:
+        check_fits(shape_set.cases, inputs, workers, cuda, name)
+    except (RegistryError, SettingsError, ValueError, MemoryError) as exc:
         fail(str(exc), ExitCode.BAD_SPEC)
     return variants, shape_set, settings if timeout is None else settings.with_timeout(timeout), secret
+
+
+def pick_problem(option: str | None, variants) -> str:
+    """The problem a run of ``variants`` solves: ``option`` (--problem) when given, else the one they declare
+    (registry.problem_of: their ``#!POPCORN leaderboard`` line or problem folder, else nvfp4_group_gemm).
+    Raises CaseError for an unknown problem (naming the known ones), RegistryError when a variant declares
+    another problem than --problem or two variants declare different ones."""
+    import problems
+
+    if option is not None:
+        problems.get(option)
+        for v in variants:
+            if v.problem and v.problem != option:
+                raise RegistryError(f"submission {v.name!r} declares problem {v.problem} ({v.path}), not "
+                                    f"--problem {option}")
+        return option
+    declared = {problem_of(v) for v in variants}
+    if len(declared) > 1:
+        which = ", ".join(f"{v.name}: {problem_of(v)}" for v in variants)
+        raise RegistryError(f"the submissions solve different problems ({which}); a run times one problem")
+    name = declared.pop()
+    try:
+        problems.get(name)
+    except CaseError as exc:
+        raise CaseError(f"submission {variants[0].name!r} (#!POPCORN leaderboard {name}): {exc}") from None
+    return name
 
 
 def _distinct_names(variants, same_file_ok: bool = False) -> None:
@@ -323,8 +354,8 @@ def _pool(variants, shape_set, opts, store, devices, cluster, progress, compare:
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
               help="Write every figure and the environment to this file (one submission) or FILE-<name>.json.")
 @_run_options
-def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, timeout, db, no_store, sandbox, gpus,
-            cluster, worker_log) -> None:
+def run_cmd(submissions, problem, shapes, mode, data, seed, json_path, settings_path, timeout, db, no_store, sandbox,
+            gpus, cluster, worker_log) -> None:
     """Run submissions over a shape set; exit code as the official runner (0, 110, 112, 113, 114; 130 after
     Ctrl-C, with the cases measured so far kept in the store and the --json file). With --gpus or --cluster
     the submissions run side by side, one per GPU (docs/usage.md)."""
@@ -333,7 +364,8 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
     if not specs:
         fail(f"--submission: expected a variant name, a folder or a .py file (several separated by commas), "
               f"got {submissions!r}", ExitCode.BAD_SPEC)
-    variants, shape_set, settings, secret = _prepare(specs, shapes, settings_path, timeout, seed, mode, data)
+    variants, shape_set, settings, secret = _prepare(specs, shapes, settings_path, timeout, seed, mode, data,
+                                                     problem=problem)
     devices = _devices(gpus, cluster)
     outputs.popcorn_fd()
     outputs.check_json(json_path, variants)
@@ -389,13 +421,13 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
               show_default=True, help="How to write the comparison table (text: a table in the terminal).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the comparison table to this file instead of standard output.")
-def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, sandbox, gpus, cluster, worker_log,
-                fmt, out) -> None:
+def compare_cmd(a, b, problem, shapes, data, seed, settings_path, timeout, db, no_store, sandbox, gpus, cluster,
+                worker_log, fmt, out) -> None:
     """Time submission A against B interleaved (A, B, A, B ... on identical inputs, every output checked) on
     each shape: ratio A/B of per-call times with a 95% CI and a verdict, plus the geomean. A and B as for
     run --submission. Exit code as run's: nonzero when either side failed a shape."""
     (va, vb), shape_set, settings, secret = _prepare([a, b], shapes, settings_path, timeout, seed, "compare", data,
-                                                     workers=2)
+                                                     workers=2, problem=problem)
     devices = _devices(gpus, cluster)
     outputs.check_writable("--worker-log", worker_log)
     store = outputs.open_store(db, no_store)

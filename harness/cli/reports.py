@@ -17,7 +17,7 @@ from rich.text import Text
 
 from harness.cli.exits import Stdout, fail
 from harness.protocol import ExitCode
-from harness.parent.registry import DeviceFacts, Variant
+from harness.parent.registry import DeviceFacts, Variant, problem_of, shown_name
 from harness.report.boards import RANK_NOTE, Board, leaderboards, rank_text
 from harness.report.console import SHAPE_KEY
 from harness.report.figures import (
@@ -258,10 +258,11 @@ def register(group) -> None:
 
 def variants_table(variants: Sequence[Variant], machine: DeviceFacts,
                    exports: Sequence[str] | None = None) -> StackedTable:
-    """``fp4bench list``: per variant its POPCORN leaderboard and gpu headers, its requirement, and whether it
-    runs on ``machine``: ``yes``, or ``no: <reason>``; with ``exports`` (one per variant), the state of its export
-    for the official board (``ok``, its findings, or why it cannot be exported)."""
-    columns = [Col("leaderboard", "left"), Col("gpu", "left"), Col("requires", "left"),
+    """``fp4bench list``: per variant (``<problem>/<name>`` in a problem folder) its problem
+    (registry.problem_of), POPCORN gpu header, its requirement, and whether it runs on ``machine``: ``yes``, or
+    ``no: <reason>``; with ``exports`` (one per variant), the state of its export for the official board (``ok``,
+    its findings, or why it cannot be exported)."""
+    columns = [Col("problem", "left"), Col("gpu", "left"), Col("requires", "left"),
                Col("runs here", "left", wrap=True)]
     if exports is not None:
         columns.append(Col("export", "left", wrap=True))
@@ -271,8 +272,8 @@ def variants_table(variants: Sequence[Variant], machine: DeviceFacts,
     for i, v in enumerate(variants):
         reason = v.requires.unmet_reason(machine)
         runs_here = Text("yes", style="green") if reason is None else Text.assemble(("no", "yellow"), f": {reason}")
-        cells = [v.popcorn.get("leaderboard", ""), v.popcorn.get("gpu", ""), v.requires.text, runs_here]
+        cells = [problem_of(v), v.popcorn.get("gpu", ""), v.requires.text, runs_here]
         if exports is not None:
             cells.append(Text("ok", style="green") if exports[i] == "ok" else Text(exports[i], style="yellow"))
-        table.add_row(v.name, *cells)
+        table.add_row(shown_name(v), *cells)
     return table
