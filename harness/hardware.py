@@ -47,6 +47,14 @@ def gpu_model(device: str) -> str:
     return peaks.model if peaks else device
 
 
+def default_device():
+    """Where the "cuda" tensors of an input live: the current CUDA device, or the CPU when there is none (a
+    ``torch.device``; imports torch)."""
+    import torch
+
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+
+
 def sol_ns_of(flops: int, nbytes: int, peaks: GpuPeaks, floor: bool = False) -> float:
     """Speed-of-light time in ns of ``flops`` operations moving ``nbytes`` bytes: max(FLOPs / MMA peak, bytes /
     HBM peak). ``floor=True`` uses the fastest MMA of any kind (the physical floor that rejects impossible

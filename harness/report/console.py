@@ -23,17 +23,17 @@ from harness.report.figures import (
     fmt_pm,
     fmt_tflops,
     fmt_us,
+    plug_of,
     run_labels,
     run_peaks,
     shape_label,
     shape_number,
+    sol_ns,
     timer_text,
 )
 from harness.report.stacked import Col, StackedTable, plain
 from harness.results.ranking import plural
 from harness.results.record import CaseResult, RunRecord, Status
-from task.cost import sol_ns
-from task.spec import Case
 
 _STATUS_STYLE = {Status.PASS: "green", Status.SKIPPED: "yellow"}
 #: The key column of every table with shapes as rows; "all" numbers a geomean row.
@@ -110,11 +110,12 @@ def side_by_side(records: Sequence[RunRecord], baseline: str = "torch_reference"
     figures = [case_figures(rec) for rec in records]
     for i, results in enumerate(zip(*(rec.cases for rec in records))):
         means = [mean(r) for r in results]
-        cells: list = [shape_label(results[0].case)]
+        plug = plug_of(records[0])
+        cells: list = [shape_label(results[0].case, plug)]
         cells += [fmt_us(m) if m else status_text(r.status) for m, r in zip(means, results)]
         cells += [fmt_tflops(fig[i].tflops) if m else "" for m, fig in zip(means, figures)]
         if peaks:
-            cells += [fmt_pct(100 * sol_ns(r.case, peaks) / m) if m else "" for m, r in zip(means, results)]
+            cells += [fmt_pct(100 * sol_ns(r.case, peaks, plug) / m) if m else "" for m, r in zip(means, results)]
         base_mean = mean(base.cases[i]) if base is not None else None
         cells += [f"{base_mean / mean(r.cases[i]):.2f}x" if base_mean and mean(r.cases[i]) else "" for r, _ in others]
         table.add_row(shape_number(i), *cells, end_section=i == len(records[0].cases) - 1)
@@ -158,9 +159,10 @@ def profile_table(text: str):
     return table
 
 
-def profile_section(result: CaseResult, index: int):
-    """A case's profile under a heading naming the shape: a renderable for Console.print."""
-    return Group(Text(f"profile of shape {shape_number(index)}: {shape_label(result.case)}", style="bold"),
+def profile_section(result: CaseResult, index: int, plug=None):
+    """A case's profile under a heading naming the shape (``plug``: its problem's, None for nvfp4_group_gemm):
+    a renderable for Console.print."""
+    return Group(Text(f"profile of shape {shape_number(index)}: {shape_label(result.case, plug)}", style="bold"),
                  profile_table(result.profile))
 
 
@@ -185,7 +187,7 @@ class ProgressObserver:
 
     def on_start(self, record: RunRecord) -> None: ...
 
-    def on_case_start(self, index: int, case: Case) -> None:
+    def on_case_start(self, index: int, case) -> None:
         self.progress.update(self.task, description=f"{self.label}: shape {shape_number(index)} of {self.total}")
 
     def on_sample(self, index: int, runs: int) -> None:
