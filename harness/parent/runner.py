@@ -22,7 +22,8 @@ from harness.parent.cases import CaseAttempt, CaseRunner, Observer, RunOptions, 
 from harness.parent.environment import device_facts, environment
 from harness.parent.judge import CaseFailed
 from harness.parent.plain import plan_of
-from harness.parent.samples import Layout, warm_up_reference
+from harness.parent.samples import Layout
+from harness.parent.samples import warm_up_reference as warm_up
 from harness.parent.process import EXIT_WAIT_S, native_window
 from harness.parent.registry import ROOT, Variant
 from harness.parent.sandbox import plan_for
@@ -180,7 +181,7 @@ def while_workers_start(cases, opts: RunOptions, device: torch.device, problem: 
     scipy.stats for the report's intervals (0.6-1.1 s to import)."""
     if problem == DEFAULT_PROBLEM:
         counts = {layout.calls for layout in sample_layouts(cases, opts)} | {1}
-        warm_up_reference([(case.k, calls) for case in cases for calls in sorted(counts)], device)
+        warm_up([(case.k, calls) for case in cases for calls in sorted(counts)], device)
     if opts.mode in ("benchmark", "leaderboard", "compare"):
         ranking.t_quantile(0.975, 2.0)
 

@@ -179,9 +179,9 @@ class Worker:
 
     def run(self, req: P.Run) -> None:
         if req.plan:
-            inputs, copied, copy_out = self._plain(req)
+            views, (inputs, copied, copy_out) = None, self._plain(req)
         else:
-            inputs, copied, copy_out = self._arena(req)
+            views, inputs, copied, copy_out = self._arena(req)
         profiled = req.kind in ("profile", "kernels")
         timed = req.kind == "time"
         cuda = self.device.type == "cuda"
@@ -214,8 +214,8 @@ class Worker:
         self.window.release()
 
     def _arena(self, req: P.Run):
-        """nvfp4_group_gemm's inputs (task.arena.Layout of the request's groups), the record of what was copied
-        back, and the copy."""
+        """nvfp4_group_gemm's views (task.arena.Layout of the request's groups), inputs, the record of what was
+        copied back, and the copy."""
         case = Case(req.m, req.n, req.k, len(req.m), 0)
         layout = Layout.of(case, req.calls)
         host = self.buffers["host"].tensor
@@ -228,7 +228,7 @@ class Worker:
             self._views[key] = (views, views.inputs())
         views, inputs = self._views[key]
         copied = [[False] * len(req.m) for _ in range(req.calls)]
-        return inputs, copied, self._copier(layout, views, copied)
+        return views, inputs, copied, self._copier(layout, views, copied)
 
     def _plain(self, req: P.Run):
         """Another problem's inputs, as views the request's harness.plan.Plan describes, the record of what was
