@@ -119,9 +119,10 @@ def board_rich_table(board: Board) -> Group:
                         ", ".join(e.tied_with) or "-", e.run.run_id, short_commit(e.run.git_commit))
     shapes = StackedTable("", SHAPE_KEY, [Col("shape", "left")] + [Col(f"{e.variant}\nus") for e in board.entries],
                           "per-shape mean time per call, us; variants in rank order")
+    plug = problems.get(board.problem)
     for i, case in enumerate(board.cases):
-        shapes.add_row(shape_number(i), shape_label(case), *(fmt_us(e.run.cases[i].stats.mean_ns)
-                                                              for e in board.entries))
+        shapes.add_row(shape_number(i), shape_label(case, plug), *(fmt_us(e.run.cases[i].stats.mean_ns)
+                                                                    for e in board.entries))
     return Group(ranking, shapes)
 
 
