@@ -3,7 +3,10 @@
 What a case holds belongs to its problem (``harness/problem.py``: ``parse_case``, ``case_text``); this module
 knows only the forms cases travel in. The official text form (task.yml ``tests``/``benchmarks`` as they reach the
 evaluator) is one case a line, ``key: value`` pairs separated by ``;``, values an integer or a bracketed list:
-``m: 128; n: 256; k: 256; l: 1; seed: 1111``. A YAML shape file is ``{cases: [{key: value, ...}, ...]}``.
+``m: 128; n: 256; k: 256; l: 1; seed: 1111``, or task.yml's flow mapping ``{"m": 128, "n": 256, ...}``. A YAML
+shape file is ``{cases: [{key: value, ...}, ...]}`` or an official task.yml (its ``tests`` and ``benchmarks``
+lists). After a source, ``#`` picks a task.yml's list and then one case by number from 1 or by name
+(``task.yml#benchmarks``, ``benchmarks#2``, ``tests#3``).
 A shape set's problem is named, not held, so a set pickles to a pool worker as plain data; the registry
 (``problems``) is imported only where a plug is needed, so ``task`` may import this module.
 """
@@ -24,6 +27,11 @@ DEFAULT_PROBLEM = "nvfp4_group_gemm"
 #: Hex digits of a shape set's id (``shape_set_id``): 48 bits, short enough to type, and two sets in one store
 #: collide with odds of about n^2 / 2^49.
 SHAPE_SET_ID_DIGITS = 12
+
+#: The lists of cases an official task.yml holds, in the order they are offered.
+TASK_YML_SETS = ("tests", "benchmarks")
+#: Separates a --shapes source from what is picked in it (``task.yml#benchmarks#2``).
+PICK = "#"
 
 _PAIR = re.compile(r"^\s*([a-z_]+)\s*:\s*(.+?)\s*$")
 
@@ -53,8 +61,18 @@ class ShapeSet:
 
 
 def parse_line(line: str) -> dict[str, Any]:
-    """One official text line as a mapping (values read as YAML: ``128``, ``[96, 128]``). Raises CaseError quoting
-    the line and the part that did not parse, or a key given twice."""
+    """One official text line as a mapping (values read as YAML: ``128``, ``[96, 128]``), or task.yml's flow
+    mapping (``{"m": 128, ...}``). Raises CaseError quoting the line and the part that did not parse, or a key
+    given twice."""
+    if line.lstrip().startswith("{"):
+        try:
+            value = yaml.safe_load(line)
+        except yaml.YAMLError as exc:
+            value = getattr(exc, "problem", None) or " ".join(str(exc).split())
+        if not isinstance(value, dict):
+            why = f" ({value})" if isinstance(value, str) else ""
+            raise CaseError(f"expected a mapping like {{\"m\": 128, \"k\": 256}}, got {line.strip()!r}{why}")
+        return value
     fields: dict[str, Any] = {}
     for part in line.split(";"):
         if not part.strip():
@@ -115,23 +133,66 @@ def read_yaml_file(path: Path):
         raise CaseError(f"{path}: not valid YAML{where}: {problem}") from None
 
 
-def load_yaml(path: Path, plug) -> ShapeSet:
-    """A YAML shape file, ``{cases: [mapping, ...]}``, each case parsed by ``plug``. Raises CaseError with the
-    file name (and case index) for a malformed document, an empty list or a bad case."""
-    doc = read_yaml_file(path)
-    if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
-        if not isinstance(doc, dict):
-            got = type(doc).__name__
-        elif "cases" in doc:
-            got = f"'cases' of type {type(doc['cases']).__name__}"
-        else:
-            got = f"a mapping with keys {', '.join(map(repr, doc)) or 'none'}"
-        raise CaseError(f"{path}: expected a mapping with a 'cases' list, got {got}")
-    cases = [plug.parse_case(c if isinstance(c, dict) else {}, where=f"{path} case {i}: ")
-             for i, c in enumerate(doc["cases"])]
+def _case_lists(doc, path) -> dict[str, list]:
+    """The lists of cases a shape file holds: ``{"cases": [...]}`` or an official task.yml's ``tests`` and
+    ``benchmarks`` (TASK_YML_SETS). Raises CaseError naming the file and what it holds instead."""
+    if isinstance(doc, dict) and "cases" in doc:
+        if not isinstance(doc["cases"], list):
+            raise CaseError(f"{path}: expected a mapping with a 'cases' list, got 'cases' of type "
+                            f"{type(doc['cases']).__name__}")
+        return {"cases": doc["cases"]}
+    if isinstance(doc, dict):
+        found = {name: doc[name] for name in TASK_YML_SETS if isinstance(doc.get(name), list)}
+        if found:
+            return found
+    got = type(doc).__name__ if not isinstance(doc, dict) else \
+        f"a mapping with keys {', '.join(map(repr, doc)) or 'none'}"
+    raise CaseError(f"{path}: expected a mapping with a 'cases' list, or an official task.yml with 'tests' or "
+                    f"'benchmarks' lists, got {got}")
+
+
+def load_yaml(path: Path, plug, picks: tuple[str, ...] = ()) -> ShapeSet:
+    """A YAML shape file, ``{cases: [mapping, ...]}``, or an official task.yml, whose ``tests`` or
+    ``benchmarks`` list is taken (``picks[0]`` names it; needed only when the file holds both); each case parsed
+    by ``plug``; a further pick selects one case (``pick_case``). Raises CaseError with the file name (and case
+    index) for a malformed document, an empty list, a bad case, or a pick that matches nothing."""
+    lists, picks = _case_lists(read_yaml_file(path), path), list(picks)
+    if "cases" in lists:
+        part, name = "cases", Path(path).stem
+    elif picks and picks[0] in lists:
+        part = name = picks.pop(0)
+    elif len(lists) == 1:
+        part = name = next(iter(lists))
+    else:
+        choices = " or ".join(f"{path}{PICK}{n}" for n in lists)
+        got = f"{path}{PICK}{picks[0]}" if picks else str(path)
+        raise CaseError(f"{path} holds {' and '.join(repr(n) for n in lists)}: expected {choices}, got {got}")
+    label = f"{path} case" if part == "cases" else f"{path} {part}"
+    cases = tuple(plug.parse_case(c if isinstance(c, dict) else {}, where=f"{label} {i}: ")
+                  for i, c in enumerate(lists[part]))
     if not cases:
-        raise CaseError(f"{path}: 'cases' is empty")
-    return ShapeSet(Path(path).stem, tuple(cases), plug.name)
+        raise CaseError(f"{path}: {part!r} is empty")
+    if len(picks) > 1:
+        raise CaseError(f"--shapes {path}{PICK}{PICK.join(picks)}: expected at most one case after the set "
+                        f"(e.g. {path}{PICK}2), got {len(picks)} picks")
+    shape_set = ShapeSet(name, cases, plug.name)
+    return pick_case(shape_set, picks[0]) if picks else shape_set
+
+
+def pick_case(shape_set: ShapeSet, pick: str) -> ShapeSet:
+    """The one case of ``shape_set`` that ``pick`` names: its number, counted from 1 as reports number shapes,
+    or its name; the set is named ``<set>#<pick>``. Raises CaseError naming the numbers and names there are."""
+    cases = shape_set.cases
+    if pick.isdigit() and 1 <= int(pick) <= len(cases):
+        chosen = cases[int(pick) - 1]
+    else:
+        chosen = next((c for c in cases if c.name and c.name == pick), None)
+    if chosen is None:
+        names = [c.name for c in cases if c.name]
+        named = f" or a case name ({', '.join(names)})" if names else ""
+        raise CaseError(f"--shapes {shape_set.name}{PICK}{pick}: expected a case number from 1 to {len(cases)}"
+                        f"{named}, got {pick!r}")
+    return ShapeSet(f"{shape_set.name}{PICK}{pick}", (chosen,), shape_set.problem)
 
 
 def load_shapes(spec: str, problem: str = DEFAULT_PROBLEM, aliases: tuple[str, ...] = ()) -> ShapeSet:
@@ -145,24 +206,35 @@ def load_shapes(spec: str, problem: str = DEFAULT_PROBLEM, aliases: tuple[str, .
 
     plug = problems.get(problem)
     folder = problems.shapes_file(problem, "tests").parent
-    named = folder / f"{spec}.yml"
-    if "/" not in spec and named.is_file():
-        return load_yaml(named, plug)
-    path = Path(spec)
+    if spec.lstrip().startswith("{") or (":" in spec and ";" in spec):
+        return ShapeSet("inline", tuple(parse_text(spec, plug)), problem)
+    source, picks = spec, ()
+    if not Path(spec).is_file() and PICK in spec:
+        source, *rest = spec.split(PICK)
+        picks = tuple(rest)
+        if not source or not all(picks):
+            raise CaseError(f"--shapes {spec!r}: expected SOURCE{PICK}PICK with nothing empty (e.g. benchmarks"
+                            f"{PICK}2 or task.yml{PICK}tests)")
+    named = folder / f"{source}.yml"
+    if "/" not in source and named.is_file():
+        return load_yaml(named, plug, picks)
+    path = Path(source)
     if path.is_file():
         if path.suffix in (".yml", ".yaml"):
-            return load_yaml(path, plug)
+            return load_yaml(path, plug, picks)
         cases = parse_text(read_text_file(path), plug, str(path))
         if not cases:
             raise CaseError(f"{path}: no cases in the file")
-        return ShapeSet(path.stem, tuple(cases), problem)
-    if ":" in spec and ";" in spec:
-        return ShapeSet("inline", tuple(parse_text(spec, plug)), problem)
+        if len(picks) > 1:
+            raise CaseError(f"--shapes {spec!r}: expected at most one case after the file, got {len(picks)} picks")
+        shape_set = ShapeSet(path.stem, tuple(cases), problem)
+        return pick_case(shape_set, picks[0]) if picks else shape_set
     if path.is_dir():
-        raise CaseError(f"shape file {spec}: expected a .yml or text file, got a folder")
-    if path.suffix in (".yml", ".yaml", ".txt") or "/" in spec:
-        raise CaseError(f"shape file {spec} does not exist")
+        raise CaseError(f"shape file {source}: expected a .yml or text file, got a folder")
+    if path.suffix in (".yml", ".yaml", ".txt") or "/" in source:
+        raise CaseError(f"shape file {source} does not exist")
     known = [*aliases, *sorted(p.stem for p in folder.glob("*.yml"))]
     example = plug.case_text(load_yaml(problems.shapes_file(problem, "tests"), plug).cases[0])
     raise CaseError(f"--shapes {spec!r}: expected a shape-set name of {problem} ({', '.join(known)}), a .yml or "
-                    f"text file, or an inline case like {example!r}")
+                    f"text file (an official task.yml too), one case of a set (benchmarks{PICK}2), or an inline "
+                    f"case like {example!r}")

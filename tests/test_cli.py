@@ -62,7 +62,8 @@ def test_settings_file_that_is_not_yaml_or_is_a_shape_file(tmp_path):
     settings.write_text("timing:\n  max_runs: 5\n")
     result = _run("--shapes", str(settings))
     assert result.exit_code == 113
-    assert "expected a mapping with a 'cases' list, got a mapping with keys 'timing'" in " ".join(result.output.split())
+    assert (f"{settings}: expected a mapping with a 'cases' list, or an official task.yml with 'tests' or "
+            f"'benchmarks' lists, got a mapping with keys 'timing'") in " ".join(result.output.split())
 
 
 def test_settings_keys_keep_their_kinds(tmp_path):

@@ -65,7 +65,8 @@ def test_shapes_resolve_to_the_problems_own_sets():
     result = _run("--submission", "nvfp4_gemv/torch_reference", "--shapes", "smok")
     assert (result.exit_code, result.output) == (
         113, "Error: --shapes 'smok': expected a shape-set name of nvfp4_gemv (auto, benchmarks, smoke, tests), a "
-             ".yml or text file, or an inline case like 'm: 128; k: 256; l: 1; seed: 1111'\n")
+             ".yml or text file (an official task.yml too), one case of a set (benchmarks#2), or an inline case like "
+             "'m: 128; k: 256; l: 1; seed: 1111'\n")
 
 
 def test_list_shows_each_variants_problem():

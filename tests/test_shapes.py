@@ -50,7 +50,8 @@ def test_an_unknown_set_names_the_problem_its_sets_and_an_example():
     with pytest.raises(CaseError) as info:
         shapes.load_shapes("smok", "nvfp4_gemv")
     assert str(info.value) == ("--shapes 'smok': expected a shape-set name of nvfp4_gemv (benchmarks, smoke, tests), "
-                               "a .yml or text file, or an inline case like 'm: 128; k: 256; l: 1; seed: 1111'")
+                               "a .yml or text file (an official task.yml too), one case of a set (benchmarks#2), "
+                               "or an inline case like 'm: 128; k: 256; l: 1; seed: 1111'")
     with pytest.raises(CaseError, match=r"^line 'm: 1; n: 2; k: 64; g: 1; seed: 1': expected keys \['m', 'n', 'k', 'l'"):
         shapes.load_shapes("m: 1; n: 2; k: 64; g: 1; seed: 1", "nvfp4_gemm")
 
@@ -62,3 +63,24 @@ def test_smoke_sets_are_small_enough_for_a_cpu():
         plug = problems.get(problem)
         for case in shapes.load_shapes("smoke", problem).cases:
             assert plug.flops(case) <= 2 * 256 * 256 * 256
+
+
+def test_picks_task_yml_lists_and_mapping_lines_work_for_every_problem(tmp_path):
+    """The forms the official task.yml brings (its tests/benchmarks lists, JSON-style case lines) and ``#``
+    picks (a list, then one case by number from 1 or by name), through the plug."""
+    second = shapes.load_shapes("benchmarks#2", "nvfp4_gemm")
+    assert (second.name, second.problem) == ("benchmarks#2", "nvfp4_gemm")
+    assert second.cases == (shapes.load_shapes("benchmarks", "nvfp4_gemm").cases[1],)
+    task_yml = tmp_path / "task.yml"
+    task_yml.write_text('tests:\n  - {"m": 128, "k": 256, "l": 1, "seed": 1}\n'
+                        'benchmarks:\n  - {"m": 256, "k": 64, "l": 2, "seed": 2, "name": "tiny"}\n')
+    bench = shapes.load_shapes(f"{task_yml}#benchmarks#tiny", "nvfp4_gemv")
+    assert bench.name == "benchmarks#tiny" and [(c.m, c.k, c.l) for c in bench.cases] == [(256, 64, 2)]
+    with pytest.raises(CaseError, match=r"holds 'tests' and 'benchmarks': expected .*#tests or .*#benchmarks"):
+        shapes.load_shapes(str(task_yml), "nvfp4_gemv")
+    (case,) = shapes.load_shapes('{"m": 64, "n": 128, "k": 64, "l": 2, "seed": 5}', "nvfp4_dual_gemm").cases
+    assert (case.m, case.n, case.k, case.l, case.seed) == (64, 128, 64, 2, 5)
+    with pytest.raises(CaseError, match=r"^--shapes smoke#3: expected a case number from 1 to 2, got '3'$"):
+        shapes.load_shapes("smoke#3", "nvfp4_gemm")
+    # nvfp4_group_gemm's picks name the same case as before
+    assert shapes.load_shapes("smoke#2").cases == (task_spec.load_shapes("smoke").cases[1],)
