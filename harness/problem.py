@@ -187,12 +187,23 @@ class Problem(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class OutputMeta:
+    """What one returned object was, as the worker saw it (so the parent can judge without the object)."""
+
+    type_name: str
+    plain_tensor: bool      # exactly torch.Tensor (no subclass)
+    dtype: str = ""
+    shape: tuple[int, ...] = ()
+    device: str = ""
+    tensor_subclass: bool = False   # a subclass of torch.Tensor (its dtype/shape are not read: its code)
+
+
 def validate_outputs(spec: OutputSpec, container: str, metas: Sequence[Any], device: str) -> str | None:
     """None when a call's returned objects match ``spec``; else one line saying what is wrong.
 
     ``container``: the returned object's type name (``"builtins.list"`` or ``"torch.Tensor"``); ``metas``: one
-    description per returned tensor (``task.returned.OutputMeta``-like: ``type_name``, ``plain_tensor``,
-    ``dtype``, ``shape``, ``device``); ``device``: where the inputs live, as ``str(torch.device)``.
+    ``OutputMeta`` per returned tensor; ``device``: where the inputs live, as ``str(torch.device)``.
     """
     expected = "torch.Tensor" if spec.container == "tensor" else "builtins.list"
     n = len(spec.tensors)

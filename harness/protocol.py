@@ -22,7 +22,7 @@ from enum import IntEnum
 
 import msgspec
 
-from task.returned import OutputMeta
+from harness.problem import OutputMeta
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,8 @@ class Run:
     host buffer (bytes; the parent fills two slots in turn); ``seq``: this request's number in the flag words
     (CUDA: the worker writes it to ``ready`` before its window, waits until ``go`` holds it, and writes it to
     ``end_calls`` after its end mark and to ``end_copy`` once its outputs are in the output buffer); ``ahead``:
-    kept for compatibility, every timed run is answered ``Closed`` first."""
+    kept for compatibility, every timed run is answered ``Closed`` first. ``plan``: for a problem without an arena
+    (every one but nvfp4_group_gemm), a harness.plan.Plan as JSON, and ``m``/``n``/``k`` empty."""
 
     m: tuple[int, ...]
     n: tuple[int, ...]
@@ -109,6 +110,7 @@ class Run:
     host_offset: int = 0
     ahead: bool = False
     seq: int = 0
+    plan: str = ""
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,12 @@ def get(name: str):
     return importlib.import_module(f"problems.{name}.plug").PROBLEM
 
 
+def data_modes() -> tuple[str, ...]:
+    """Every data mode some problem offers (its plug's ``data_modes``), in first-seen order (``official`` first):
+    what ``--data`` may say before the problem is known; the plug then refuses a mode it lacks."""
+    return tuple(dict.fromkeys(m for n in names() for m in get(n).data_modes))
+
+
 def shapes_file(name: str, shape_set: str) -> Path:
     """Where problem ``name``'s official set ``shape_set`` (``tests``, ``benchmarks``) lives."""
     if name == "nvfp4_group_gemm":

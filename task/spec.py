@@ -11,13 +11,14 @@ are read wherever a case is. ``g`` may be left out (the length of the m/n/k list
 """
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
 import yaml
+
+from harness import shapes as _shapes
 
 #: Every case's K must be a multiple of this (one e4m3fn scale per 16 e2m1 values, two values a byte, and the
 #: blocked scale layout groups 4 scale columns: 64). The official shapes all use multiples of 256.
@@ -31,7 +32,7 @@ CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "shapes"
 DATA_MODES: tuple[str, ...] = ("official", "full-range")
 #: Hex digits of a shape set's id (``shape_set_id``): 48 bits, short enough to type, and two sets in one store
 #: collide with odds of about n^2 / 2^49.
-SHAPE_SET_ID_DIGITS = 12
+SHAPE_SET_ID_DIGITS = _shapes.SHAPE_SET_ID_DIGITS
 #: A case's seed when it names none: 1111, the seed of every case of the official tests and benchmarks (task.yml).
 DEFAULT_SEED = 1111
 #: The lists of cases an official task.yml holds, in the order they are offered.
@@ -89,21 +90,11 @@ def shape_set_id(cases: Iterable[Case]) -> str:
     """A shape set's identity: the first ``SHAPE_SET_ID_DIGITS`` hex digits of the sha256 of its cases' official
     lines (``Case.text()``: sizes and seeds, not names) joined by newlines, in order. Two files with the same cases
     share an id whatever they are called; two files called ``smoke.yml`` with different cases do not."""
-    text = "\n".join(c.text() for c in cases)
-    return hashlib.sha256(text.encode()).hexdigest()[:SHAPE_SET_ID_DIGITS]
+    return _shapes.shape_set_id(c.text() for c in cases)
 
 
-@dataclass(frozen=True)
-class ShapeSet:
-    """A list of cases, identified by its content (``id``, see ``shape_set_id``); ``name`` is only a label (the
-    file stem, or ``inline``)."""
-
-    name: str
-    cases: tuple[Case, ...]
-
-    @property
-    def id(self) -> str:
-        return shape_set_id(self.cases)
+#: A shape set of this problem: harness.shapes.ShapeSet, whose ``problem`` defaults to nvfp4_group_gemm.
+ShapeSet = _shapes.ShapeSet
 
 
 def case_from_mapping(d: Mapping, where: str = "") -> Case:

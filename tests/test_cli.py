@@ -303,7 +303,8 @@ def test_output_that_is_a_folder_is_one_line_exit_1_before_measuring(tmp_path, o
 def test_unknown_shape_set_name_lists_auto_with_the_named_sets():
     result = CliRunner().invoke(main, ["run", "--submission", "torch_reference", "--shapes", "smok", "--no-store"])
     assert result.exit_code == 113 and result.output.startswith(
-        "Error: --shapes 'smok': expected a shape-set name (auto, benchmarks, smoke, tests), a .yml or text file")
+        "Error: --shapes 'smok': expected a shape-set name of nvfp4_group_gemm (auto, benchmarks, smoke, tests), a "
+        ".yml or text file")
 
 
 def test_shapes_naming_a_folder_says_it_is_a_folder(tmp_path):

@@ -171,3 +171,18 @@ def test_export_command_refusals_are_one_line_with_exit_113(tmp_path):
     bad = run_cli("export", str(entry.parent), "-o", str(tmp_path / "x.py"))
     assert bad.returncode == 113 and len(bad.stderr.strip().splitlines()) == 1
     assert bad.stderr.startswith("Error: cannot export v: v/submission.py:5: a relative import")
+
+
+def test_a_problem_variant_exports_for_its_own_board_with_the_runners_task_types():
+    """nvfp4_gemm/torch_reference imports its types from problems.nvfp4_gemm; the official runner has them in
+    task.py: export rewrites the import and writes the problem's leaderboard directive, and the check passes."""
+    from harness.parent.registry import resolve
+    from harness.submit.check import check
+    from harness.submit.export import export_variant
+
+    exported = export_variant(resolve("nvfp4_gemm/torch_reference"))
+    lines = exported.text.splitlines()
+    assert lines[:2] == ["#!POPCORN leaderboard nvfp4_gemm", "#!POPCORN gpu B200"]
+    assert "from task import input_t, output_t" in lines and not any("problems" in x for x in lines
+                                                                     if x.startswith(("from ", "import ")))
+    assert check(exported.text.encode(), "x", "submission.py", use_guard=False).findings == ()

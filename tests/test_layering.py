@@ -11,11 +11,18 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 #: The leaves both sides share. ``harness`` itself is one (it holds ROOT) but only by exact name: it is no prefix.
-BOUNDARY = ("harness", "harness.protocol", "harness.channel", "harness.buffers", "harness.confine")
+BOUNDARY = ("harness", "harness.protocol", "harness.channel", "harness.buffers", "harness.confine",
+            "harness.plan", "harness.hardware", "harness.problem", "harness.shapes")
+#: Machine facts, the problem contract and shape-text parsing: leaves a problem (and task) may read too.
+FACTS = ("harness.hardware", "harness.problem", "harness.shapes")
 
 #: (layer prefix, the prefixes it may import from harness/task/submissions). A module matches its longest prefix.
 RULES: dict[str, tuple[str, ...]] = {
-    "task": ("task",),
+    "task": ("task",) + FACTS,
+    "harness.hardware": (),
+    "harness.plan": (),
+    "harness.problem": (),
+    "harness.shapes": ("harness.problem",),
     "harness.protocol": ("task",) + BOUNDARY,
     "harness.channel": BOUNDARY,
     "harness.buffers": BOUNDARY,
@@ -99,4 +106,45 @@ def test_a_planted_violation_is_reported(tmp_path, where, line, expected):
         (tmp_path / part / "__init__.py").write_text("")
     (tmp_path / where).write_text(line)
     found = violations(tmp_path)
+    assert len(found) == 1 and found[0].startswith(expected), found
+
+
+#: Where the harness may still import ``task`` (nvfp4_group_gemm's own code): the parent's side of its arena
+#: (harness/parent/samples.py, through which the judge and the runner reach its checks and compiles) and the
+#: worker's (which rebuilds its arena views). Every other problem goes through its plug.
+TASK_SEAMS = ("harness.parent.samples", "harness.worker.__main__")
+
+
+def problem_imports(root: Path) -> list[str]:
+    """One line per import in harness/ of ``task`` outside TASK_SEAMS, or of a problem's own module
+    (``problems.<name>``; the registry ``problems`` and ``harness.problem`` are the only ways in)."""
+    out = []
+    for path in sorted((root / "harness").rglob("*.py")):
+        name = module_name(path, root)
+        for line, target in imports_of(path, name):
+            head = target.split(".")[0]
+            if head == "task" and name not in TASK_SEAMS:
+                out.append(f"{name}:{line} imports {target}")
+            if head == "problems" and target.count(".") and target.split(".")[1] in _problem_names(root):
+                out.append(f"{name}:{line} imports {target} (a problem's own module)")
+    return out
+
+
+def _problem_names(root: Path) -> set[str]:
+    return {p.name for p in (root / "problems").iterdir() if p.is_dir()} if (root / "problems").is_dir() else set()
+
+
+def test_the_harness_knows_no_problem_but_through_the_registry():
+    assert problem_imports(ROOT) == []
+
+
+@pytest.mark.parametrize("line,expected", [
+    ("from task.spec import Case\n", "harness.parent.extra:3 imports task.spec.Case"),
+    ("import problems.nvfp4_gemm.plug\n", "harness.parent.extra:3 imports problems.nvfp4_gemm.plug (a problem's"),
+])
+def test_a_planted_problem_import_is_reported(tmp_path, line, expected):
+    (tmp_path / "harness" / "parent").mkdir(parents=True)
+    (tmp_path / "problems" / "nvfp4_gemm").mkdir(parents=True)
+    (tmp_path / "harness" / "parent" / "extra.py").write_text("import problems\nfrom harness import problem\n" + line)
+    found = problem_imports(tmp_path)
     assert len(found) == 1 and found[0].startswith(expected), found

@@ -66,11 +66,16 @@ def test_extension_must_be_one_the_server_takes():
       ("directive", None, "no '#!POPCORN gpu' in the leading comment block (the board runs B200)")]),
     ("#!POPCORN leaderboard nvfp4_group_gemm\n#!POPCORN gpu H200\n",
      [("directive", 2, "gpu 'H200': the nvfp4_group_gemm board runs B200")]),
-    ("#!POPCORN leaderboard nvfp4_gemm\n#!POPCORN gpu B200\n",
-     [("directive", 1, "leaderboard 'nvfp4_gemm': this problem's board is 'nvfp4_group_gemm'")]),
+    ("#!POPCORN leaderboard nvfp4_gemm\n#!POPCORN gpu B200\n", []),  # another NVFP4 board
+    ("#!POPCORN leaderboard nvfp4_gemv\n#!POPCORN gpu H200\n",
+     [("directive", 2, "gpu 'H200': the nvfp4_gemv board runs B200")]),
+    ("#!POPCORN leaderboard nvfp4_bogus\n#!POPCORN gpu B200\n",
+     [("directive", 1, "leaderboard 'nvfp4_bogus': the boards fp4bench knows are nvfp4_dual_gemm, nvfp4_gemm, "
+                       "nvfp4_gemv, nvfp4_group_gemm")]),
     ("#!POPCORN gpu B200\n\n#!POPCORN leaderboard nvfp4_group_gemm\n",
      [("directive", 3, "#!POPCORN after the leading comment block (line 2 ends it): the server ignores it"),
-      ("directive", None, "no '#!POPCORN leaderboard nvfp4_group_gemm' in the leading comment block")]),
+      ("directive", None, "no '#!POPCORN leaderboard nvfp4_group_gemm' (or another problem's name: "
+                          "nvfp4_dual_gemm, nvfp4_gemm, nvfp4_gemv, nvfp4_group_gemm) in the leading comment block")]),
 ])
 def test_directives_are_read_as_the_server_reads_them(head, expected):
     assert found(head + BODY) == expected

@@ -94,6 +94,8 @@ def test_migration_gives_old_runs_the_id_of_their_cases(tmp_path):
         store.begin(dataclasses.replace(cut, cases=(), complete=False, geomean_ns=None))
         store.add_case("r3", cut.cases[0], 0)
     conn = sqlite3.connect(db)  # back to v1, as an older fp4bench wrote it
+    conn.execute("DROP INDEX runs_by_problem")  # schema v5's
+    conn.execute("ALTER TABLE runs DROP COLUMN problem")
     conn.execute("DROP INDEX runs_by_shape_set_id")
     conn.execute("ALTER TABLE runs DROP COLUMN shape_set_id")
     conn.execute("ALTER TABLE runs DROP COLUMN notes")  # schema v3's
@@ -101,12 +103,13 @@ def test_migration_gives_old_runs_the_id_of_their_cases(tmp_path):
     for run_id, body in conn.execute("SELECT run_id, record_json FROM runs").fetchall():
         d = json.loads(body)
         d.pop("shape_set_id")
+        d.pop("problem")
         conn.execute("UPDATE runs SET record_json = ? WHERE run_id = ?", (json.dumps(d), run_id))
     conn.execute("PRAGMA user_version = 1")
     conn.commit()
     conn.close()
     with ResultStore(db) as store:
-        assert store.version == len(schema_mod.MIGRATIONS) == 4
+        assert store.version == len(schema_mod.MIGRATIONS) == 5
         assert [(r.run_id, r.shape_set_id) for r in store.runs()] == [("r1", smoke.id), ("r2", tests.id), ("r3", "")]
 
 
@@ -186,7 +189,7 @@ def test_leaderboard_ranks_each_variant_by_its_best_comparable_run(tmp_path):
     beta = _record("beta-1", "beta", smoke, 2000.0, "2026-11-30T11:00:00+00:00")
     other_mode = _record("alpha-bench", "alpha", smoke, 10.0, "2026-11-30T13:00:00+00:00", mode="benchmark")
     assert [r.run_id for r in best_runs([slow, beta, fast, other_mode])] == ["alpha-fast", "beta-1", "alpha-bench"]
-    assert comparable_key(fast) == ("H200", smoke.id, "official", "leaderboard")
+    assert comparable_key(fast) == ("nvfp4_group_gemm", "H200", smoke.id, "official", "leaderboard")
     assert comparable_key(dataclasses.replace(fast, shape_set_id="")) == comparable_key(fast)  # from its cases
     db = tmp_path / "r.sqlite"
     with ResultStore(db) as store:

@@ -346,7 +346,7 @@ def test_a_v2_store_gains_notes_and_keeps_its_cases_and_cuda_failures(db, monkey
         case_result(BENCH[0], [], Status.ERROR, "CUDA error: RuntimeError: illegal memory access"),))
     monkeypatch.setattr(schema_mod, "MIGRATIONS", schema_mod.MIGRATIONS[:2])
     with ResultStore(db) as store:
-        store._insert_run(store._conn, crashed)
+        _insert_old_run(store, crashed)
         body = dataclasses.asdict(crashed.cases[0])
         del body["cuda_failure"], body["samples_ns"]
         store._conn.execute("INSERT INTO cases (run_id, idx, name, spec, status, message, record_json) VALUES "
@@ -387,11 +387,66 @@ def test_the_brackets_margin_round_trips_and_an_older_store_migrates_to_empty(tm
     db = tmp_path / "r.sqlite"
     monkeypatch.setattr(schema_mod, "MIGRATIONS", schema_mod.MIGRATIONS[:3])
     with ResultStore(db) as store:  # a v3 store: what save() wrote before the column existed
-        store._insert_run(store._conn, make_run("old"))
+        _insert_old_run(store, make_run("old"))
         store._conn.execute("UPDATE runs SET complete = 1, finished_at = 'x' WHERE run_id = 'old'")
     monkeypatch.undo()
     with ResultStore(db) as store:
-        assert store.version == 4 and store.load("old").bracket == ""
+        assert store.version == len(schema_mod.MIGRATIONS) and store.load("old").bracket == ""
         run = dataclasses.replace(make_run(), run_id="new", bracket="time bracket: 290 us + 20 us + 3% of the window")
         store.save(run)
         assert store.load("new").bracket == run.bracket
+
+
+def _insert_old_run(store: ResultStore, run) -> None:
+    """Insert ``run``'s row as a store before schema v5 (no ``problem`` column) held it."""
+    meta = run.to_dict()
+    for key in ("cases", "complete", "geomean_ns", "notes", "bracket", "problem"):
+        meta.pop(key, None)
+    store._conn.execute(
+        "INSERT INTO runs (run_id, started_at, mode, data, shape_set, secret_seed, variant, submission_path,"
+        " submission_sha256, git_commit, device, gpu_model, complete, geomean_ns, record_json, shape_set_id)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL, ?, ?)",
+        (run.run_id, run.started_at, run.mode, run.data, run.shape_set, run.secret_seed, run.submission.name,
+         run.submission.path, run.submission.sha256, run.git_commit, run.environment.device, "H200",
+         json.dumps(meta), run.shape_set_id))
+
+
+def test_a_v4_store_migrates_its_runs_to_nvfp4_group_gemm(tmp_path, monkeypatch):
+    """Schema v5 keys runs by problem: every run stored before it is an nvfp4_group_gemm run, found by that
+    filter and by no other, its cases read back as they were."""
+    db = tmp_path / "r.sqlite"
+    monkeypatch.setattr(schema_mod, "MIGRATIONS", schema_mod.MIGRATIONS[:4])
+    old = make_run("old")
+    with ResultStore(db) as store:  # a v4 store, its run and cases written the way v4 wrote them
+        assert store.version == 4
+        _insert_old_run(store, old)
+        for i, case in enumerate(old.cases):
+            store._insert_case(store._conn, "old", case, i, "nvfp4_group_gemm")
+        store._conn.execute("UPDATE runs SET complete = 1, finished_at = 'x', geomean_ns = ? WHERE run_id = 'old'",
+                            (old.geomean_ns,))
+    monkeypatch.undo()
+    with ResultStore(db) as store:
+        assert store.version == 5 == len(schema_mod.MIGRATIONS)
+        back = store.load("old")
+        assert back.problem == "nvfp4_group_gemm" and back.cases == old.cases
+        assert [r.run_id for r in store.runs(problem="nvfp4_group_gemm")] == ["old"]
+        assert store.runs(problem="nvfp4_gemm") == []
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT problem FROM runs").fetchall() == [("nvfp4_group_gemm",)]
+    conn.close()
+
+
+def test_a_run_of_another_problem_round_trips_with_its_own_cases(db):
+    import problems
+
+    gemv = problems.get("nvfp4_gemv")
+    case = gemv.parse_case({"m": 128, "k": 256, "l": 1, "seed": 1111, "name": "tiny"})
+    run = dataclasses.replace(make_run("g1"), problem="nvfp4_gemv", cases=(
+        case_result(case, [100.0, 110.0], Status.PASS),))
+    with ResultStore(db) as store:
+        store.save(run)
+        back = store.load("g1")
+        assert back == run and back.cases[0].case == case and back.cases[0].case.name == "tiny"
+        assert [r.run_id for r in store.runs(problem="nvfp4_gemv")] == ["g1"]
+        spec = store._conn.execute("SELECT spec FROM cases WHERE run_id = 'g1'").fetchone()[0]
+    assert spec == "m: 128; k: 256; l: 1; seed: 1111"

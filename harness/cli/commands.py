@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
+import problems
 from harness.cli import outputs
 from harness.cli import reports as cli_reports
 from harness.cli import submit as cli_submit
@@ -24,7 +25,7 @@ from harness.cli.exits import (EXIT_OUTPUT, Stdout, broken_pipe, fail, interrupt
                                 stop_on_sigterm)
 from harness.parent import sandbox as sandbox_mod
 from harness.parent import seeds
-from harness.parent.registry import RegistryError, find_variants, resolve
+from harness.parent.registry import RegistryError, find_variants, problem_of, resolve
 from harness.parent.settings import MAX_SECONDS, MODES, SettingsError, load_settings
 from harness.protocol import ExitCode
 from harness.report import popcorn
@@ -41,7 +42,8 @@ from harness.results.store import (
     StoreRecorder,
     resolve_db_path,
 )
-from task.spec import DATA_MODES, DEFAULT_SEED, SpecError, load_shapes
+from harness.problem import CaseError
+from harness.shapes import DEFAULT_PROBLEM, load_shapes
 
 
 class _Group(click.Group):
@@ -122,13 +124,16 @@ def main() -> None:
 def _run_options(fn):
     """The options ``run`` and ``compare`` share: shapes, data, seed, settings, timeout and the store."""
     for option in reversed((
+        click.option("--problem", default=None,
+                     help="The problem the submissions solve (fp4bench list names them); default: their "
+                          f"#!POPCORN leaderboard line, else {DEFAULT_PROBLEM}."),
         click.option("--shapes", default="auto", show_default=True,
-                     help="tests | benchmarks | smoke | a .yml or text file | an official task.yml (task.yml#tests, "
-                          "task.yml#benchmarks) | one case of a set by number from 1 or name (benchmarks#2, "
-                          "benchmarks#g8_n4096_k7168) | one inline case ('m: [96]; n: [128]; k: [256]' or "
-                          "'{\"m\": [96], \"n\": [128], \"k\": [256]}'; g defaults to the lists' length, seed to "
-                          f"{DEFAULT_SEED}); auto: benchmarks on a GPU, smoke on the CPU."),
-        click.option("--data", type=click.Choice(DATA_MODES), default="official", show_default=True),
+                     help="tests | benchmarks | smoke (the problem's own sets) | a .yml or text file | an official "
+                          "task.yml (task.yml#tests, task.yml#benchmarks) | one case of a set by number from 1 or "
+                          "name (benchmarks#2, benchmarks#g8_n4096_k7168) | one inline case ('m: [96]; n: [128]; "
+                          "k: [256]' or '{\"m\": [96], \"n\": [128], \"k\": [256]}'; g defaults to the lists' "
+                          "length, seed to the official sets' seed); auto: benchmarks on a GPU, smoke on the CPU."),
+        click.option("--data", type=click.Choice(problems.data_modes()), default="official", show_default=True),
         click.option("--seed", type=_Seed(), default=None,
                      help="Secret seed (a non-negative integer) combined into every case seed "
                           "(default: $POPCORN_SEED, else none)."),
@@ -155,35 +160,36 @@ def _run_options(fn):
     return fn
 
 
-def _prepare(specs, shapes, settings_path, timeout, seed, mode, data, workers=1):
-    """Variants, shape set, settings and secret seed from the options; exits 113 (bad spec) on a bad one, on a
-    K that full-range data cannot draw, and on a case that cannot fit in memory (harness.parent.memory), all before
-    anything is drawn or run. ``workers``: worker processes the run will start side by side."""
+def _prepare(specs, shapes, settings_path, timeout, seed, mode, data, workers=1, problem=None):
+    """Variants, their problem (``problem``: the --problem option, else ``pick_problem``), its shape set,
+    settings and secret seed from the options; exits 113 (bad spec) on a bad one, on a case the data mode cannot
+    draw (the plug's ``check_drawable``), and on a case that cannot fit in memory (harness.parent.memory), all
+    before anything is drawn or run. ``workers``: worker processes the run will start side by side."""
     from harness.parent.environment import device_facts
     from harness.parent.memory import check_fits
-    from task.inputs import check_full_range_k
 
     try:
         variants = [resolve(s) for s in specs]
         _distinct_names(variants, same_file_ok=mode == "compare")
+        name = pick_problem(problem, variants)
+        plug = problems.get(name)
         cuda = device_facts().cuda
         if shapes == "auto":
             shapes = "benchmarks" if cuda else "smoke"
-        shape_set = load_shapes(shapes, aliases=("auto",))
+        shape_set = load_shapes(shapes, name, aliases=("auto",))
         settings = load_settings(settings_path)
+        if name != DEFAULT_PROBLEM:  # configs/run.yml's loop is nvfp4_group_gemm's; the others run their own
+            settings = settings.with_timing(plug.timing, mode)
         secret = seed if seed is not None else seeds.secret_from_env()
         for case in shape_set.cases:  # a combined seed torch cannot take fails here, not mid-run
             seeds.case_seed(case.seed, secret)
-        if data == "full-range":
-            for case in shape_set.cases:
-                for k in case.k:
-                    try:
-                        check_full_range_k(k)
-                    except ValueError as exc:
-                        raise SpecError(f"--data full-range: {exc} (case {case.text()})") from None
+            try:
+                plug.check_drawable(case, data)
+            except CaseError as exc:
+                raise CaseError(f"--data {data}: {exc} (case {plug.case_text(case)})") from None
         inputs = 1 if mode in ("test", "profile") else settings.calls_per_sample
-        check_fits(shape_set.cases, inputs, workers, cuda)
-    except (RegistryError, SpecError, SettingsError, ValueError, MemoryError) as exc:
+        check_fits(shape_set.cases, inputs, workers, cuda, name)
+    except (RegistryError, SettingsError, ValueError, MemoryError) as exc:
         fail(str(exc), ExitCode.BAD_SPEC)
     _say_built_for(variants, device_facts())
     return variants, shape_set, settings if timeout is None else settings.with_timeout(timeout), secret
@@ -204,6 +210,28 @@ def _progress_console() -> Console:
     """Where progress goes: standard error (a bar on a terminal, a line per shape and phase elsewhere), so that
     what standard output carries (a table, --format json) stays clean."""
     return Console(stderr=True, highlight=False, soft_wrap=True)
+def pick_problem(option: str | None, variants) -> str:
+    """The problem a run of ``variants`` solves: ``option`` (--problem) when given, else the one they declare
+    (registry.problem_of: their ``#!POPCORN leaderboard`` line or problem folder, else nvfp4_group_gemm).
+    Raises CaseError for an unknown problem (naming the known ones), RegistryError when a variant declares
+    another problem than --problem or two variants declare different ones."""
+    if option is not None:
+        problems.get(option)
+        for v in variants:
+            if v.problem and v.problem != option:
+                raise RegistryError(f"submission {v.name!r} declares problem {v.problem} ({v.path}), not "
+                                    f"--problem {option}")
+        return option
+    declared = {problem_of(v) for v in variants}
+    if len(declared) > 1:
+        which = ", ".join(f"{v.name}: {problem_of(v)}" for v in variants)
+        raise RegistryError(f"the submissions solve different problems ({which}); a run times one problem")
+    name = declared.pop()
+    try:
+        problems.get(name)
+    except CaseError as exc:
+        raise CaseError(f"submission {variants[0].name!r} (#!POPCORN leaderboard {name}): {exc}") from None
+    return name
 
 
 def _distinct_names(variants, same_file_ok: bool = False) -> None:
@@ -294,7 +322,7 @@ def _show(console: Console, record, target: Path | None, store: ResultStore | No
         console.print(Text(f"note: {note}", style="dim"))
     for i, r in enumerate(record.cases):
         if r.profile:
-            console.print(profile_section(r, i))
+            console.print(profile_section(r, i, problems.get(record.problem)))
 
 
 def _devices(gpus: str | None, cluster: str | None) -> list[str] | None:
@@ -343,8 +371,8 @@ def _pool(variants, shape_set, opts, store, devices, cluster, progress, compare:
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
               help="Write every figure and the environment to this file (one submission) or FILE-<name>.json.")
 @_run_options
-def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, timeout, db, no_store, sandbox, gpus,
-            cluster, worker_log) -> None:
+def run_cmd(submissions, problem, shapes, mode, data, seed, json_path, settings_path, timeout, db, no_store, sandbox,
+            gpus, cluster, worker_log) -> None:
     """Run submissions over a shape set; exit code as the official runner (0, 110, 112, 113, 114; 3 when every
     case was skipped: nothing could run here; 130 after Ctrl-C, with the cases measured so far kept in the store
     and the --json file). With --gpus or --cluster the submissions run side by side, one per GPU
@@ -354,7 +382,8 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
     if not specs:
         fail(f"--submission: expected a variant name, a folder or a .py file (several separated by commas), "
               f"got {submissions!r}", ExitCode.BAD_SPEC)
-    variants, shape_set, settings, secret = _prepare(specs, shapes, settings_path, timeout, seed, mode, data)
+    variants, shape_set, settings, secret = _prepare(specs, shapes, settings_path, timeout, seed, mode, data,
+                                                     problem=problem)
     devices = _devices(gpus, cluster)
     outputs.popcorn_fd()
     outputs.check_json(json_path, variants)
@@ -406,13 +435,13 @@ def run_cmd(submissions, shapes, mode, data, seed, json_path, settings_path, tim
               show_default=True, help="How to write the comparison table (text: a table in the terminal).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the comparison table to this file instead of standard output.")
-def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, sandbox, gpus, cluster, worker_log,
-                fmt, out) -> None:
+def compare_cmd(a, b, problem, shapes, data, seed, settings_path, timeout, db, no_store, sandbox, gpus, cluster,
+                worker_log, fmt, out) -> None:
     """Time submission A against B interleaved (A, B, A, B ... on identical inputs, every output checked) on
     each shape: ratio A/B of per-call times with a 95% CI and a verdict, plus the geomean. A and B as for
     run --submission. Exit code as run's: nonzero when either side failed a shape, 3 when both were skipped."""
     (va, vb), shape_set, settings, secret = _prepare([a, b], shapes, settings_path, timeout, seed, "compare", data,
-                                                     workers=2)
+                                                     workers=2, problem=problem)
     devices = _devices(gpus, cluster)
     outputs.check_writable("--worker-log", worker_log)
     store = outputs.open_store(db, no_store)
@@ -446,14 +475,14 @@ def compare_cmd(a, b, shapes, data, seed, settings_path, timeout, db, no_store, 
     code = runs_exit([result.a, result.b])
     if fmt == "text" and out is None:
         Stdout().print(compare_rich_table(va.name, vb.name, result.rows, result.overall,
-                                           overall_label=result.overall_label))
+                                           overall_label=result.overall_label, plug=problems.get(shape_set.problem)))
     else:
         extra = {"a_run_id": result.a.run_id, "b_run_id": result.b.run_id, "shape_set": shape_set.name,
                  "shape_set_id": shape_set.id,
                  "data": data, "exit_code": code, "unmet": result.unmet,
                  "timed_alone": result.timed_alone}
         cli_reports.emit(compare_table(va.name, vb.name, result.rows, result.overall, fmt, result.overall_label,
-                                       extra), out)
+                                       extra, problems.get(shape_set.problem)), out)
     for letter, record in (("A", result.a), ("B", result.b)):
         for note in record.notes:
             err.print(Text(f"note: {letter} ({record.submission.name}): {note}", style="dim"))

@@ -15,9 +15,10 @@ import click
 from rich.console import Group
 from rich.text import Text
 
+import problems
 from harness.cli.exits import Stdout, fail
 from harness.protocol import ExitCode
-from harness.parent.registry import DeviceFacts, Variant
+from harness.parent.registry import DeviceFacts, Variant, problem_of, shown_name
 from harness.report.boards import RANK_NOTE, Board, leaderboards, rank_text
 from harness.report.console import SHAPE_KEY
 from harness.report.figures import (
@@ -35,8 +36,9 @@ from harness.report.history import HistoryRow, history_rows
 from harness.report.stacked import Col, StackedTable
 from harness.results.ranking import Verdict, best_runs, plural
 from harness.results.store import ResultStore, StoreError, resolve_db_path
-from task.cost import gpu_model
-from task.spec import DATA_MODES, SHAPE_SET_ID_DIGITS, SpecError, load_shapes
+from harness.hardware import gpu_model
+from harness.problem import CaseError
+from harness.shapes import DEFAULT_PROBLEM, SHAPE_SET_ID_DIGITS, load_shapes
 
 #: The run modes the leaderboard ranks (their runs carry timed samples of every case).
 RANKED_MODES = ("leaderboard", "benchmark")
@@ -57,18 +59,18 @@ def _open(db: Path | None) -> ResultStore:
         raise click.ClickException(str(exc)) from None
 
 
-def shapes_filter(store: ResultStore, spec: str | None) -> dict:
+def shapes_filter(store: ResultStore, spec: str | None, problem: str | None = None) -> dict:
     """``--shapes`` of a report command -> keyword filters for ``ResultStore.runs``. Tried in order: what
     ``run --shapes`` takes (a name in configs/shapes, a .yml or text file, an inline case), matched by its
-    content (``task.spec.shape_set_id``), so another file that happens to share the name never matches; a stored
+    content (``harness.shapes.shape_set_id``; ``problem``'s sets, default nvfp4_group_gemm), so another file that happens to share the name never matches; a stored
     shape-set id or a unique prefix of it (4+ hex digits); a name stored with runs (e.g. of a file since
     deleted). Exits 113 (BAD_SPEC, as ``run --shapes``) with one line saying what was tried when nothing or several
     ids match."""
     if spec is None:
         return {}
     try:
-        return {"shape_set_id": load_shapes(spec).id}
-    except SpecError as exc:
+        return {"shape_set_id": load_shapes(spec, problem or DEFAULT_PROBLEM).id}
+    except CaseError as exc:
         problem = str(exc)
     stored = store.shape_sets()
     if _ID_PREFIX.fullmatch(spec):
@@ -117,9 +119,10 @@ def board_rich_table(board: Board) -> Group:
                         ", ".join(e.tied_with) or "-", e.run.run_id, short_commit(e.run.git_commit))
     shapes = StackedTable("", SHAPE_KEY, [Col("shape", "left")] + [Col(f"{e.variant}\nus") for e in board.entries],
                           "per-shape mean time per call, us; variants in rank order")
+    plug = problems.get(board.problem)
     for i, case in enumerate(board.cases):
-        shapes.add_row(shape_number(i), shape_label(case), *(fmt_us(e.run.cases[i].stats.mean_ns)
-                                                              for e in board.entries))
+        shapes.add_row(shape_number(i), shape_label(case, plug), *(fmt_us(e.run.cases[i].stats.mean_ns)
+                                                                    for e in board.entries))
     return Group(ranking, shapes)
 
 
@@ -129,17 +132,25 @@ def board_rich_table(board: Board) -> Group:
 @click.option("--gpu", default=None, help="Only this GPU model (e.g. H200, B200), case-insensitive.")
 @click.option("--mode", type=click.Choice(RANKED_MODES), default="leaderboard", show_default=True,
               help="Which runs to rank.")
-@click.option("--data", type=click.Choice(DATA_MODES), default=None,
+@click.option("--data", type=click.Choice(problems.data_modes()), default=None,
               help="Only this data mode; default: all, ranked apart.")
+@click.option("--problem", default=None, help="Only this problem's runs; default: every problem, ranked apart.")
 @click.option("--format", "fmt", type=click.Choice(("table",) + FORMATS), default="table", show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the --format output to this file.")
-def leaderboard_cmd(db, shapes, gpu, mode, data, fmt, out) -> None:
+def leaderboard_cmd(db, shapes, gpu, mode, data, problem, fmt, out) -> None:
     """Variants ranked by the geomean of their best passing run (the fastest of their comparable runs: same
     GPU model, shape set, data and mode; its run id is shown), per GPU model and shape set, with 95%
     confidence intervals; variants whose intervals overlap are shown as ties."""
+    if problem is not None:
+        try:
+            problems.get(problem)
+        except CaseError as exc:
+            fail(str(exc), ExitCode.BAD_SPEC)
     with _open(db) as store:
-        where = shapes_filter(store, shapes)
+        where = shapes_filter(store, shapes, problem)
+        if problem is not None:
+            where["problem"] = problem
         passing = store.runs(mode=mode, gpu=gpu, data=data, passed=True, with_samples=False, **where)
         runs, considered = best_runs(passing), len(passing)
         everything = len(store.runs(mode=mode, gpu=gpu, data=data, with_samples=False, **where))
@@ -258,11 +269,12 @@ def register(group) -> None:
 
 def variants_table(variants: Sequence[Variant], machine: DeviceFacts,
                    exports: Sequence[str] | None = None) -> StackedTable:
-    """``fp4bench list``: per variant its POPCORN leaderboard and gpu headers, its requirement, and whether it
-    runs on ``machine``: ``yes``, ``no: <reason>``, or for a file that declares no requirement but is plainly
-    built for another GPU ``probably not: <why>`` (Variant.looks_unmet); with ``exports`` (one per variant), the
-    state of its export for the official board (``ok``, its findings, or why it cannot be exported)."""
-    columns = [Col("leaderboard", "left"), Col("gpu", "left"), Col("requires", "left"),
+    """``fp4bench list``: per variant (``<problem>/<name>`` in a problem folder) its problem
+    (registry.problem_of), POPCORN gpu header, its requirement, and whether it runs on ``machine``: ``yes``,
+    ``no: <reason>``, or for a file that declares no requirement but is plainly built for another GPU
+    ``probably not: <why>`` (Variant.looks_unmet); with ``exports`` (one per variant), the state of its export for
+    the official board (``ok``, its findings, or why it cannot be exported)."""
+    columns = [Col("problem", "left"), Col("gpu", "left"), Col("requires", "left"),
                Col("runs here", "left", wrap=True)]
     if exports is not None:
         columns.append(Col("export", "left", wrap=True))
@@ -277,8 +289,8 @@ def variants_table(variants: Sequence[Variant], machine: DeviceFacts,
             runs_here = Text.assemble(("probably not", "yellow"), f": {guess}")
         else:
             runs_here = Text("yes", style="green")
-        cells = [v.popcorn.get("leaderboard", ""), v.popcorn.get("gpu", ""), v.requires.text, runs_here]
+        cells = [problem_of(v), v.popcorn.get("gpu", ""), v.requires.text, runs_here]
         if exports is not None:
             cells.append(Text("ok", style="green") if exports[i] == "ok" else Text(exports[i], style="yellow"))
-        table.add_row(v.name, *cells)
+        table.add_row(shown_name(v), *cells)
     return table

@@ -27,9 +27,12 @@ from harness.parent.sandbox import Sandbox, plan_for
 from harness.parent.settings import Settings
 from harness.results.record import CaseResult, RunRecord, Status
 from harness.results.stats import summarize
-from task.cost import peaks_for
-from task.inputs import default_device
-from task.spec import Case
+import problems
+from harness.hardware import peaks_for
+from harness.parent.plain import PlainSample
+from harness.shapes import DEFAULT_PROBLEM
+from harness.hardware import default_device
+from harness.problem import Case
 
 
 @dataclass(frozen=True)
@@ -284,8 +287,10 @@ class CaseRunner:
     """Runs the phases of one case: correctness call, warm-up, timed samples with every output checked.
     ``notes``: what passing replies were noted for (judge.notes), each once, in order."""
 
-    def __init__(self, session: Session, opts: RunOptions, observer: Observer, device: torch.device):
+    def __init__(self, session: Session, opts: RunOptions, observer: Observer, device: torch.device,
+                 problem: str = DEFAULT_PROBLEM):
         self.session, self.opts, self.observer, self.device = session, opts, observer, device
+        self.problem, self.plug = problem, problems.get(problem)
         facts = device_facts()
         self.peaks = peaks_for(facts.name) if facts.cuda else None
         self.notes: list[str] = []
@@ -298,11 +303,16 @@ class CaseRunner:
         return self._checked.get(case, 0)
 
     def _sample(self, case: Case, calls: int, slot: int) -> Sample:
-        key = (case.m, case.n, case.k, calls, slot)
+        """The sample buffers of ``calls`` inputs of ``case`` in host slot ``slot``: nvfp4_group_gemm's arena
+        (samples.Sample), any other problem's plan (plain.PlainSample)."""
+        arena = self.problem == DEFAULT_PROBLEM
+        key = (case.m, case.n, case.k, calls, slot) if arena else (case, calls, slot)
         if key not in self._samples:
             if len(self._samples) >= 4:  # keep the device memory of two shapes (two slots each) at most
                 self._samples.pop(next(iter(self._samples)))
-            self._samples[key] = Sample(case, calls, self.opts.data, self.device, self.session.shared, slot)
+            shared = self.session.shared
+            self._samples[key] = (Sample(case, calls, self.opts.data, self.device, shared, slot) if arena else
+                                  PlainSample(self.plug, case, calls, self.opts.data, self.device, shared, slot))
         return self._samples[key]
 
     def _ready(self, case: Case, seeds: list[int], official_order: bool) -> Sample:
@@ -332,9 +342,8 @@ class CaseRunner:
         ahead = then is not None and kind == "time"
         on_closed = (lambda: self._prepare_ahead(case, then, 1 - sample.slot)) if ahead else None
         try:
-            reply, measured, outside = self.session.run(
-                P.Run(case.m, case.n, case.k, len(seeds), kind, watch=watch, host_offset=sample.host_offset,
-                      ahead=ahead), sample, on_closed)
+            reply, measured, outside = self.session.run(sample.request(kind, watch=watch, ahead=ahead), sample,
+                                                        on_closed)
             judge.reply(sample, reply, outside)
             if measured is not None:
                 judge.bracket(self.session.bracket, case, reply, measured, sample)
@@ -372,14 +381,14 @@ class CaseRunner:
         the reference. Reports ``on_sample(index, i + 1)`` to the observer.
 
         Returns the per-call time in ns (the sample's duration / its calls). Raises CaseFailed: FAIL for a wrong
-        output, work outside the window, tampering, or a time below this GPU's physical floor (task.cost, CUDA
-        only); ERROR, CRASH or TIMEOUT for the submission's faults."""
+        output, work outside the window, tampering, or a time below this GPU's physical floor (the plug's FLOPs
+        and bytes, CUDA only); ERROR, CRASH or TIMEOUT for the submission's faults."""
         calls = self.opts.settings.calls_per_sample
         # the next request is sample i + 1, or the kernel-time pass on the same seeds
         reply = self._call(case, seedlib.sample_seeds(seed, i, calls), "time",
                            then=seedlib.sample_seeds(seed, i + 1, calls))
         per_call = reply.elapsed_ns / reply.calls
-        judge.floor(case, per_call, self.peaks)
+        judge.floor(case, per_call, self.peaks, self.plug)
         self.observer.on_sample(index, i + 1)
         return per_call
 

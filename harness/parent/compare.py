@@ -52,12 +52,14 @@ from harness.parent.environment import device_facts
 from harness.parent.process import EXIT_WAIT_S
 from harness.parent.registry import Variant
 from harness.parent.runner import LOADING, close_record, new_record, while_workers_start
+from harness.shapes import DEFAULT_PROBLEM
 from harness.protocol import ExitCode
 from harness.results.ranking import CompareRow, Comparison, NoRatio, compare_geomeans, compare_samples, plural
 from harness.results.record import CaseResult, RunRecord, Status, exit_code
 from harness.results.stats import StoppingRule
-from task.inputs import default_device
-from task.spec import Case, ShapeSet
+from harness.hardware import default_device
+from harness.problem import Case
+from harness.shapes import ShapeSet
 
 #: The mode compare runs are recorded with, and whose budget (Settings.budget_s) the stopping rule uses.
 MODE = "compare"
@@ -118,10 +120,11 @@ class CompareResult:
 class _Side:
     """One variant's worker, case runner, observer and results, and its attempt at the current shape."""
 
-    def __init__(self, letter: str, variant: Variant, opts: RunOptions, observer: Observer, device: torch.device):
+    def __init__(self, letter: str, variant: Variant, opts: RunOptions, observer: Observer, device: torch.device,
+                 problem: str = DEFAULT_PROBLEM):
         self.letter, self.variant, self.observer = letter, variant, observer
         self.session = Session(variant, opts.settings, sandbox=opts.sandbox, worker_log=opts.worker_log)
-        self.runner = CaseRunner(self.session, opts, observer, device)
+        self.runner = CaseRunner(self.session, opts, observer, device, problem)
         self.results: list[CaseResult] = []
         self.attempt: CaseAttempt | None = None
 
@@ -156,7 +159,7 @@ def compare(a: Variant, b: Variant, shapes: ShapeSet, opts: RunOptions = RunOpti
     obs_a, obs_b = observers or (Observer(), Observer())
     device = default_device()
     torch.set_num_threads(1)  # as runner.run: the parent's draws and checks must not compete with the workers
-    sides = (_Side("A", a, opts, obs_a, device), _Side("B", b, opts, obs_b, device))
+    sides = (_Side("A", a, opts, obs_a, device, shapes.problem), _Side("B", b, opts, obs_b, device, shapes.problem))
     records = [new_record(s.variant, shapes, opts) for s in sides]
     for side, record in zip(sides, records):
         side.observer.on_start(record)
@@ -194,7 +197,7 @@ def _run_cases(cases, case_seeds, sides: tuple[_Side, ...], rule: StoppingRule) 
     for s in sides:
         s.observer.on_phase(None, LOADING)
         s.session.start()
-    while_workers_start(cases, sides[0].runner.opts, sides[0].runner.device)
+    while_workers_start(cases, sides[0].runner.opts, sides[0].runner.device, sides[0].runner.problem)
     failed = {s.letter: exc for s in sides if (exc := lifecycle.load(s.session))}
     _police(sides, sides)  # the imports overlap: an orphan that appears now is charged to both
     if failed:  # import error or no entry point: that side fails every case

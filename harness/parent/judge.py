@@ -19,12 +19,12 @@ import torch
 
 from harness import protocol as P
 from harness.parent.bracket import Bracket, Measured
-from harness.parent.samples import Sample
+from harness.parent.samples import Sample, arena_check
 from harness.parent.registry import shown
 from harness.results.record import MESSAGE_CHARS, TRACEBACK_HEAD, WHERE_PREFIX, Status, cut_message
-from task.check import ReferenceError, all_finite_fp16, check_outputs, compare, validate_container
-from task.cost import GpuPeaks, sol_ns
-from task.spec import Case
+from harness.hardware import GpuPeaks, sol_ns_of
+from harness.parent.plain import PlainSample
+from harness.problem import validate_outputs
 
 
 @dataclass(frozen=True)
@@ -176,13 +176,15 @@ def container_label(c: P.Container) -> str:
 def outputs(sample: Sample, reply: P.RunReply) -> str | None:
     """None if every call returned the expected outputs; else what is wrong, for the first call that is.
     Raises ReferenceError if the reference itself is not finite."""
+    if isinstance(sample, PlainSample):
+        return plain_outputs(sample, reply)
     L, case = sample.layout, sample.case
     calls = len(reply.containers)
     prefix = (lambda j: f"call {j + 1} of {calls}: ") if calls > 1 else (lambda j: "")
     if calls != L.calls:
         return f"expected {L.calls} calls, the worker reported {calls}"
     for j, (container, metas) in enumerate(zip(reply.containers, reply.metas)):
-        problem = validate_container(container_label(container),
+        problem = arena_check.validate_container(container_label(container),
                                      list(metas),
                                      case.problem_sizes, str(sample.device))
         if problem:
@@ -193,17 +195,45 @@ def outputs(sample: Sample, reply: P.RunReply) -> str | None:
     # Official data's sums are exact, so a right kernel's outputs are usually bit for bit the reference's:
     # one integer comparison settles them; anything else goes through the tolerance check.
     if torch.equal(got.view(torch.int16), expected.view(torch.int16)):
-        if not all_finite_fp16(expected):
-            raise ReferenceError("the reference output holds NaN or inf")
+        if not arena_check.all_finite_fp16(expected):
+            raise arena_check.ReferenceError("the reference output holds NaN or inf")
         return None
-    if compare(got, expected).ok:
+    if arena_check.compare(got, expected).ok:
         return None
     views_got, views_exp = sample.views()
     for j in range(L.calls):
-        mismatch = check_outputs(views_got.outputs(j), views_exp.outputs(j))
+        mismatch = arena_check.check_outputs(views_got.outputs(j), views_exp.outputs(j))
         if mismatch:
             return prefix(j) + mismatch
     return "outputs differ from the reference"  # only reachable if the flat and per-group checks disagree
+
+
+def plain_outputs(sample: PlainSample, reply: P.RunReply) -> str | None:
+    """``outputs`` for a problem without an arena: what came back against the plug's OutputSpec
+    (harness.problem.validate_outputs), then the values through the plug's ``check``."""
+    spec = sample.plug.output_spec(sample.case)
+    calls, want = len(reply.containers), sample.plan.calls
+    prefix = (lambda j: f"call {j + 1} of {calls}: ") if calls > 1 else (lambda j: "")
+    if calls != want:
+        return f"expected {want} calls, the worker reported {calls}"
+    for j, (container, metas) in enumerate(zip(reply.containers, reply.metas)):
+        problem = validate_outputs(spec, container_label(container), list(metas), str(sample.device))
+        if problem:
+            return prefix(j) + problem
+        if not all(reply.copied[j]):
+            return prefix(j) + "outputs were not copied back (the worker saw them change type or shape)"
+    same = torch.equal(sample.got(), sample.expected())
+    for j in range(want):
+        got, expected = sample.call_views(j)
+        for e in ([expected] if spec.container == "tensor" else expected):
+            if not bool(torch.isfinite(e).all()):
+                raise arena_check.ReferenceError("the reference output holds NaN or inf")
+        if same:
+            continue
+        evidence = sample.plug.check(got, expected)
+        if not evidence.ok:
+            return prefix(j) + evidence.describe()
+    return None
 
 
 def reply(sample: Sample, run: P.RunReply, outside: str | None = None) -> None:
@@ -215,13 +245,13 @@ def reply(sample: Sample, run: P.RunReply, outside: str | None = None) -> None:
         raise CaseFailed(Status.FAIL, complaint)
     try:
         mismatch = outputs(sample, run)
-    except ReferenceError as exc:
+    except arena_check.ReferenceError as exc:
         raise CaseFailed(Status.ERROR, f"harness error: {exc}") from None
     if mismatch:
         raise CaseFailed(Status.FAIL, mismatch)
 
 
-def bracket(br: Bracket, case: Case, run: P.RunReply, measured: Measured, sample: Sample) -> None:
+def bracket(br: Bracket, case, run: P.RunReply, measured: Measured, sample: Sample) -> None:
     """Judge a timed sample against the parent's bracket: outputs written after its end, then the worker's
     claimed window against the bracket (harness.parent.bracket). Raises CaseFailed(FAIL)."""
     if sample.changed():
@@ -233,10 +263,10 @@ def bracket(br: Bracket, case: Case, run: P.RunReply, measured: Measured, sample
         raise CaseFailed(Status.FAIL, sentence)
 
 
-def floor(case: Case, per_call_ns: float, peaks: GpuPeaks | None) -> None:
-    """Raises CaseFailed(FAIL) when ``per_call_ns`` is below this GPU's physical floor (task.cost; ``peaks``
-    None: no floor, e.g. a CPU)."""
-    low = sol_ns(case, peaks, floor=True) if peaks else None
+def floor(case, per_call_ns: float, peaks: GpuPeaks | None, plug) -> None:
+    """Raises CaseFailed(FAIL) when ``per_call_ns`` is below this GPU's physical floor (``plug``'s FLOPs and bytes
+    of ``case`` at the peaks; ``peaks`` None: no floor, e.g. a CPU)."""
+    low = sol_ns_of(plug.flops(case), plug.bytes_moved(case), peaks, floor=True) if peaks else None
     if low is not None and per_call_ns < low:
         raise CaseFailed(Status.FAIL, f"impossible time: {per_call_ns:.0f} ns per call is below this GPU's "
                                       f"physical floor of {low:.0f} ns ({peaks.model}: FLOPs at "

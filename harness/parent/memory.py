@@ -17,33 +17,30 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from task.cost import bytes_moved
-from task.formats import SF_VEC, blocked_shape
-from task.spec import Case
+import problems
+from harness.shapes import DEFAULT_PROBLEM
 
 GIB = 1024**3
-#: Bytes per element of the exact reference's decode (fp64).
-_REF_ELEMENT = 8
 
 
-def input_bytes(case: Case) -> int:
-    """Bytes of one ``input_t`` of ``case``: a, b, c and the plain scales (``task.cost.bytes_moved``) plus the
-    scales' blocked copies (padded: ``task.formats.blocked_shape``)."""
-    blocked = sum(math.prod(blocked_shape(rows, k // SF_VEC))
-                  for m, n, k in zip(case.m, case.n, case.k) for rows in (m, n))
-    return bytes_moved(case) + blocked
+def _plug(problem: str):
+    return problems.get(problem)
 
 
-def output_bytes(case: Case) -> int:
-    """Bytes of one call's outputs: G fp16 tensors [M, N, 1]."""
-    return sum(m * n * 2 for m, n in zip(case.m, case.n))
+def input_bytes(case, problem: str = DEFAULT_PROBLEM) -> int:
+    """Bytes of one drawn input of ``case`` (every tensor, padding included: the plug's ``input_bytes``)."""
+    return _plug(problem).input_bytes(case)
 
 
-def reference_bytes(case: Case) -> int:
-    """The exact reference's working set for its largest group (fp64): A and B decoded, each beside a decode
-    temporary of its own size, and the fp64 product beside its fp32 rounding temporaries (task.reference)."""
-    return max(2 * (m + n) * k * _REF_ELEMENT + 3 * m * n * _REF_ELEMENT
-               for m, n, k in zip(case.m, case.n, case.k))
+def output_bytes(case, problem: str = DEFAULT_PROBLEM) -> int:
+    """Bytes of one call's outputs (the plug's ``output_spec``; nvfp4_group_gemm: G fp16 tensors [M, N, 1])."""
+    return _plug(problem).output_spec(case).nbytes
+
+
+def reference_bytes(case, problem: str = DEFAULT_PROBLEM) -> int:
+    """The exact reference's working set beyond its input and output (the plug's ``reference_bytes``;
+    nvfp4_group_gemm: its largest group in fp64)."""
+    return _plug(problem).reference_bytes(case)
 
 
 @dataclass(frozen=True)
@@ -55,13 +52,13 @@ class Need:
     host: int
 
 
-def case_need(case: Case, inputs_per_request: int, workers: int = 1) -> Need:
-    """What one request of ``inputs_per_request`` inputs of ``case`` needs with ``workers`` worker processes
-    (``compare`` runs two). Bytes; see the module docstring for what is counted."""
-    n = inputs_per_request
-    one = input_bytes(case) + output_bytes(case)
-    device = (workers + 1) * n * one + n * output_bytes(case) + reference_bytes(case)
-    return Need(device, 2 * workers * n * output_bytes(case))
+def case_need(case, inputs_per_request: int, workers: int = 1, problem: str = DEFAULT_PROBLEM) -> Need:
+    """What one request of ``inputs_per_request`` inputs of ``case`` (of ``problem``) needs with ``workers``
+    worker processes (``compare`` runs two). Bytes; see the module docstring for what is counted."""
+    n, out = inputs_per_request, output_bytes(case, problem)
+    one = input_bytes(case, problem) + out
+    device = (workers + 1) * n * one + n * out + reference_bytes(case, problem)
+    return Need(device, 2 * workers * n * out)
 
 
 def _proc_meminfo_available() -> int | None:
@@ -111,20 +108,22 @@ def fmt_gib(nbytes: float) -> str:
     return f"{math.ceil(nbytes / 1024**2)} MiB"
 
 
-def check_fits(cases, inputs_per_request: int, workers: int, cuda: bool) -> None:
+def check_fits(cases, inputs_per_request: int, workers: int, cuda: bool, problem: str = DEFAULT_PROBLEM) -> None:
     """Refuse a shape set with a case whose estimated need exceeds free memory. ``cuda``: the inputs live on the
-    current CUDA device (else on the CPU, where device and host needs add up).
+    current CUDA device (else on the CPU, where device and host needs add up). ``cases``: ``problem``'s.
 
     Raises MemoryError naming the first case that cannot fit, the memory it needs and the memory available."""
+    plug = _plug(problem)
     host_free = host_available()
     device_free = cuda_available() if cuda else host_free
     for case in cases:
-        need = case_need(case, inputs_per_request, workers)
+        need = case_need(case, inputs_per_request, workers, problem)
         checks = [("GPU", need.device, device_free), ("CPU", need.host, host_free)] if cuda else \
                  [("CPU", need.device + need.host, host_free)]
         for where, needed, free in checks:
             if free is not None and needed > free:
-                label = f"{case.name} ({case.text()})" if case.name else case.text()
+                text = plug.case_text(case)
+                label = f"{case.name} ({text})" if case.name else text
                 raise MemoryError(
                     f"case {label} needs about {fmt_gib(needed)} of {where} memory ({inputs_per_request} "
                     f"input{'s' if inputs_per_request != 1 else ''} a request, with their outputs and the exact "

@@ -41,7 +41,7 @@ from harness.results.record import (
     run_from_dict,
 )
 from harness.results.store import ResultStore, StoreRecorder
-from task.spec import ShapeSet
+from harness.shapes import ShapeSet
 
 #: The Dask event topic a task's hooks travel on.
 TOPIC = "fp4bench-run"

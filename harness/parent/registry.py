@@ -1,7 +1,9 @@
 """Find kernel variants and read what they declare, without importing them.
 
-A variant is ``submissions/<name>/submission.py`` (plus any files beside it), or any .py file given by path.
-Header lines at the top of the file declare metadata:
+A variant is ``submissions/<name>/submission.py`` (an nvfp4_group_gemm variant unless it says otherwise),
+``submissions/<problem>/<name>/submission.py`` (a variant of ``problem``, a name ``problems.names()`` knows; given
+as ``<problem>/<name>``), or any .py file given by path. Its problem (``Variant.problem``) is its
+``#!POPCORN leaderboard`` line's, else its problem folder's, else nvfp4_group_gemm (``problem_of``). Header lines at the top of the file declare metadata:
 
     #!POPCORN leaderboard nvfp4_group_gemm
     #!POPCORN gpu B200
@@ -25,7 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import problems
 from harness import ROOT
+from harness.shapes import DEFAULT_PROBLEM
 
 SUBMISSIONS_DIR = ROOT / "submissions"
 ENTRY_FILE = "submission.py"
@@ -134,9 +138,10 @@ def built_for(text: str) -> tuple[Requirement, str] | None:
 
 @dataclass(frozen=True)
 class Variant:
-    """A submission file and its declared metadata; ``sha256`` is the entry file's content hash. ``built_for``:
+    """A submission file and its declared metadata; ``sha256`` is the entry file's content hash; ``built_for``:
     for a file that declares no requirement, the architecture its code is plainly built for and the line that
-    says so (``built_for``), else None."""
+    says so, else None; ``problem`` the problem it declares (its ``#!POPCORN leaderboard`` line, else its problem
+    folder), "" when it declares none."""
 
     name: str
     path: Path
@@ -144,6 +149,7 @@ class Variant:
     requires: Requirement = Requirement()
     sha256: str = ""
     built_for: tuple[Requirement, str] | None = None
+    problem: str = ""
 
     def looks_unmet(self, device: DeviceFacts) -> str | None:
         """For a file that declares no requirement but is plainly built for a GPU ``device`` is not: a sentence
@@ -153,6 +159,20 @@ class Variant:
             return None
         req, evidence = self.built_for
         return f"looks built for {req.text} ({evidence}); {machine_text(device)}"
+
+
+def problem_of(variant: Variant) -> str:
+    """The problem ``variant`` runs as when no ``--problem`` says otherwise: the one it declares, else
+    nvfp4_group_gemm (what every variant was before problems were plugs)."""
+    return variant.problem or DEFAULT_PROBLEM
+
+
+def _problem_folder(path: Path, root: Path) -> str:
+    """``problem`` when ``path`` is ``<root>/<problem>/<name>/submission.py`` for a known problem, else ""."""
+    folder = path.parent.parent
+    if path.name == ENTRY_FILE and folder.name in problems.names() and folder.parent == Path(root).resolve():
+        return folder.name
+    return ""
 
 
 def shown(path: Path) -> str:
@@ -243,7 +263,7 @@ def walk_folder(folder: Path, on_file: Callable[[str, int, str], None] | None = 
     return sorted(files)
 
 
-def read_variant(path: Path, name: str | None = None) -> Variant:
+def read_variant(path: Path, name: str | None = None, root: Path = SUBMISSIONS_DIR) -> Variant:
     """Read a submission's header lines (only ``#`` lines before the first code line; a UTF-8 byte-order mark
     before them is skipped, as Python's import skips it). A ``submission.py`` is a folder variant: it and its
     folder must hold only regular files and folders (``walk_folder``). Raises RegistryError."""
@@ -277,13 +297,36 @@ def read_variant(path: Path, name: str | None = None) -> Variant:
             raise RegistryError(f"{path}:{lineno}: unknown #!FP4BENCH key {key!r} (known: requires)")
     if name is None:
         name = path.parent.name if path.name == ENTRY_FILE else path.stem
+    problem = popcorn.get("leaderboard", "") or _problem_folder(path, root)
     return Variant(name, path, popcorn, requires, hashlib.sha256(raw).hexdigest(),
-                   None if declared else built_for(text))
+                   None if declared else built_for(text), problem)
+
+
+def _entry_files(root: Path) -> list[Path]:
+    """``<root>/<name>/submission.py`` and ``<root>/<problem>/<name>/submission.py`` (known problems only)."""
+    found = sorted(Path(root).glob(f"*/{ENTRY_FILE}"))
+    for problem in problems.names():
+        found += sorted((Path(root) / problem).glob(f"*/{ENTRY_FILE}"))
+    return found
+
+
+def spec_of(path: Path, root: Path = SUBMISSIONS_DIR) -> str:
+    """How ``--submission`` names the variant whose entry file is ``path`` (under ``root``): ``<name>`` or
+    ``<problem>/<name>``."""
+    return Path(path).parent.relative_to(Path(root)).as_posix()
+
+
+def shown_name(variant: Variant, root: Path = SUBMISSIONS_DIR) -> str:
+    """The variant as a listing names it: ``<problem>/<name>`` for one in a problem folder (two problems may each
+    have a ``torch_reference``), else its name."""
+    folder = _problem_folder(variant.path, root)
+    return f"{folder}/{variant.name}" if folder else variant.name
 
 
 def find_variants(root: Path = SUBMISSIONS_DIR) -> list[Variant]:
-    """Every ``<root>/<name>/submission.py``, sorted by name."""
-    return [read_variant(p) for p in sorted(Path(root).glob(f"*/{ENTRY_FILE}"))]
+    """Every ``<root>/<name>/submission.py`` sorted by name, then every ``<root>/<problem>/<name>/submission.py``
+    by problem and name."""
+    return [read_variant(p, root=root) for p in _entry_files(root)]
 
 
 def resolve(spec: str, root: Path = SUBMISSIONS_DIR) -> Variant:
@@ -295,12 +338,12 @@ def resolve(spec: str, root: Path = SUBMISSIONS_DIR) -> Variant:
     """
     for cand in (Path(root) / spec / ENTRY_FILE, Path(spec) / ENTRY_FILE):
         if cand.is_file():
-            return read_variant(cand)
+            return read_variant(cand, root=root)
     path = Path(spec)
     if path.is_file():
         if path.suffix != ".py":
             raise RegistryError(f"expected a .py file or a variant folder, got {spec}")
-        return read_variant(path)
+        return read_variant(path, root=root)
     if path.suffix == ".py" and not path.exists():
         raise RegistryError(f"submission file {spec}: no such file")
     if path.is_dir():
@@ -308,6 +351,6 @@ def resolve(spec: str, root: Path = SUBMISSIONS_DIR) -> Variant:
     if "/" in spec or os.sep in spec:
         raise RegistryError(f"submission {spec}: no such file or folder")
     # names only: a variant that cannot be read must not hide this error behind its own
-    known = ", ".join(sorted(p.parent.name for p in Path(root).glob(f"*/{ENTRY_FILE}"))) or "none"
+    known = ", ".join(spec_of(p, root) for p in _entry_files(root)) or "none"
     raise RegistryError(f"submission {spec!r} not found: expected a folder under {root} with {ENTRY_FILE} "
                         f"(known: {known}) or a path to a .py file")

@@ -14,12 +14,16 @@ from datetime import datetime, timezone
 
 import torch
 
+import problems
 from harness.parent import cases as lifecycle
 from harness.parent import judge
 from harness.parent import seeds as seedlib
 from harness.parent.cases import CaseAttempt, CaseRunner, Observer, RunOptions, Session
 from harness.parent.environment import device_facts, environment
 from harness.parent.judge import CaseFailed
+from harness.parent.plain import plan_of
+from harness.parent.samples import Layout
+from harness.parent.samples import warm_up_reference as warm_up
 from harness.parent.process import EXIT_WAIT_S, native_window
 from harness.parent.registry import ROOT, Variant
 from harness.parent.sandbox import plan_for
@@ -27,10 +31,9 @@ from harness.parent.settings import MODES
 from harness.results import ranking
 from harness.results.record import CaseResult, RunRecord, Status, SubmissionInfo, new_run_id
 from harness.results.stats import geomean
-from task.arena import Layout
-from task.inputs import default_device
-from task.reference import warm_up
-from task.spec import ShapeSet
+from harness.shapes import DEFAULT_PROBLEM
+from harness.hardware import default_device
+from harness.shapes import ShapeSet
 
 #: What ``from harness.parent.runner import ...`` has always offered; the classes live in cases.py and judge.py.
 __all__ = ["CaseFailed", "CaseRunner", "Observer", "RunOptions", "Session", "close_record", "git_commit",
@@ -87,11 +90,11 @@ def run(variant: Variant, shapes: ShapeSet, opts: RunOptions, observer: Observer
 
     session = Session(variant, opts.settings, device, opts.sandbox, opts.worker_log,
                       profiler=opts.mode in ("benchmark", "leaderboard"))  # the modes with a kernel-time pass
-    runner = CaseRunner(session, opts, observer, device)
+    runner = CaseRunner(session, opts, observer, device, shapes.problem)
     wait_s = EXIT_WAIT_S
     try:
         session.start()  # the worker starts up while the buffers are reserved
-        session.reserve(sample_layouts(shapes.cases, opts))
+        session.reserve(sample_layouts(shapes.cases, opts, shapes.problem))
         _run_cases(shapes.cases, opts, runner, observer, finish)
     except KeyboardInterrupt:
         wait_s = 0.0  # Ctrl-C: the worker may be stuck in the submission; do not make the user wait for it
@@ -117,7 +120,7 @@ def new_record(variant: Variant, shapes: ShapeSet, opts: RunOptions) -> RunRecor
         mode=opts.mode, data=opts.data, shape_set=shapes.name, secret_seed=opts.secret,
         submission=SubmissionInfo(variant.name, str(variant.path), variant.sha256, dict(variant.popcorn)),
         environment=environment(), cases=(), complete=False, git_commit=git_commit(), shape_set_id=shapes.id,
-        sandbox=plan.summary, window=window_held())
+        sandbox=plan.summary, window=window_held(), problem=shapes.problem)
 
 
 def close_record(record: RunRecord, results: list[CaseResult], observer: Observer,
@@ -145,7 +148,7 @@ def _run_cases(cases, opts: RunOptions, runner: CaseRunner, observer: Observer, 
     shape up first and stops at the first shape that fails."""
     timed = opts.mode in ("benchmark", "leaderboard")
     observer.on_phase(None, LOADING)
-    while_workers_start(cases, opts, runner.device)  # run() has started the worker
+    while_workers_start(cases, opts, runner.device, runner.problem)  # run() has started the worker
     failed = lifecycle.load(runner.session)
     if failed:  # import error or no entry point: fail before generating any data; the message once, on shape 1
         for i, case in enumerate(cases):
@@ -175,19 +178,24 @@ def _run_cases(cases, opts: RunOptions, runner: CaseRunner, observer: Observer, 
         finish(result)
 
 
-def while_workers_start(cases, opts: RunOptions, device: torch.device) -> None:
+def while_workers_start(cases, opts: RunOptions, device: torch.device, problem: str = DEFAULT_PROBLEM) -> None:
     """The parent's start-up work that needs no submission, done while its workers start (torch, CUDA, the
-    profiler, the import): the exact reference's compiles for every sample size a run of ``cases`` in
-    ``opts.mode`` checks (task.reference.warm_up; seconds on a fresh machine), and in timed modes scipy.stats for
-    the report's intervals (0.6-1.1 s to import)."""
-    counts = {layout.calls for layout in sample_layouts(cases, opts)} | {1}
-    warm_up([(case.k, calls) for case in cases for calls in sorted(counts)], device)
+    profiler, the import): for nvfp4_group_gemm the exact reference's compiles for every sample size a run of
+    ``cases`` in ``opts.mode`` checks (task.reference.warm_up; seconds on a fresh machine), and in timed modes
+    scipy.stats for the report's intervals (0.6-1.1 s to import)."""
+    if problem == DEFAULT_PROBLEM:
+        counts = {layout.calls for layout in sample_layouts(cases, opts)} | {1}
+        warm_up([(case.k, calls) for case in cases for calls in sorted(counts)], device)
     if opts.mode in ("benchmark", "leaderboard", "compare"):
         ranking.t_quantile(0.975, 2.0)
 
 
-def sample_layouts(cases, opts: RunOptions) -> list[Layout]:
-    """The buffer layouts a run of ``cases`` in ``opts.mode`` uses (one call per correctness check, and
-    ``calls_per_sample`` per warm-up or timed sample)."""
+def sample_layouts(cases, opts: RunOptions, problem: str = DEFAULT_PROBLEM) -> list:
+    """The buffer layouts a run of ``cases`` of ``problem`` in ``opts.mode`` uses (one call per correctness check,
+    and ``calls_per_sample`` per warm-up or timed sample): task.arena.Layout for nvfp4_group_gemm, a
+    harness.plan.Plan for any other problem."""
     calls = 1 if opts.mode in ("test", "profile") else opts.settings.calls_per_sample
-    return [Layout.of(c, calls) for c in cases]
+    if problem == DEFAULT_PROBLEM:
+        return [Layout.of(c, calls) for c in cases]
+    plug, device = problems.get(problem), default_device()
+    return [plan_of(plug, c, calls, opts.data, device) for c in cases]

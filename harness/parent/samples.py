@@ -28,9 +28,14 @@ import torch
 
 from harness import protocol as P
 from harness.buffers import MappedBuffer, SharedBuffer
+# The parent's one seam to nvfp4_group_gemm's own code (tests/test_layering.py): its arena, generator, reference and
+# checks, which the judge and the runner reach through this module. Every other problem goes through its plug
+# (harness.parent.plain).
+from task import check as arena_check  # noqa: F401 - the judge's nvfp4_group_gemm checks
 from task.arena import Layout, Views, copy_plain, draw_official, reference_inputs, write_input
 from task.inputs import generate_input
 from task.reference import ReferencePlan, ref_kernel_many
+from task.reference import warm_up as warm_up_reference  # noqa: F401 - the runner's start-up compiles
 from task.spec import Case
 
 
@@ -152,6 +157,11 @@ class Sample:
         self._canary: tuple[torch.Tensor, torch.Tensor] | None = None  # (byte positions, true bytes)
         self._order: list[int] = []
 
+    def request(self, kind: str, watch: bool = True, ahead: bool = False) -> P.Run:
+        """The Run request for this sample (its groups' sizes; the worker lays out task.arena.Layout)."""
+        return P.Run(self.case.m, self.case.n, self.case.k, self.layout.calls, kind, watch=watch,
+                     host_offset=self.host_offset, ahead=ahead)
+
     def _private_views(self) -> Views:
         """Views of the parent's buffers, built once per buffer generation (their Python objects cost ms)."""
         if self._views is None or self._views[0] != self.shared.generation:
@@ -272,4 +282,4 @@ class Sample:
                 Views(self.layout, self._private, host, self._expected))
 
 
-__all__ = ["SharedSet", "Sample"]
+__all__ = ["Layout", "SharedSet", "Sample", "arena_check", "warm_up_reference"]

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from harness import ROOT
 from harness.results.stats import StoppingRule
-from task.spec import SpecError, read_yaml_file
+from harness.problem import CaseError
+from harness.shapes import read_yaml_file
 
 #: The official evaluator's modes, as ``run --mode`` takes them (harness.parent.runner runs them).
 MODES = ("test", "benchmark", "leaderboard", "profile")
@@ -64,6 +65,12 @@ class Settings:
         return StoppingRule(self.min_runs, self.min_time_ms * 1e6, self.max_rel_err, budget * 1e9,
                             self.max_wall_s * 1e9, self.max_runs)
 
+    def with_timing(self, timing, mode: str) -> "Settings":
+        """The calls per sample and the most samples of a problem's official loop (a harness.problem.TimingLoop)
+        in ``mode`` (leaderboard, else the benchmark figures)."""
+        most = timing.max_samples_leaderboard if mode == "leaderboard" else timing.max_samples_benchmark
+        return replace(self, calls_per_sample=timing.calls_per_sample, max_runs=most)
+
     def with_timeout(self, seconds: float) -> "Settings":
         """The calls' time limits (``first_call_s``, ``call_s``) set to ``seconds`` (--timeout). ``import_s`` keeps
         its value: it bounds the worker's start-up (Python, torch, the CUDA context, the profiler) and the
@@ -80,7 +87,7 @@ def load_settings(path: Path | None = None) -> Settings:
         raise SettingsError(f"settings file {path} does not exist")
     try:
         doc = read_yaml_file(path) or {}
-    except SpecError as exc:
+    except CaseError as exc:
         raise SettingsError(str(exc)) from None
     if not isinstance(doc, dict):
         raise SettingsError(f"{path}: expected a mapping with sections {_SECTION_LIST}, "

@@ -1,4 +1,5 @@
-"""Leaderboards: runs grouped by GPU model, shape set (its case list), data and mode, ranked by geomean with ties."""
+"""Leaderboards: runs grouped by problem, GPU model, shape set (its case list), data and mode, ranked by geomean with
+ties."""
 from __future__ import annotations
 
 import hashlib
@@ -9,8 +10,9 @@ from harness.report.figures import run_peaks
 from harness.results.ranking import Interval, geomean_ci, rank_with_ties
 from harness.results.record import RunRecord
 from harness.results.stats import geomean
-from task.cost import GpuPeaks, gpu_model, sol_ns
-from task.spec import Case
+import problems
+from harness.hardware import GpuPeaks, gpu_model, sol_ns_of
+from harness.shapes import DEFAULT_PROBLEM
 
 #: Under every ranking: how ranks and ties are decided.
 RANK_NOTE = "rank = 1 + number of variants detectably faster; overlapping 95% intervals are ties (shown =N)"
@@ -31,21 +33,25 @@ class BoardEntry:
 
 @dataclass(frozen=True)
 class Board:
-    """Runs that can be ranked together: same GPU model, shape set (same case list), data mode and mode."""
+    """Runs that can be ranked together: same problem, GPU model, shape set (same case list), data mode and
+    mode."""
 
     gpu_model: str
     shape_set: str
     data: str
     mode: str
-    cases: tuple[Case, ...]
+    cases: tuple
     entries: tuple[BoardEntry, ...]
     peaks: GpuPeaks | None
     cases_digest: str
+    problem: str = DEFAULT_PROBLEM
 
     @property
     def title(self) -> str:
-        """``benchmarks on H200 (leaderboard, official data)``."""
-        return f"{self.shape_set} on {self.gpu_model} ({self.mode}, {self.data} data)"
+        """``benchmarks on H200 (leaderboard, official data)``, the problem first when it is not
+        nvfp4_group_gemm (``nvfp4_gemm benchmarks on H200 ...``)."""
+        which = "" if self.problem == DEFAULT_PROBLEM else f"{self.problem} "
+        return f"{which}{self.shape_set} on {self.gpu_model} ({self.mode}, {self.data} data)"
 
 
 def rankable(run: RunRecord) -> bool:
@@ -56,16 +62,18 @@ def rankable(run: RunRecord) -> bool:
 def leaderboards(runs: Iterable[RunRecord]) -> list[Board]:
     """Group rankable runs (complete, every case passed and timed) by GPU model, shape set, case list, data and
     mode; keep each variant's latest such run (by ``started_at``); rank variants by geomean with ties
-    (harness.results.ranking.rank_with_ties). Boards sorted by GPU model, shape set, data, mode."""
+    (harness.results.ranking.rank_with_ties). Boards sorted by problem, GPU model, shape set, data, mode."""
     groups: dict[tuple, dict[str, RunRecord]] = {}
     for run in sorted(runs, key=lambda r: r.started_at):
         if not rankable(run):
             continue
-        sig = tuple(c.case.text() for c in run.cases)
-        key = (gpu_model(run.environment.device), run.shape_set, run.data, run.mode, sig)
+        plug = problems.get(run.problem)
+        sig = tuple(plug.case_text(c.case) for c in run.cases)
+        key = (run.problem, gpu_model(run.environment.device), run.shape_set, run.data, run.mode, sig)
         groups.setdefault(key, {})[run.submission.name] = run
     boards = []
-    for (model, shape_set, data, mode, sig), latest in groups.items():
+    for (problem, model, shape_set, data, mode, sig), latest in groups.items():
+        plug = problems.get(problem)
         intervals = {v: geomean_ci([c.stats for c in r.cases]) for v, r in latest.items()}
         any_run = next(iter(latest.values()))
         peaks = run_peaks(any_run)
@@ -74,11 +82,12 @@ def leaderboards(runs: Iterable[RunRecord]) -> list[Board]:
             run = latest[ranked.name]
             pct = None
             if peaks:
-                pct = 100.0 * geomean([sol_ns(c.case, peaks) for c in run.cases]) / ranked.interval.estimate
+                sol = [sol_ns_of(plug.flops(c.case), plug.bytes_moved(c.case), peaks) for c in run.cases]
+                pct = 100.0 * geomean(sol) / ranked.interval.estimate
             entries.append(BoardEntry(ranked.rank, ranked.tied_with, ranked.name, run, ranked.interval, pct))
         boards.append(Board(model, shape_set, data, mode, tuple(c.case for c in any_run.cases), tuple(entries),
-                            peaks, hashlib.sha256("\n".join(sig).encode()).hexdigest()[:8]))
-    boards.sort(key=lambda b: (b.gpu_model, b.shape_set, b.data, b.mode, b.cases_digest))
+                            peaks, hashlib.sha256("\n".join(sig).encode()).hexdigest()[:8], problem))
+    boards.sort(key=lambda b: (b.problem, b.gpu_model, b.shape_set, b.data, b.mode, b.cases_digest))
     return boards
 
 

@@ -18,7 +18,6 @@ from harness.report.render_md import render_md
 from harness.report.stacked import Col, StackedTable, render_text
 from harness.results.ranking import CompareRow, Comparison, NoRatio, Verdict
 from harness.results.record import Status
-from task.spec import Case
 
 _VERDICT_STYLE = {Verdict.FASTER: "green", Verdict.SLOWER: "red"}
 
@@ -48,11 +47,12 @@ def side_cell(status: str, ns: float | None) -> str:
     return (fmt_us(ns) or "-") if status == Status.PASS.value else status
 
 
-def compare_items(rows: Sequence[CompareRow], overall: Comparison | None, overall_label: str
+def compare_items(rows: Sequence[CompareRow], overall: Comparison | None, overall_label: str, plug=None
                   ) -> list[tuple[str, str, Comparison | NoRatio]]:
-    """(number, label, comparison) per row of a comparison table: shapes numbered from 1, then the overall
-    row numbered ``all``."""
-    out = [(shape_number(i), shape_label(s) if isinstance(s, Case) else str(s), c) for i, (s, c) in enumerate(rows)]
+    """(number, label, comparison) per row of a comparison table: shapes (of ``plug``'s problem; None:
+    nvfp4_group_gemm) numbered from 1, then the overall row numbered ``all``."""
+    out = [(shape_number(i), str(s) if isinstance(s, str) else shape_label(s, plug), c)
+           for i, (s, c) in enumerate(rows)]
     if overall is not None:
         out.append(("all", overall_label, overall))
     return out
@@ -71,7 +71,7 @@ def _compare_record(label: str, c: Comparison | NoRatio) -> dict:
 
 
 def compare_table(a_name: str, b_name: str, rows: Sequence[CompareRow], overall: Comparison | None = None,
-                  fmt: str = "text", overall_label: str = "geomean", extra: dict | None = None) -> str:
+                  fmt: str = "text", overall_label: str = "geomean", extra: dict | None = None, plug=None) -> str:
     """An A-versus-B comparison as text: ``text`` (the rich table, plain characters, 120 columns), ``md``,
     ``csv`` (columns shape, a_mean_us, b_mean_us, ratio, ci_low, ci_high, level, dof, verdict, method,
     a_status, b_status, note; a NoRatio row leaves the ratio columns empty) or ``json`` (``{"a", "b", "rows":
@@ -80,9 +80,10 @@ def compare_table(a_name: str, b_name: str, rows: Sequence[CompareRow], overall:
     ``overall_label``; the text form is compare_rich_table at 120 columns.
 
     Raises ReportError for an unknown format."""
-    items = compare_items(rows, overall, overall_label)
+    items = compare_items(rows, overall, overall_label, plug)
     if fmt == "text":
-        return render_text(compare_rich_table(a_name, b_name, rows, overall, overall_label=overall_label), 120)
+        return render_text(compare_rich_table(a_name, b_name, rows, overall, overall_label=overall_label, plug=plug),
+                           120)
     records = [_compare_record(label, c) for _, label, c in items]
     if fmt == "json":
         return json.dumps({"a": a_name, "b": b_name, **(extra or {}), "rows": records}, indent=2,
@@ -109,7 +110,7 @@ def compare_table(a_name: str, b_name: str, rows: Sequence[CompareRow], overall:
 
 
 def compare_rich_table(a_name: str, b_name: str, rows: Sequence[CompareRow], overall: Comparison | None = None,
-                       title: str | None = None, overall_label: str = "geomean") -> StackedTable:
+                       title: str | None = None, overall_label: str = "geomean", plug=None) -> StackedTable:
     """An A-versus-B comparison (harness.parent.compare): per shape A's and B's mean us, A/B with its 95 % CI and the
     verdict in words ("A is 1.63x faster", green; slower red), then the ``overall`` row labelled
     ``overall_label``. ``rows``: (case or label, Comparison, or NoRatio for a shape without a ratio:
@@ -118,7 +119,7 @@ def compare_rich_table(a_name: str, b_name: str, rows: Sequence[CompareRow], ove
     columns = [Col("shape", "left"), Col("A us"), Col("B us"), Col("A/B"), Col(f"{level:.0%} CI"),
                Col("verdict", "left", wrap=True)]
     table = StackedTable(title or f"A: {a_name}  vs  B: {b_name}", SHAPE_KEY, columns, COMPARE_NOTE)
-    items = compare_items(rows, overall, overall_label)
+    items = compare_items(rows, overall, overall_label, plug)
     for k, (number, label, c) in enumerate(items):
         before_overall = k + 1 < len(items) and items[k + 1][0] == "all"
         if isinstance(c, NoRatio):

@@ -23,17 +23,17 @@ from harness.report.figures import (
     fmt_pm,
     fmt_tflops,
     fmt_us,
+    plug_of,
     run_labels,
     run_peaks,
     shape_label,
     shape_number,
+    sol_ns,
     timer_text,
 )
 from harness.report.stacked import Col, StackedTable, plain
 from harness.results.ranking import plural
 from harness.results.record import CaseResult, RunRecord, Status, message_head
-from task.cost import sol_ns
-from task.spec import Case
 
 _STATUS_STYLE = {Status.PASS: "green", Status.SKIPPED: "yellow"}
 #: The key column of every table with shapes as rows; "all" numbers a geomean row.
@@ -114,11 +114,12 @@ def side_by_side(records: Sequence[RunRecord], baseline: str = "torch_reference"
     figures = [case_figures(rec) for rec in records]
     for i, results in enumerate(zip(*(rec.cases for rec in records))):
         means = [mean(r) for r in results]
-        cells: list = [shape_label(results[0].case)]
+        plug = plug_of(records[0])
+        cells: list = [shape_label(results[0].case, plug)]
         cells += [fmt_us(m) if m else status_text(r.status) for m, r in zip(means, results)]
         cells += [fmt_tflops(fig[i].tflops) if m else "" for m, fig in zip(means, figures)]
         if peaks:
-            cells += [fmt_pct(100 * sol_ns(r.case, peaks) / m) if m else "" for m, r in zip(means, results)]
+            cells += [fmt_pct(100 * sol_ns(r.case, peaks, plug) / m) if m else "" for m, r in zip(means, results)]
         base_mean = mean(base.cases[i]) if base is not None else None
         cells += [f"{base_mean / mean(r.cases[i]):.2f}x" if base_mean and mean(r.cases[i]) else "" for r, _ in others]
         table.add_row(shape_number(i), *cells, end_section=i == len(records[0].cases) - 1)
@@ -162,9 +163,10 @@ def profile_table(text: str):
     return table
 
 
-def profile_section(result: CaseResult, index: int):
-    """A case's profile under a heading naming the shape: a renderable for Console.print."""
-    return Group(Text(f"profile of shape {shape_number(index)}: {shape_label(result.case)}", style="bold"),
+def profile_section(result: CaseResult, index: int, plug=None):
+    """A case's profile under a heading naming the shape (``plug``: its problem's, None for nvfp4_group_gemm):
+    a renderable for Console.print."""
+    return Group(Text(f"profile of shape {shape_number(index)}: {shape_label(result.case, plug)}", style="bold"),
                  profile_table(result.profile))
 
 
@@ -186,6 +188,7 @@ class ProgressObserver:
         self.total = shapes
         self._started: set[int] = set()
         self._unnamed: dict[int, str] = {}  # shapes started whose label no line has shown yet
+        self._plug = None  # the run's problem (on_start); None: nvfp4_group_gemm's labels
 
     def __enter__(self):
         self.progress.start()
@@ -209,18 +212,19 @@ class ProgressObserver:
         elif line:
             self.progress.console.print(Text(text), soft_wrap=True)
 
-    def on_start(self, record: RunRecord, who: str = "") -> None: ...
+    def on_start(self, record: RunRecord, who: str = "") -> None:
+        self._plug = plug_of(record)
 
     def on_phase(self, index: int | None, phase: str, who: str = "") -> None:
         """A phase began: of the whole run (``index`` None: starting the worker, loading) or of shape ``index``
         (correctness call, warm-up, timing); the shape's first phase names the shape."""
         self._show(f"{self._where(index, who, self._unnamed.pop(index, ''))}: {phase}")
 
-    def on_case_start(self, index: int, case: Case, who: str = "") -> None:
+    def on_case_start(self, index: int, case, who: str = "") -> None:
         if index not in self._started:  # both sides of a compare start each shape: named once
             self._started.add(index)
-            self._unnamed[index] = shape_label(case)
-            self._show(f"{self._where(index, '')}: {shape_label(case)}", line=False)
+            self._unnamed[index] = shape_label(case, self._plug)
+            self._show(f"{self._where(index, '')}: {shape_label(case, self._plug)}", line=False)
 
     def on_sample(self, index: int, runs: int, who: str = "") -> None:
         self._show(f"{self._where(index, who)}: timing, {plural(runs, 'sample')}", line=False)
@@ -239,12 +243,13 @@ class SideProgress:
     def __init__(self, display: ProgressObserver, who: str):
         self.display, self.who = display, who
 
-    def on_start(self, record: RunRecord) -> None: ...
+    def on_start(self, record: RunRecord) -> None:
+        self.display.on_start(record, self.who)
 
     def on_phase(self, index: int | None, phase: str) -> None:
         self.display.on_phase(index, phase, self.who)
 
-    def on_case_start(self, index: int, case: Case) -> None:
+    def on_case_start(self, index: int, case) -> None:
         self.display.on_case_start(index, case, self.who)
 
     def on_sample(self, index: int, runs: int) -> None:

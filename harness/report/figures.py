@@ -2,7 +2,8 @@
 
 Units: times are stored in ns and shown in us; throughput in TFLOP/s (10^12 FLOP/s); "% SOL" is the
 speed-of-light time over the measured mean time (100 % = at the roofline), for the GPU model the run used
-(task.cost.peaks_for), and only for runs timed with CUDA events. The task's own B200 SOL (1.5 GHz FP4, 7.68 TB/s)
+(harness.hardware.peaks_for), and only for runs timed with CUDA events. FLOPs, bytes and labels are the run's
+problem's (its plug: ``plug_of``). The task's own B200 SOL (1.5 GHz FP4, 7.68 TB/s)
 is always shown beside it. Shapes are numbered from 1 wherever people read them (``shape_number``); the machine
 formats keep 0-based positions (CSV ``case_index``, JSON ``index``, the official POPCORN keys).
 """
@@ -14,15 +15,16 @@ from typing import Sequence
 
 from harness.results.ranking import Comparison, Interval, geomean_ci, mean_ci
 from harness.results.record import CaseResult, Environment, RunRecord, Status
-from task.cost import GPU_PEAKS, GpuPeaks, bytes_moved, flops, peaks_for, sol_ns, tflops_at
-from task.spec import Case
+import problems
+from harness.hardware import GPU_PEAKS, GpuPeaks, peaks_for, sol_ns_of, tflops_of
+from harness.shapes import DEFAULT_PROBLEM
 
 #: The task's own reference GPU: its SOL column appears in every report.
 TASK_GPU = "B200"
 
 
 def task_peaks() -> GpuPeaks:
-    """The task's reference GPU peaks (B200 at 1.5 GHz) from task.cost.GPU_PEAKS."""
+    """The task's reference GPU peaks (B200 at 1.5 GHz) from harness.hardware.GPU_PEAKS."""
     return next(p for p in GPU_PEAKS if p.model == TASK_GPU)
 
 
@@ -32,12 +34,24 @@ def shape_number(index: int) -> str:
     return str(index + 1)
 
 
-def shape_label(case: Case) -> str:
-    """The case's name, or ``G=2 M=[..] N=[..] K=[..]`` when it has none."""
+def plug_of(run: RunRecord):
+    """The plug of the problem ``run`` ran (problems.get)."""
+    return problems.get(run.problem)
+
+
+def shape_label(case, plug=None) -> str:
+    """The case's name, or its plug's label when it has none (``plug`` None: nvfp4_group_gemm's,
+    ``G=2 M=[..] N=[..] K=[..]``)."""
     if case.name:
         return case.name
-    short = lambda xs: str(xs[0]) if len(set(xs)) == 1 else "[" + ",".join(map(str, xs)) + "]"  # noqa: E731
-    return f"G={case.g} M={short(case.m)} N={short(case.n)} K={short(case.k)}"
+    return (plug or problems.get(DEFAULT_PROBLEM)).label(case)
+
+
+def sol_ns(case, peaks: GpuPeaks, plug=None, floor: bool = False) -> float:
+    """Speed-of-light ns of ``case`` on ``peaks`` from its plug's FLOPs and bytes (``plug`` None:
+    nvfp4_group_gemm's)."""
+    plug = plug or problems.get(DEFAULT_PROBLEM)
+    return sol_ns_of(plug.flops(case), plug.bytes_moved(case), peaks, floor)
 
 
 def run_peaks(run: RunRecord) -> GpuPeaks | None:
@@ -72,20 +86,20 @@ class CaseFigures:
 
 def case_figures(run: RunRecord) -> list[CaseFigures]:
     """Per-case derived figures (TFLOP/s, SOL, interval) for every case of ``run``, in order."""
-    peaks = run_peaks(run)
+    peaks, plug = run_peaks(run), plug_of(run)
     out = []
     for i, r in enumerate(run.cases):
         s = r.stats
         timed = s is not None and s.mean_ns > 0
-        sol_here = sol_ns(r.case, peaks) if peaks else None
+        sol_here = sol_ns(r.case, peaks, plug) if peaks else None
         out.append(CaseFigures(
-            i, r, shape_label(r.case),
+            i, r, shape_label(r.case, plug),
             mean_ci(s) if timed else None,
-            tflops_at(r.case, s.mean_ns) if timed else None,
+            tflops_of(plug.flops(r.case), s.mean_ns) if timed else None,
             sol_here,
             100.0 * sol_here / s.mean_ns if timed and sol_here else None,
-            sol_ns(r.case, task_peaks()),
-            flops(r.case), bytes_moved(r.case)))
+            sol_ns(r.case, task_peaks(), plug),
+            plug.flops(r.case), plug.bytes_moved(r.case)))
     return out
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+import problems
 from harness.report.boards import rankable
 from harness.report.figures import run_geomean_ci, run_status
 from harness.results.ranking import Comparison, Interval, compare_geomeans
 from harness.results.record import RunRecord
-from task.cost import gpu_model
+from harness.hardware import gpu_model
 
 
 @dataclass(frozen=True)
@@ -31,8 +32,9 @@ def history_rows(runs: Iterable[RunRecord]) -> list[HistoryRow]:
     out = []
     for run in sorted(runs, key=lambda r: r.started_at):
         iv = run_geomean_ci(run)
-        key = (gpu_model(run.environment.device), run.shape_set, run.data, run.mode,
-               tuple(c.case.text() for c in run.cases))
+        plug = problems.get(run.problem)
+        key = (run.problem, gpu_model(run.environment.device), run.shape_set, run.data, run.mode,
+               tuple(plug.case_text(c.case) for c in run.cases))
         prev, change = None, None
         if iv is not None and rankable(run):
             prev = last.get(key)

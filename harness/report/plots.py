@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from task.cost import GpuPeaks
+from harness.hardware import GpuPeaks
 
 #: Figure resolution, dots per inch (PNG); 100 keeps an 11-inch-wide figure at 1100 px, sharp in a browser.
 DPI = 100

@@ -8,6 +8,7 @@ from __future__ import annotations
 import fcntl
 import os
 
+import problems
 from harness.results.record import RunRecord
 
 
@@ -15,8 +16,9 @@ def lines(record: RunRecord) -> list[str]:
     """The key stream for ``record``: test-* keys in test mode, benchmark-* keys otherwise, then ``check``."""
     prefix = "test" if record.mode == "test" else "benchmark"
     out = [f"{prefix}-count: {len(record.cases)}"]
+    plug = problems.get(record.problem)
     for i, c in enumerate(record.cases):
-        out.append(f"{prefix}.{i}.spec: {c.case.text()}")
+        out.append(f"{prefix}.{i}.spec: {plug.case_text(c.case)}")
         if c.stats and prefix == "benchmark":
             s = c.stats
             out += [f"{prefix}.{i}.runs: {s.runs}", f"{prefix}.{i}.mean: {s.mean_ns}", f"{prefix}.{i}.std: {s.std_ns}",

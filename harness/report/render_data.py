@@ -10,10 +10,11 @@ import json
 import math
 from typing import Sequence
 
+import problems
 from harness.report.boards import Board
-from harness.report.figures import case_figures, finite, run_geomean_ci, run_status
+from harness.report.figures import case_figures, finite, plug_of, run_geomean_ci, run_status
 from harness.results.record import RunRecord
-from task.cost import GPU_PEAKS, gpu_model
+from harness.hardware import GPU_PEAKS, gpu_model
 
 #: JSON report layout version (bump when keys change meaning).
 JSON_VERSION = 1
@@ -37,7 +38,7 @@ def csv_rows(runs: Sequence[RunRecord]) -> list[dict]:
                 "shape_set": run.shape_set, "gpu_model": gpu_model(run.environment.device),
                 "device": run.environment.device, "git_commit": run.git_commit, "started_at": run.started_at,
                 "complete": run.complete, "case_index": f.index, "case_name": f.result.case.name,
-                "spec": f.result.case.text(), "status": f.result.status.value,
+                "spec": plug_of(run).case_text(f.result.case), "status": f.result.status.value,
                 "runs": s.runs if s else "", "mean_us": s.mean_ns / 1e3 if s else "",
                 "std_us": s.std_ns / 1e3 if s else "", "err_us": s.err_ns / 1e3 if s else "",
                 "best_us": s.best_ns / 1e3 if s else "", "worst_us": s.worst_ns / 1e3 if s else "",
@@ -108,8 +109,8 @@ def leaderboard_csv(boards: Sequence[Board]) -> str:
 def leaderboard_json(boards: Sequence[Board]) -> str:
     """A JSON list of boards: their keys, cases, and entries (rank, ties, geomean and CI in ns, per-case means)."""
     return json.dumps([{
-        "gpu_model": b.gpu_model, "shape_set": b.shape_set, "data": b.data, "mode": b.mode,
-        "cases": [c.text() for c in b.cases],
+        "problem": b.problem, "gpu_model": b.gpu_model, "shape_set": b.shape_set, "data": b.data, "mode": b.mode,
+        "cases": [problems.get(b.problem).case_text(c) for c in b.cases],
         "entries": [{"rank": e.rank, "tied_with": list(e.tied_with), "variant": e.variant,
                      "geomean_ns": e.interval.estimate,
                      "ci95_ns": [finite(e.interval.low), finite(e.interval.high)],

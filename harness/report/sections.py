@@ -10,7 +10,16 @@ from typing import Sequence
 from harness.report import plots
 from harness.report.boards import Board, leaderboards
 from harness.report.document import Details, Image, Para, Section
-from harness.report.figures import case_figures, device_text, run_labels, run_peaks, shape_label, timer_text
+from harness.report.figures import (
+    case_figures,
+    device_text,
+    plug_of,
+    run_labels,
+    run_peaks,
+    shape_label,
+    sol_ns,
+    timer_text,
+)
 from harness.report.tables import (
     across_table,
     board_shapes_table,
@@ -21,25 +30,28 @@ from harness.report.tables import (
 )
 from harness.results.ranking import mean_ci
 from harness.results.record import RunRecord
-from task.cost import GPU_PEAKS, bytes_moved, flops, sol_ns
-from task.spec import Case
+from harness.hardware import GPU_PEAKS
 
 
-def distinct_cases(runs: Sequence[RunRecord]) -> list[Case]:
-    """Every case any of ``runs`` has, once (by its text), in first-seen order."""
-    specs: dict[str, Case] = {}
+def distinct_cases(runs: Sequence[RunRecord]) -> list:
+    """Every case any of ``runs`` has, once (by its problem's official line), in first-seen order; the cases of
+    the first run's problem (a report's runs are of one problem; another's cases are left out)."""
+    specs: dict[str, object] = {}
     for run in runs:
-        for c in run.cases:
-            specs.setdefault(c.case.text(), c.case)
+        if run.problem == runs[0].problem:
+            for c in run.cases:
+                specs.setdefault(plug_of(run).case_text(c.case), c.case)
     return list(specs.values())
 
 
-def _bars_image(timed: Sequence[tuple[RunRecord, str]], cases: Sequence[Case]) -> Image:
+def _bars_image(timed: Sequence[tuple[RunRecord, str]], cases: Sequence) -> Image:
+    plug = plug_of(timed[0][0])
     bars = []
     for case in cases:
         row = []
         for run, _ in timed:
-            r = next((c for c in run.cases if c.case.text() == case.text()), None)
+            r = next((c for c in run.cases if run.problem == timed[0][0].problem
+                      and plug.case_text(c.case) == plug.case_text(case)), None)
             if r is not None and r.passed and r.stats:
                 iv = mean_ci(r.stats)
                 row.append(plots.Bar(r.stats.mean_ns / 1e3, iv.low / 1e3, iv.high / 1e3))
@@ -51,18 +63,19 @@ def _bars_image(timed: Sequence[tuple[RunRecord, str]], cases: Sequence[Case]) -
     sol_label = "SOL"
     if len(models) == 1 and None not in models:
         peaks = run_peaks(timed[0][0])
-        sol_us = [sol_ns(c, peaks) / 1e3 for c in cases]
+        sol_us = [sol_ns(c, peaks, plug) / 1e3 for c in cases]
         sol_label = f"{peaks.model} SOL"
-    png = plots.shape_bars_png([shape_label(c) for c in cases], [lb for _, lb in timed], bars, sol_us, sol_label)
+    png = plots.shape_bars_png([shape_label(c, plug) for c in cases], [lb for _, lb in timed], bars, sol_us, sol_label)
     return Image(png, "Per-shape mean time for each run, with 95% confidence intervals")
 
 
-def _roofline_image(on_gpu: Sequence[tuple[RunRecord, str]], cases: Sequence[Case]) -> Image:
+def _roofline_image(on_gpu: Sequence[tuple[RunRecord, str]], cases: Sequence) -> Image:
     points = [plots.RoofPoint(lb, f.label, f.intensity, f.tflops) for run, lb in on_gpu for f in case_figures(run)
               if f.result.passed and f.tflops]
     models = {run_peaks(run).model for run, _ in on_gpu}
     roofs = [p for p in GPU_PEAKS if p.model in models]
-    shape_ai = [(shape_label(c), flops(c) / bytes_moved(c)) for c in cases]
+    plug = plug_of(on_gpu[0][0])
+    shape_ai = [(shape_label(c, plug), plug.flops(c) / plug.bytes_moved(c)) for c in cases]
     return Image(plots.roofline_png(roofs, points, shape_ai),
                  f"Roofline of {', '.join(p.model for p in roofs)}, the GPU the runs were timed on, with "
                  f"each shape's arithmetic intensity and the measured TFLOP/s")
@@ -107,7 +120,7 @@ def _run_section(run: RunRecord, label: str) -> Section:
     sec.items.append(case_table(run))
     for r in run.cases:
         if r.message and (not r.passed or "\n" in r.message):
-            sec.items.append(Details(f"{shape_label(r.case)}: {r.status.value}", r.message))
+            sec.items.append(Details(f"{shape_label(r.case, plug_of(run))}: {r.status.value}", r.message))
     return sec
 
 
@@ -130,7 +143,7 @@ def report_sections(runs: Sequence[RunRecord], pictures: bool) -> list[Section]:
     if pictures:
         secs.append(Section("Pictures", 2, picture_items(runs, labels)))
     secs += [_run_section(run, label) for run, label in zip(runs, labels)]
-    secs.append(Section("Speed of light by GPU model", 2, sol_items(distinct_cases(runs))))
+    secs.append(Section("Speed of light by GPU model", 2, sol_items(distinct_cases(runs), plug_of(runs[0]))))
     return secs
 
 

@@ -14,18 +14,21 @@ from harness.report.figures import (
     fmt_pm,
     fmt_tflops,
     fmt_us,
+    plug_of,
     run_geomean_ci,
     run_peaks,
     run_status,
     shape_label,
     shape_number,
     short_commit,
+    sol_ns,
 )
 from harness.results.ranking import mean_ci, plural
 from harness.results.record import RunRecord, Status
 from harness.results.stats import geomean
-from task.cost import GPU_PEAKS, bytes_moved, flops, gpu_model, sol_ns
-from task.spec import Case
+import problems
+from harness.hardware import GPU_PEAKS, gpu_model
+from harness.shapes import DEFAULT_PROBLEM
 
 
 def status_cell(status: Status) -> Cell:
@@ -81,7 +84,7 @@ def case_table(run: RunRecord) -> Table:
         caption = (f"geomean of per-shape means over {plural(len(run.cases), 'shape')}: {fmt_us(run.geomean_ns)} us, "
                    f"95% CI {fmt_interval_us(iv)} us")
         if peaks:
-            sol_g = geomean([sol_ns(c.case, peaks) for c in run.cases])
+            sol_g = geomean([sol_ns(c.case, peaks, plug_of(run)) for c in run.cases])
             caption += f"; {fmt_pct(100 * sol_g / run.geomean_ns)} % of {peaks.model} SOL (geomean)"
     return Table(cols, rows, numeric, caption)
 
@@ -105,7 +108,8 @@ def board_table(board: Board, ids: bool = True) -> Table:
 
 def board_shapes_table(board: Board) -> Table:
     """Per-shape mean times (us) on a board: shapes as rows, variants (in rank order) as columns."""
-    rows = [[shape_number(i), shape_label(case)] + [fmt_us(e.run.cases[i].stats.mean_ns) for e in board.entries]
+    plug = problems.get(board.problem)
+    rows = [[shape_number(i), shape_label(case, plug)] + [fmt_us(e.run.cases[i].stats.mean_ns) for e in board.entries]
             for i, case in enumerate(board.cases)]
     return Table(["#", "shape"] + [f"{e.variant} us" for e in board.entries], rows,
                  {0} | set(range(2, 2 + len(board.entries))))
@@ -114,15 +118,16 @@ def board_shapes_table(board: Board) -> Table:
 def across_table(runs: Sequence[RunRecord], labels: Sequence[str]) -> Table:
     """Shapes as rows (every shape any run has), runs as columns: mean us with its interval, or the status; the
     last row is each run's geomean."""
-    specs: dict[str, Case] = {}
+    specs: dict[tuple, tuple] = {}  # (problem, official line) -> (case, plug)
     for run in runs:
+        plug = plug_of(run)
         for c in run.cases:
-            specs.setdefault(c.case.text(), c.case)
+            specs.setdefault((run.problem, plug.case_text(c.case)), (c.case, plug))
     rows = []
-    for i, (spec, case) in enumerate(specs.items()):
-        row: list[CellLike] = [shape_number(i), shape_label(case)]
+    for i, (key, (case, plug)) in enumerate(specs.items()):
+        row: list[CellLike] = [shape_number(i), shape_label(case, plug)]
         for run in runs:
-            r = next((c for c in run.cases if c.case.text() == spec), None)
+            r = next((c for c in run.cases if (run.problem, plug_of(run).case_text(c.case)) == key), None)
             if r is None:
                 row.append(Cell("-", "muted"))
             elif r.passed and r.stats:
@@ -134,9 +139,10 @@ def across_table(runs: Sequence[RunRecord], labels: Sequence[str]) -> Table:
     return Table(["#", "shape"] + [f"{lb} mean us" for lb in labels], rows, {0} | set(range(2, len(runs) + 2)))
 
 
-def sol_items(cases: Sequence[Case]) -> list:
+def sol_items(cases: Sequence, plug=None) -> list:
     """What speed of light means here, the peaks of every known GPU model, and each case's FLOPs, bytes and
-    SOL per GPU model (compute- or memory-bound)."""
+    SOL per GPU model (compute- or memory-bound), from ``plug`` (the cases' problem; None: nvfp4_group_gemm)."""
+    plug = plug or problems.get(DEFAULT_PROBLEM)
     peak_rows = []
     for p in GPU_PEAKS:
         peak_rows.append([p.model, f"{p.exact_tflops:g}", f"{p.floor_tflops:g}", f"{p.hbm_tbps:g}",
@@ -150,11 +156,11 @@ def sol_items(cases: Sequence[Case]) -> list:
     ]
     rows = []
     for c in cases:
-        f, b = flops(c), bytes_moved(c)
-        row: list[CellLike] = [shape_label(c), f"{f / 1e9:.2f}", f"{b / 1e6:.2f}", f"{f / b:.0f}"]
+        f, b = plug.flops(c), plug.bytes_moved(c)
+        row: list[CellLike] = [shape_label(c, plug), f"{f / 1e9:.2f}", f"{b / 1e6:.2f}", f"{f / b:.0f}"]
         for p in GPU_PEAKS:
             compute, memory = f / (p.exact_tflops * 1e12), b / (p.hbm_tbps * 1e12)
-            row.append(f"{fmt_us(sol_ns(c, p))} ({'compute' if compute >= memory else 'memory'})")
+            row.append(f"{fmt_us(sol_ns(c, p, plug))} ({'compute' if compute >= memory else 'memory'})")
         rows.append(row)
     items.append(Table(["shape", "GFLOP", "MB moved", "FLOP/B"] + [f"SOL {p.model} us (bound)" for p in GPU_PEAKS],
                        rows, set(range(1, 4 + len(GPU_PEAKS)))))

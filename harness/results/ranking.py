@@ -44,8 +44,9 @@ from typing import Iterable, Mapping, Sequence, Union
 
 from harness.results.record import RunRecord, Stats
 from harness.results.stats import geomean, summarize
-from task.cost import gpu_model
-from task.spec import Case, shape_set_id
+import problems
+from harness.hardware import gpu_model
+from harness.shapes import shape_set_id
 
 #: Confidence level used everywhere unless a caller asks for another.
 LEVEL = 0.95
@@ -300,10 +301,10 @@ def compare_geomeans(a: Sequence[Stats], b: Sequence[Stats], level: float = LEVE
 
 # ------------------------------------------------------------------------------------------- run selection
 def comparable_key(run: RunRecord) -> tuple:
-    """What makes two runs' geomeans comparable: the GPU model, the shape set's identity (its cases, not its
-    label), the data mode and the mode."""
-    set_id = run.shape_set_id or shape_set_id(c.case for c in run.cases)
-    return gpu_model(run.environment.device), set_id, run.data, run.mode
+    """What makes two runs' geomeans comparable: the problem, the GPU model, the shape set's identity (its cases,
+    not its label), the data mode and the mode."""
+    set_id = run.shape_set_id or shape_set_id(problems.get(run.problem).case_text(c.case) for c in run.cases)
+    return run.problem, gpu_model(run.environment.device), set_id, run.data, run.mode
 
 
 def best_runs(runs: Iterable[RunRecord]) -> list[RunRecord]:
@@ -339,4 +340,4 @@ class NoRatio:
     b_ns: float | None = None
 
 
-CompareRow = tuple[Union[Case, str], Union[Comparison, NoRatio]]
+CompareRow = tuple[Union[object, str], Union[Comparison, NoRatio]]  # (a case of the problem, or a label; ...)

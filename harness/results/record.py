@@ -13,8 +13,9 @@ import uuid
 from dataclasses import dataclass, field
 from enum import Enum
 
+import problems
 from harness.protocol import ExitCode
-from task.spec import Case
+from harness.shapes import DEFAULT_PROBLEM
 
 
 #: The most characters a case's message keeps (CaseResult; harness.parent.judge cuts its verdicts to it too).
@@ -84,7 +85,7 @@ class CaseResult:
     """One case of one run. ``samples_ns``: per-call time of each timed sample (sample duration / calls);
     ``message`` is cut to MESSAGE_CHARS (``cut_message``)."""
 
-    case: Case
+    case: object                  # the problem's case record (its plug's parse_case)
     status: Status
     message: str = ""
     samples_ns: tuple[float, ...] = ()
@@ -161,6 +162,7 @@ class RunRecord:
     sandbox: str = ""                 # how workers were confined: "off", or what held (harness.parent.sandbox)
     notes: tuple[str, ...] = ()       # run-wide notes: timers the submission replaced, hooks refused, stray bytes
     bracket: str = ""                 # the margin the parent held every window to (harness.parent.bracket)
+    problem: str = DEFAULT_PROBLEM    # the problem run (problems.get); records from before it: nvfp4_group_gemm
 
     @property
     def passed(self) -> bool:
@@ -189,8 +191,11 @@ def new_run_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
-def case_from_dict(d: dict) -> Case:
-    return Case(tuple(d["m"]), tuple(d["n"]), tuple(d["k"]), d["g"], d["seed"], d.get("name", ""))
+def case_from_dict(d: dict, problem: str = DEFAULT_PROBLEM):
+    """A case of ``problem`` from its dict (``dataclasses.asdict``) through its plug's ``parse_case`` (its
+    ``case_fields`` and ``name``). Raises ValueError (CaseError) for a dict its plug refuses."""
+    plug = problems.get(problem)
+    return plug.parse_case({**{k: d[k] for k in plug.case_fields}, "name": d.get("name", "")})
 
 
 def _cuda_failure(c: dict, status: Status) -> bool:
@@ -200,10 +205,10 @@ def _cuda_failure(c: dict, status: Status) -> bool:
     return status in (Status.ERROR, Status.CRASH) and "CUDA error" in c["message"]
 
 
-def case_result_from_dict(c: dict) -> CaseResult:
-    """Inverse of ``CaseResult.to_dict``."""
+def case_result_from_dict(c: dict, problem: str = DEFAULT_PROBLEM) -> CaseResult:
+    """Inverse of ``CaseResult.to_dict`` for a case of ``problem``."""
     status = Status(c["status"])
-    return CaseResult(case_from_dict(c["case"]), status, c["message"], tuple(c["samples_ns"]),
+    return CaseResult(case_from_dict(c["case"], problem), status, c["message"], tuple(c["samples_ns"]),
                       Stats(**c["stats"]) if c["stats"] else None, c["calls_checked"], c["wall_s"],
                       c.get("profile", ""), c.get("kernel_ns"), c.get("overhead_ms_per_sample"),
                       _cuda_failure(c, status))
@@ -212,12 +217,13 @@ def case_result_from_dict(c: dict) -> CaseResult:
 def run_from_dict(d: dict) -> RunRecord:
     """Inverse of ``RunRecord.to_dict`` (for the results store and report tools); fields added later take their
     defaults in older records."""
+    problem = d.get("problem", DEFAULT_PROBLEM)
     return RunRecord(d["run_id"], d["started_at"], d["mode"], d["data"], d["shape_set"], d["secret_seed"],
                      SubmissionInfo(**d["submission"]), Environment(**d["environment"]),
-                     tuple(case_result_from_dict(c) for c in d["cases"]), d["complete"],
+                     tuple(case_result_from_dict(c, problem) for c in d["cases"]), d["complete"],
                      d.get("git_commit", ""), d.get("geomean_ns"), d.get("wall_s", 0.0), d.get("window", ""),
                      d.get("shape_set_id", ""), d.get("sandbox", ""), tuple(d.get("notes", ())),
-                     d.get("bracket", ""))
+                     d.get("bracket", ""), problem)
 
 
 def exit_code(record: RunRecord) -> ExitCode:

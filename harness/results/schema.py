@@ -6,7 +6,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Callable
 
-from task import spec as task_spec
+import problems
+from harness import shapes
 
 #: ``PRAGMA application_id`` of an fp4bench store: the ASCII bytes "fp4b".
 APPLICATION_ID = 0x66703462
@@ -61,11 +62,12 @@ def _v2(conn: sqlite3.Connection) -> None:
     """Shape-set identity: ``runs.shape_set_id``. Runs already stored complete get the id of their cases' spec
     lines (all their cases are stored); a run never finished keeps '' (its case list may be partial)."""
     conn.execute("ALTER TABLE runs ADD COLUMN shape_set_id TEXT NOT NULL DEFAULT ''")
+    plug = problems.get("nvfp4_group_gemm")  # every run stored before v5 is one of it
     for (run_id,) in conn.execute("SELECT run_id FROM runs WHERE complete = 1").fetchall():
         specs = [r[0] for r in conn.execute("SELECT spec FROM cases WHERE run_id = ? ORDER BY idx", (run_id,))]
         if specs:
-            conn.execute("UPDATE runs SET shape_set_id = ? WHERE run_id = ?",
-                         (task_spec.shape_set_id(task_spec.parse_case_line(x) for x in specs), run_id))
+            texts = (plug.case_text(plug.parse_case(shapes.parse_line(x))) for x in specs)
+            conn.execute("UPDATE runs SET shape_set_id = ? WHERE run_id = ?", (shapes.shape_set_id(texts), run_id))
     conn.execute("CREATE INDEX runs_by_shape_set_id ON runs(shape_set_id, mode, started_at)")
 
 
@@ -81,8 +83,15 @@ def _v4(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE runs ADD COLUMN bracket TEXT NOT NULL DEFAULT ''")
 
 
+def _v5(conn: sqlite3.Connection) -> None:
+    """Runs keyed by problem (``runs.problem``, a name ``problems.get`` knows): every run stored before is an
+    nvfp4_group_gemm run."""
+    conn.execute("ALTER TABLE runs ADD COLUMN problem TEXT NOT NULL DEFAULT 'nvfp4_group_gemm'")
+    conn.execute("CREATE INDEX runs_by_problem ON runs(problem, gpu_model, shape_set_id, mode, started_at)")
+
+
 #: Migration steps: ``MIGRATIONS[i]`` takes a store at schema version i to version i + 1. Append, never edit.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4, _v5]
 
 
 def schema_version() -> int:

@@ -22,7 +22,8 @@ Layout (schema version in ``PRAGMA user_version``, file marked with ``PRAGMA app
 Records are rebuilt with ``harness.results.record.run_from_dict``, so fields added to the records later load from old
 rows through that function's defaults. ``runs.shape_set_id`` (schema v2) identifies a run's shape set by its
 content (``task.spec.shape_set_id``); ``shape_set`` is only its label. Rows are appended and never rewritten:
-``finish`` sets only the run row's end (time, complete, geomean, the run-wide ``notes``, schema v3). Schema changes
+``finish`` sets only the run row's end (time, complete, geomean, the run-wide ``notes``, schema v3). ``runs.problem``
+(schema v5) names the problem run; runs stored before it are nvfp4_group_gemm's. Schema changes
 go in harness.results.schema (``MIGRATIONS``); opening an older file applies the missing steps in order, each in
 its own transaction; a newer or foreign file is refused with ``StoreError``.
 """
@@ -37,10 +38,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
+import problems
 from harness import ROOT
 from harness.results import schema
 from harness.results.record import CaseResult, RunRecord, Status, run_from_dict
-from task.cost import gpu_model
+from harness.hardware import gpu_model
 
 #: The store used when neither ``--db`` nor ``$FP4BENCH_DB`` says otherwise.
 DEFAULT_DB = ROOT / "results" / "fp4bench.sqlite"
@@ -190,19 +192,19 @@ class ResultStore:
         with self._tx() as conn:
             self._insert_run(conn, run)
             for i, case in enumerate(run.cases):
-                self._insert_case(conn, run.run_id, case, i)
+                self._insert_case(conn, run.run_id, case, i, run.problem)
 
     def add_case(self, run_id: str, case: CaseResult, index: int) -> None:
         """Store one case's result and all its samples (one transaction), as case ``index`` of the run.
 
         Raises StoreError if the run is unknown or already finished, or ``index`` is already stored."""
         with self._tx() as conn:
-            row = conn.execute("SELECT finished_at FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            row = conn.execute("SELECT finished_at, problem FROM runs WHERE run_id = ?", (run_id,)).fetchone()
             if row is None:
                 raise StoreError(f"add_case(): no run {run_id!r} in {self.path} (call begin() first)")
             if row["finished_at"] is not None:
                 raise StoreError(f"add_case(): run {run_id} is already finished")
-            self._insert_case(conn, run_id, case, index)
+            self._insert_case(conn, run_id, case, index, row["problem"])
 
     def finish(self, run_id: str, geomean_ns: float | None, complete: bool, notes: Sequence[str] = (),
                bracket: str = "") -> None:
@@ -228,7 +230,7 @@ class ResultStore:
         with self._tx() as conn:
             self._insert_run(conn, run)
             for i, case in enumerate(run.cases):
-                self._insert_case(conn, run.run_id, case, i)
+                self._insert_case(conn, run.run_id, case, i, run.problem)
             conn.execute("UPDATE runs SET finished_at = ?, complete = ?, geomean_ns = ?, notes = ?, bracket = ?"
                          " WHERE run_id = ?", (_now(), int(run.complete), run.geomean_ns,
                                                json.dumps(list(run.notes)), run.bracket, run.run_id))
@@ -240,15 +242,17 @@ class ResultStore:
         try:
             conn.execute(
                 "INSERT INTO runs (run_id, started_at, mode, data, shape_set, secret_seed, variant, submission_path,"
-                " submission_sha256, git_commit, device, gpu_model, complete, geomean_ns, record_json, shape_set_id)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL, ?, ?)",
+                " submission_sha256, git_commit, device, gpu_model, complete, geomean_ns, record_json, shape_set_id,"
+                " problem) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL, ?, ?, ?)",
                 (run.run_id, run.started_at, run.mode, run.data, run.shape_set, run.secret_seed,
                  run.submission.name, run.submission.path, run.submission.sha256, run.git_commit,
-                 run.environment.device, gpu_model(run.environment.device), json.dumps(meta), run.shape_set_id))
+                 run.environment.device, gpu_model(run.environment.device), json.dumps(meta), run.shape_set_id,
+                 run.problem))
         except sqlite3.IntegrityError:
             raise StoreError(f"run {run.run_id!r} is already in {self.path}") from None
 
-    def _insert_case(self, conn: sqlite3.Connection, run_id: str, case: CaseResult, index: int) -> None:
+    def _insert_case(self, conn: sqlite3.Connection, run_id: str, case: CaseResult, index: int,
+                     problem: str) -> None:
         if not isinstance(case.status, Status):
             raise StoreError(f"case {index} of run {run_id}: status must be a Status, got {case.status!r}")
         body = json.loads(json.dumps(dataclasses.asdict(case)))
@@ -258,7 +262,8 @@ class ResultStore:
             conn.execute(
                 "INSERT INTO cases (run_id, idx, name, spec, status, message, runs, mean_ns, std_ns, err_ns,"
                 " best_ns, worst_ns, record_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (run_id, index, case.case.name, case.case.text(), case.status.value, case.message,
+                (run_id, index, case.case.name, problems.get(problem).case_text(case.case), case.status.value,
+                 case.message,
                  s.runs if s else None, s.mean_ns if s else None, s.std_ns if s else None,
                  s.err_ns if s else None, s.best_ns if s else None, s.worst_ns if s else None, json.dumps(body)))
         except sqlite3.IntegrityError:
@@ -291,7 +296,8 @@ class ResultStore:
             body["samples_ns"] = samples.get(c["idx"], [])
             cases.append(body)
         d.update(cases=cases, complete=bool(row["complete"]), geomean_ns=row["geomean_ns"],
-                 shape_set_id=row["shape_set_id"], notes=json.loads(row["notes"]), bracket=row["bracket"])
+                 shape_set_id=row["shape_set_id"], notes=json.loads(row["notes"]), bracket=row["bracket"],
+                 problem=row["problem"])
         try:
             return run_from_dict(d)
         except (KeyError, TypeError, ValueError) as exc:
@@ -323,15 +329,16 @@ class ResultStore:
     def runs(self, variant: str | None = None, mode: str | None = None, shape_set: str | None = None,
              gpu: str | None = None, data: str | None = None, complete: bool | None = None,
              passed: bool | None = None, limit: int | None = None, with_samples: bool = True,
-             shape_set_id: str | None = None) -> list[RunRecord]:
+             shape_set_id: str | None = None, problem: str | None = None) -> list[RunRecord]:
         """Stored runs matching every filter given, oldest first (by ``started_at``).
 
-        ``shape_set`` matches the label, ``shape_set_id`` the identity (task.spec.shape_set_id) of the shape set.
+        ``shape_set`` matches the label, ``shape_set_id`` the identity (harness.shapes.shape_set_id) of the shape
+        set, ``problem`` the problem's name.
         ``gpu`` matches the GPU model ("H200", case-insensitive; see ``gpu_model``). ``passed=True`` keeps runs
         that finished complete with every case passing. ``limit`` keeps the newest ``limit`` runs."""
         where, args = [], []
         for column, value in (("variant", variant), ("mode", mode), ("shape_set", shape_set), ("data", data),
-                              ("shape_set_id", shape_set_id)):
+                              ("shape_set_id", shape_set_id), ("problem", problem)):
             if value is not None:
                 where.append(f"{column} = ?")
                 args.append(value)
@@ -357,10 +364,10 @@ class ResultStore:
     def latest(self, variant: str | None = None, mode: str | None = None, shape_set: str | None = None,
                gpu: str | None = None, data: str | None = None, complete: bool | None = None,
                passed: bool | None = None, with_samples: bool = True,
-               shape_set_id: str | None = None) -> RunRecord | None:
+               shape_set_id: str | None = None, problem: str | None = None) -> RunRecord | None:
         """The most recently started run matching the filters (as in ``runs``), or None."""
         found = self.runs(variant, mode, shape_set, gpu, data, complete, passed, limit=1, with_samples=with_samples,
-                          shape_set_id=shape_set_id)
+                          shape_set_id=shape_set_id, problem=problem)
         return found[0] if found else None
 
     def shape_sets(self) -> list[tuple[str, str]]:

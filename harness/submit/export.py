@@ -18,8 +18,9 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+import problems
 from harness import ROOT
-from harness.parent.registry import ENTRY_FILE, Variant
+from harness.parent.registry import ENTRY_FILE, Variant, problem_of
 from harness.submit import board
 from harness.submit.flatten import (ExportError, Module, apply_edits, check_namespace, parse, remove_statement,
                                     rewrite, scope_of)
@@ -88,6 +89,13 @@ def _collect(module: Module, folder: Path, modules: dict, order: list[Module], v
                 raise ExportError(f"{module.where(node)}: a __future__ import not at the top of the module")
             module.futures.update(a.name for a in node.names)
             remove_statement(module, node)
+            continue
+        if _problem_types(node):  # from problems.<name> import input_t, ...: the runner's task.py has them
+            if id(node) not in top_level:
+                raise ExportError(f"{module.where(node)}: imports {node.module} inside a function or block; "
+                                  f"export rewrites only top-level imports of a problem's types")
+            names = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in node.names)
+            remove_statement(module, node, f"from task import {names}")
             continue
         targets = _targets(module, node, folder)
         if not targets:
@@ -162,6 +170,16 @@ def _targets(module: Module, node: ast.Import | ast.ImportFrom, folder: Path) ->
                 raise ExportError(f"{module.where(node)}: imports {name} from the module {top}.py")
             found.append((alias, top))
     return found
+
+
+def _problem_types(node: ast.Import | ast.ImportFrom) -> bool:
+    """Whether ``node`` is ``from problems.<a problem> import ...`` of names the runner's task.py defines
+    (board.TASK_NAMES): a variant of that problem imports its types so, the official runner has them in task."""
+    if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+        return False
+    parts = node.module.split(".")
+    return (len(parts) == 2 and parts[0] == "problems" and parts[1] in problems.names()
+            and all(a.name in board.TASK_NAMES for a in node.names))
 
 
 def _helper_leaves() -> set[str]:
@@ -245,7 +263,7 @@ def _assemble(variant: Variant, order: list[Module], sources: dict[str, str]) ->
     writer, then each module's edited code."""
     entry = order[-1]
     inlined = [m.shown for m in order[:-1]]
-    head = [f"#!POPCORN leaderboard {board.LEADERBOARD}", f"#!POPCORN gpu {next(iter(board.BOARD_GPUS))}"]
+    head = [f"#!POPCORN leaderboard {problem_of(variant)}", f"#!POPCORN gpu {next(iter(board.BOARD_GPUS))}"]
     if variant.requires.kind != "any":
         head.append(f"#!FP4BENCH requires {variant.requires.text}")
     what = f"# fp4bench export of {shown(variant.path.parent) if variant.path.name == ENTRY_FILE else entry.shown}"

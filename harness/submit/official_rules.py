@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import problems
 from harness.parent.registry import DeviceFacts, RegistryError, parse_requirement
 from harness.submit import board
 
@@ -120,11 +121,15 @@ def _directives(lines: list[str], cpp: bool, add) -> None:
         else:
             seen[key] = (number, args[2:])
     if "leaderboard" not in seen:
-        add("directive", None, f"no '#!POPCORN leaderboard {board.LEADERBOARD}' in the leading comment block")
-    elif seen["leaderboard"][1][0] != board.LEADERBOARD:
+        add("directive", None, f"no '#!POPCORN leaderboard {board.LEADERBOARD}' (or another problem's name: "
+                               f"{', '.join(problems.names())}) in the leading comment block")
+    elif seen["leaderboard"][1][0] not in problems.names():
         number, values = seen["leaderboard"]
-        add("directive", number, f"leaderboard {values[0]!r}: this problem's board is {board.LEADERBOARD!r}")
-    gpus = ", ".join(board.BOARD_GPUS)
+        add("directive", number, f"leaderboard {values[0]!r}: the boards fp4bench knows are "
+                                 f"{', '.join(problems.names())}")
+    gpus = ", ".join(board.BOARD_GPUS)  # every NVFP4 board ran on B200
+    named = seen.get("leaderboard", (0, [""]))[1][0]
+    which = named if named in problems.names() else board.LEADERBOARD
     if "gpus" not in seen:
         add("directive", None, f"no '#!POPCORN gpu' in the leading comment block (the board runs {gpus})")
     else:
@@ -132,7 +137,7 @@ def _directives(lines: list[str], cpp: bool, add) -> None:
         if len(values) > 1:
             add("directive", number, f"gpu names {len(values)} GPUs ({' '.join(values)}): a submission runs on one")
         elif values[0] not in board.BOARD_GPUS:
-            add("directive", number, f"gpu {values[0]!r}: the {board.LEADERBOARD} board runs {gpus}")
+            add("directive", number, f"gpu {values[0]!r}: the {which} board runs {gpus}")
     _requirement(lines, add)
 
 

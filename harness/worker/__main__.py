@@ -18,12 +18,13 @@ import traceback
 
 from harness.worker import timing  # first: captures the measurement functions before any submission import
 from harness.worker import native, threads  # noqa: E402 - after timing
+from harness import plan as plan_mod
 from harness import protocol as P
 from harness.buffers import MappedBuffer, SharedBuffer, recv_fds
 from harness.channel import Writer
 from task.arena import Layout, Views
-from task.returned import OutputMeta
-from task.inputs import default_device
+from harness.problem import OutputMeta
+from harness.hardware import default_device
 from task.spec import Case
 
 import torch
@@ -192,19 +193,10 @@ class Worker:
         self.window.release()
 
     def run(self, req: P.Run) -> None:
-        case = Case(req.m, req.n, req.k, len(req.m), 0)
-        layout = Layout.of(case, req.calls)
-        host = self.buffers["host"].tensor
-        if req.host_offset < 0 or req.host_offset + layout.host_bytes > host.numel() or req.host_offset % 4096:
-            raise P.ProtocolError(f"Run.host_offset: expected a 4096-byte multiple with {layout.host_bytes} bytes "
-                                  f"after it in the {host.numel()}-byte host buffer, got {req.host_offset}")
-        key = (req.m, req.n, req.k, req.calls, req.host_offset)
-        if key not in self._views:  # the views' Python objects cost ms; the buffers stay until the next Map
-            views = Views(layout, self.buffers["device"].tensor, host[req.host_offset:], self.buffers["output"].tensor)
-            self._views[key] = (views, views.inputs())
-        views, inputs = self._views[key]
-        copied = [[False] * len(req.m) for _ in range(req.calls)]
-        copy_out = self._copier(layout, views, copied)
+        if req.plan:
+            views, (inputs, copied, copy_out) = None, self._plain(req)
+        else:
+            views, inputs, copied, copy_out = self._arena(req)
         profiled = req.kind in ("profile", "kernels")
         timed = req.kind == "time"
         cuda = self.device.type == "cuda"
@@ -226,7 +218,8 @@ class Worker:
         refused = tuple(h[:-len(_REFUSED)] for h in found if h.endswith(_REFUSED))
         outputs = result.outputs
         containers = tuple(_container(o) for o in outputs)
-        metas = tuple(tuple(_meta(x) for x in o) if type(o) is _list else () for o in outputs)
+        metas = tuple(tuple(_meta(x) for x in o) if type(o) is _list else
+                      (_meta(o),) if req.plan and isinstance(o, _Tensor) else () for o in outputs)
         reply = P.RunReply(
             result.elapsed_ns if timed else 0.0, len(inputs), containers, metas,
             tuple(tuple(c) for c in copied), result.late_streams, hooks if req.watch else (), refused,
@@ -234,6 +227,70 @@ class Worker:
         self.send(P.to_dict(reply))
         del outputs, result
         self.window.release()
+
+    def _arena(self, req: P.Run):
+        """nvfp4_group_gemm's views (task.arena.Layout of the request's groups), inputs, the record of what was
+        copied back, and the copy."""
+        case = Case(req.m, req.n, req.k, len(req.m), 0)
+        layout = Layout.of(case, req.calls)
+        host = self.buffers["host"].tensor
+        if req.host_offset < 0 or req.host_offset + layout.host_bytes > host.numel() or req.host_offset % 4096:
+            raise P.ProtocolError(f"Run.host_offset: expected a 4096-byte multiple with {layout.host_bytes} bytes "
+                                  f"after it in the {host.numel()}-byte host buffer, got {req.host_offset}")
+        key = (req.m, req.n, req.k, req.calls, req.host_offset)
+        if key not in self._views:  # the views' Python objects cost ms; the buffers stay until the next Map
+            views = Views(layout, self.buffers["device"].tensor, host[req.host_offset:], self.buffers["output"].tensor)
+            self._views[key] = (views, views.inputs())
+        views, inputs = self._views[key]
+        copied = [[False] * len(req.m) for _ in range(req.calls)]
+        return views, inputs, copied, self._copier(layout, views, copied)
+
+    def _plain(self, req: P.Run):
+        """Another problem's inputs, as views the request's harness.plan.Plan describes, the record of what was
+        copied back, and the copy (outputs of the plan's dtypes and shapes on our device)."""
+        key = (req.plan, req.host_offset)
+        if key not in self._views:
+            try:
+                plan = plan_mod.Plan.from_json(req.plan)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise P.ProtocolError(f"Run.plan: {exc}") from None
+            host = self.buffers["host"].tensor
+            if req.host_offset < 0 or req.host_offset + plan.host_slot_bytes > host.numel():
+                raise P.ProtocolError(f"Run.host_offset: {req.host_offset} with {plan.host_slot_bytes} bytes after "
+                                      f"it is outside the {host.numel()}-byte host buffer")
+            device, out = self.buffers["device"].tensor, self.buffers["output"].tensor
+            inputs = [plan_mod.build(plan, plan.tree, j, device, host[req.host_offset:]) for j in range(plan.calls)]
+            self._views[key] = (plan, inputs, [plan_mod.output_views(plan, j, out) for j in range(plan.calls)])
+        plan, inputs, out_views = self._views[key]
+        copied = [[False] * len(plan.outputs) for _ in range(plan.calls)]
+        return inputs, copied, self._plain_copier(plan, out_views, copied)
+
+    def _plain_copier(self, plan, out_views, copied: list[list[bool]]):
+        """``copy_out(outputs)`` for a plan: each call's plain tensors of the spec's dtype and shape on our device
+        go to their regions; ``copied`` records which."""
+        single = plan.container == "tensor"
+        expect = [(v.dtype, v.shape) for v in out_views[0]] if out_views else []
+        where = self.device.index if self.device.type == "cuda" else -1
+        if where is None:
+            where = torch.cuda.current_device()
+
+        def copy_out(outputs):
+            dst, src = [], []
+            for j, out in enumerate(outputs):
+                items = (out,) if single else out
+                if (single and type(out) is not _Tensor) or (not single and (type(out) is not _list
+                                                                            or len(out) != len(expect))):
+                    continue
+                for i, o in enumerate(items):
+                    if type(o) is _Tensor and o.dtype is expect[i][0] and o.shape == expect[i][1] \
+                            and o.get_device() == where:
+                        dst.append(out_views[j][i])
+                        src.append(o)
+                        copied[j][i] = True
+            if dst:
+                _foreach_copy(dst, src)
+
+        return copy_out
 
     def _copier(self, layout: Layout, views: Views, copied: list[list[bool]]):
         """``copy_out(outputs)`` for run_window: the plain fp16 [M, N, 1] tensors on our device that each call
