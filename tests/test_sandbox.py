@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 import shutil
 import socket
 import sqlite3
@@ -484,3 +485,15 @@ def test_a_submission_directly_in_tmp_or_home_is_refused_up_front(offer, tmp_pat
     assert plan_for(read_variant(tmp / "k.py"), Sandbox("off"), Settings(), cuda=False).mode == "off"
     monkeypatch.setattr(sandbox, "probe", lambda: BARE)
     assert plan_for(read_variant(tmp / "k.py"), Sandbox(), Settings(), cuda=False).mechanism == "none"
+
+
+def test_read_roots_leave_out_other_variants_on_the_parents_sys_path(monkeypatch):
+    """An in-process caller that imported a variant (a test, a notebook) has its folder on sys.path; the worker
+    of another variant must not get it as a read root, which would be bound again over the hiding of other
+    variants' folders (seen with bubblewrap: another variant's submission.py read back "ok")."""
+    other = (ROOT / "submissions" / "triton_grouped").resolve()
+    monkeypatch.setattr(sys, "path", [str(other), *sys.path])
+    variant = read_variant(ROOT / "submissions" / "torch_reference" / "submission.py")
+    roots = sandbox._read_roots(variant)
+    assert str(other) not in roots
+    assert str((ROOT / "submissions" / "torch_reference").resolve()) in roots

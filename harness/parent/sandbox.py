@@ -300,7 +300,10 @@ def _read_roots(variant: Variant) -> list[str]:
     candidates = [Path(p) for p in _SYSTEM_READ]
     candidates += [Path(p) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}]
     candidates += [Path(sys.executable).resolve().parent, ROOT, Path(variant.path).resolve().parent]
-    candidates += [Path(p) for p in sys.path if p and os.path.isabs(p)]
+    # Not the parent's own sys.path entries under submissions/ (an in-process caller that imported a variant has
+    # one): a read root inside a hidden variant folder is bound again on top of the hiding.
+    candidates += [Path(p) for p in sys.path if p and os.path.isabs(p)
+                   and not _within(Path(p).resolve(), SUBMISSIONS_DIR.resolve())]
     if site.USER_SITE:
         candidates.append(Path(site.USER_SITE))
     tmp = Path(tempfile.gettempdir()).resolve()
