@@ -17,6 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
+#: The problem a shape set, a record or a variant without one belongs to (what fp4bench ran before it had plugs).
+DEFAULT_PROBLEM = "nvfp4_group_gemm"
+
 #: The official tolerance of every NVFP4 problem (each task.yml's ``make_match_reference(..., rtol=1e-03,
 #: atol=1e-03)``): |got - expected| <= ATOL + RTOL * |expected|.
 RTOL = 1e-3

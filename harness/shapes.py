@@ -20,10 +20,8 @@ from typing import Any, Iterable
 
 import yaml
 
-from harness.problem import CaseError
+from harness.problem import DEFAULT_PROBLEM, CaseError
 
-#: The problem a shape set, a record or a variant without one belongs to (what fp4bench ran before it had plugs).
-DEFAULT_PROBLEM = "nvfp4_group_gemm"
 #: Hex digits of a shape set's id (``shape_set_id``): 48 bits, short enough to type, and two sets in one store
 #: collide with odds of about n^2 / 2^49.
 SHAPE_SET_ID_DIGITS = 12

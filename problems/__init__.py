@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-import yaml
 
 from harness.problem import CaseError
 
@@ -49,6 +48,8 @@ def load_cases(name: str, shape_set: str) -> tuple:
     problem, path = get(name), shapes_file(name, shape_set)
     if not path.is_file():
         raise CaseError(f"{path}: no such shape set for {name}")
+    import yaml  # here, not at the top: tools/install_torch.py reads the registry before pyyaml is installed
+
     doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list) or not doc["cases"]:
         raise CaseError(f"{path}: expected a mapping with a non-empty 'cases' list")

@@ -29,7 +29,7 @@ from typing import Callable
 
 import problems
 from harness import ROOT
-from harness.shapes import DEFAULT_PROBLEM
+from harness.problem import DEFAULT_PROBLEM
 
 SUBMISSIONS_DIR = ROOT / "submissions"
 ENTRY_FILE = "submission.py"
