@@ -147,3 +147,23 @@ def test_usage_page_gives_the_shape_rules_and_the_cpu_recipe():
     assert "K above 529,920" in usage
     recipe = next(line for line in (ROOT / "docs" / "usage.md").read_text().splitlines() if "--index-url" in line)
     assert f"--index-url {install_torch.CPU_INDEX}" in recipe and 'pip install -e ".[dev]"' in recipe
+
+
+def test_install_torch_runs_before_the_projects_dependencies_are_installed():
+    """make runs tools/install_torch.py in a fresh venv that holds only pip: nothing it imports may need a
+    dependency (a top-level `import yaml` in problems/ broke `make` on a fresh machine, 2026-12-04). The
+    interpreter here refuses every third-party import the project declares."""
+    blocker = ("import sys\n"
+               "class Block:\n"
+               "    def find_spec(self, name, path=None, target=None):\n"
+               "        if name.split('.')[0] in {'yaml', 'torch', 'click', 'rich', 'msgspec', 'numpy', 'scipy',\n"
+               "                                  'jinja2', 'distributed', 'dask', 'cutlass', 'triton'}:\n"
+               "            raise ImportError('not installed yet: ' + name)\n"
+               "sys.meta_path.insert(0, Block())\n"
+               f"sys.argv = ['install_torch.py', '--help']\n"
+               f"sys.path.insert(0, {str(ROOT / 'tools')!r})\n"
+               "import runpy\n"
+               f"runpy.run_path({str(ROOT / 'tools' / 'install_torch.py')!r}, run_name='__main__')\n")
+    proc = subprocess.run([sys.executable, "-I", "-c", blocker], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "usage: install_torch.py" in proc.stdout
