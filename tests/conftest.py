@@ -61,8 +61,11 @@ def interrupt_after_first_case(argv: list[str], db: Path, settle_s: float = 0.0,
     import time
     env = {k: v for k, v in os.environ.items() if k not in ("POPCORN_FD", "POPCORN_SEED")}
     env.update(extra_env or {})
+    # A suite started in the background of a non-interactive shell (`make test &`) ignores SIGINT, and a child
+    # inherits that, so Python would install no Ctrl-C handler: the run gets the default disposition back.
     proc = subprocess.Popen([sys.executable, "-m", "harness", *argv], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 120
         while not _cases_stored(db):
