@@ -16,7 +16,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import yaml
 
@@ -58,10 +58,10 @@ class ShapeSet:
         return shape_set_id(plug.case_text(c) for c in self.cases)
 
 
-def parse_line(line: str) -> dict[str, Any]:
+def parse_line(line: str, fields: Sequence[str] = ()) -> dict[str, Any]:
     """One official text line as a mapping (values read as YAML: ``128``, ``[96, 128]``), or task.yml's flow
-    mapping (``{"m": 128, ...}``). Raises CaseError quoting the line and the part that did not parse, or a key
-    given twice."""
+    mapping (``{"m": 128, ...}``). ``fields``: the problem's case fields, named when a flow mapping does not
+    parse. Raises CaseError quoting the line and the part that did not parse, or a key given twice."""
     if line.lstrip().startswith("{"):
         try:
             value = yaml.safe_load(line)
@@ -69,7 +69,8 @@ def parse_line(line: str) -> dict[str, Any]:
             value = getattr(exc, "problem", None) or " ".join(str(exc).split())
         if not isinstance(value, dict):
             why = f" ({value})" if isinstance(value, str) else ""
-            raise CaseError(f"expected a mapping like {{\"m\": 128, \"k\": 256}}, got {line.strip()!r}{why}")
+            keys = f" of {', '.join(fields)}" if fields else ""
+            raise CaseError(f"expected a mapping{keys}, got {line.strip()!r}{why}")
         return value
     fields: dict[str, Any] = {}
     for part in line.split(";"):
@@ -97,9 +98,10 @@ def parse_text(text: str, plug, source: str = "") -> list:
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
-        where = f"{source}:{lineno}: " if source else f"line {line.strip()!r}: "
+        inline = "case" if line.lstrip().startswith("{") else "line"
+        where = f"{source}:{lineno}: " if source else f"{inline} {line.strip()!r}: "
         try:
-            cases.append(plug.parse_case(parse_line(line), where=where))
+            cases.append(plug.parse_case(parse_line(line, plug.case_fields), where=where))
         except CaseError as exc:
             message = str(exc)
             raise CaseError(message if message.startswith(where) else where + message) from None

@@ -1,5 +1,6 @@
-"""Cases and shape sets: frozen records, loaded from configs/shapes/*.yml, an official task.yml, the official text
-format, or inline.
+"""nvfp4_group_gemm's cases: frozen records, parsed from a mapping or the official text format. Loading a shape set
+(configs/shapes/*.yml, an official task.yml, a text file, inline, ``#`` picks) is harness.shapes' for every
+problem; ``load_shapes`` here is it for this problem.
 
 A case is one nvfp4_group_gemm problem: per-group M, N, K (tuples of length G) and the seed its inputs are drawn
 from. The official text format (task.yml "tests"/"benchmarks" as they travel to the evaluator) is one case a
@@ -19,6 +20,7 @@ from typing import Iterable, Mapping
 import yaml
 
 from harness import shapes as _shapes
+from harness.problem import CaseError
 
 #: Every case's K must be a multiple of this (one e4m3fn scale per 16 e2m1 values, two values a byte, and the
 #: blocked scale layout groups 4 scale columns: 64). The official shapes all use multiples of 256.
@@ -35,15 +37,11 @@ DATA_MODES: tuple[str, ...] = ("official", "full-range")
 SHAPE_SET_ID_DIGITS = _shapes.SHAPE_SET_ID_DIGITS
 #: A case's seed when it names none: 1111, the seed of every case of the official tests and benchmarks (task.yml).
 DEFAULT_SEED = 1111
-#: The lists of cases an official task.yml holds, in the order they are offered.
-TASK_YML_SETS = ("tests", "benchmarks")
-#: Separates a --shapes source from what is picked in it: ``task.yml#benchmarks``, ``benchmarks#2``,
-#: ``benchmarks#g8_n4096_k7168``, ``task.yml#benchmarks#2``.
-PICK = "#"
 
 
-class SpecError(ValueError):
-    """A shape specification is malformed or describes an impossible problem (the message says which)."""
+#: A shape specification is malformed or describes an impossible problem (the message says which): the
+#: contract's CaseError, so one except clause catches what the harness and this problem raise.
+SpecError = CaseError
 
 
 @dataclass(frozen=True)
@@ -206,148 +204,7 @@ def parse_text(text: str, source: str = "") -> list[Case]:
     return cases
 
 
-def read_text_file(path: Path) -> str:
-    """The text of ``path`` as UTF-8. Raises SpecError naming the file for one that is not UTF-8 text (e.g. a
-    binary file) or cannot be read."""
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"{path}: not a UTF-8 text file (byte {exc.object[exc.start]:#04x} at offset "
-                        f"{exc.start})") from None
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read ({exc.strerror or exc})") from None
-
-
-def read_yaml_file(path: Path):
-    """The YAML document in ``path`` (None for an empty file). Raises SpecError in one line naming the file, and
-    the line and column where the parser stopped, for a file that is not UTF-8 text or not valid YAML."""
-    text = read_text_file(path)
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
-        raise SpecError(f"{path}: not valid YAML{where}: {problem}") from None
-
-
-def _case_lists(doc, path) -> dict[str, list]:
-    """The lists of cases a shape file holds: ``{"cases": [...]}`` (configs/shapes) or the official task.yml's
-    ``tests`` and ``benchmarks`` (TASK_YML_SETS), whichever are there. Raises SpecError naming the file and what
-    it holds instead."""
-    if isinstance(doc, dict) and "cases" in doc:
-        if not isinstance(doc["cases"], list):
-            raise SpecError(f"{path}: expected a mapping with a 'cases' list, got 'cases' of type "
-                            f"{type(doc['cases']).__name__}")
-        return {"cases": doc["cases"]}
-    if isinstance(doc, dict):
-        found = {name: doc[name] for name in TASK_YML_SETS if isinstance(doc.get(name), list)}
-        if found:
-            return found
-    if not isinstance(doc, dict):
-        got = type(doc).__name__
-    else:
-        got = f"a mapping with keys {', '.join(map(repr, doc)) or 'none'}"
-    raise SpecError(f"{path}: expected a mapping with a 'cases' list, or an official task.yml with 'tests' or "
-                    f"'benchmarks' lists, got {got}")
-
-
-def _cases_of(path, part: str, entries: list) -> tuple[Case, ...]:
-    label = f"{path} case" if part == "cases" else f"{path} {part}"
-    cases = tuple(case_from_mapping(c if isinstance(c, dict) else {}, where=f"{label} {i}: ")
-                  for i, c in enumerate(entries))
-    if not cases:
-        raise SpecError(f"{path}: {part!r} is empty")
-    return cases
-
-
-def load_yaml(path: Path, picks: tuple[str, ...] = ()) -> ShapeSet:
-    """Load a YAML shape file: ``{cases: [{m, n, k, g?, seed?, name?}, ...]}`` (configs/shapes), or an official
-    task.yml, whose ``tests`` or ``benchmarks`` list is taken (``picks[0]`` names it; needed only when the file
-    holds both). A further pick selects one case (``pick_case``). The set is named after the file's stem, or
-    the task.yml list.
-
-    Raises SpecError with the file name and case index on any malformed entry, and naming what can be picked
-    when a pick does not match.
-    """
-    lists = _case_lists(read_yaml_file(path), path)
-    picks = list(picks)
-    if "cases" in lists:
-        part, name = "cases", Path(path).stem
-    elif picks and picks[0] in lists:
-        part = name = picks.pop(0)
-    elif len(lists) == 1:
-        part = name = next(iter(lists))
-    else:
-        choices = " or ".join(f"{path}{PICK}{n}" for n in lists)
-        got = f"{path}{PICK}{picks[0]}" if picks else str(path)
-        raise SpecError(f"{path} holds {' and '.join(repr(n) for n in lists)}: expected {choices}, got {got}")
-    shape_set = ShapeSet(name, _cases_of(path, part, lists[part]))
-    if len(picks) > 1:
-        raise SpecError(f"--shapes {path}{PICK}{PICK.join(picks)}: expected at most one case after the set "
-                        f"(e.g. {path}{PICK}2), got {len(picks)} picks")
-    return pick_case(shape_set, picks[0]) if picks else shape_set
-
-
-def pick_case(shape_set: ShapeSet, pick: str) -> ShapeSet:
-    """The one case of ``shape_set`` that ``pick`` names: its number, counted from 1 as reports number shapes,
-    or its name. The set is named ``<set>#<pick>``. Raises SpecError naming the numbers and names there are."""
-    cases = shape_set.cases
-    chosen = None
-    if pick.isdigit() and 1 <= int(pick) <= len(cases):
-        chosen = cases[int(pick) - 1]
-    else:
-        chosen = next((c for c in cases if c.name and c.name == pick), None)
-    if chosen is None:
-        names = [c.name for c in cases if c.name]
-        named = f" or a case name ({', '.join(names)})" if names else ""
-        raise SpecError(f"--shapes {shape_set.name}{PICK}{pick}: expected a case number from 1 to {len(cases)}"
-                        f"{named}, got {pick!r}")
-    return ShapeSet(f"{shape_set.name}{PICK}{pick}", (chosen,))
-
-
 def load_shapes(spec: str, aliases: tuple[str, ...] = ()) -> ShapeSet:
-    """Resolve ``--shapes``: a name in configs/shapes (``tests``), a .yml/.yaml path (a shape set or an official
-    task.yml), a text file (one case a line), or one inline case (the text line or the JSON-style mapping of
-    ``parse_case_line``). A source may be followed by picks after ``#`` (PICK): the list of a task.yml
-    (``task.yml#benchmarks``), then one case by number from 1 or name (``benchmarks#2``,
-    ``benchmarks#g8_n4096_k7168``, ``task.yml#tests#3``). ``aliases``: names the caller resolves before calling
-    (the CLI's ``auto``), listed among the names when nothing matches.
-
-    Raises SpecError when nothing matches, naming what was tried.
-    """
-    if spec.lstrip().startswith("{"):
-        return ShapeSet("inline", (parse_case_line(spec),))
-    if ":" in spec and ";" in spec:
-        return ShapeSet("inline", (parse_case_line(spec),))
-    source, picks = spec, ()
-    if not Path(spec).is_file() and PICK in spec:
-        source, *rest = spec.split(PICK)
-        picks = tuple(rest)
-        if not source or not all(picks):
-            raise SpecError(f"--shapes {spec!r}: expected SOURCE{PICK}PICK with nothing empty (e.g. benchmarks"
-                            f"{PICK}2 or task.yml{PICK}tests)")
-    named = CONFIG_DIR / f"{source}.yml"
-    if named.is_file():
-        return load_yaml(named, picks)
-    path = Path(source)
-    if path.is_file():
-        if path.suffix in (".yml", ".yaml"):
-            return load_yaml(path, picks)
-        cases = parse_text(read_text_file(path), str(path))
-        if not cases:
-            raise SpecError(f"{path}: no cases in the file")
-        shape_set = ShapeSet(path.stem, tuple(cases))
-        if len(picks) > 1:
-            raise SpecError(f"--shapes {spec!r}: expected at most one case after the file, got {len(picks)} picks")
-        return pick_case(shape_set, picks[0]) if picks else shape_set
-    if path.is_dir():
-        raise SpecError(f"shape file {source}: expected a .yml or text file, got a folder")
-    if path.suffix in (".yml", ".yaml", ".txt") or "/" in source:
-        raise SpecError(f"shape file {source} does not exist")
-    known = [*aliases, *sorted(p.stem for p in CONFIG_DIR.glob("*.yml"))]
-    raise SpecError(
-        f"--shapes {spec!r}: expected a shape-set name ({', '.join(known)}), a .yml or text file (an official "
-        f"task.yml too), one case of a set (benchmarks{PICK}2), or an inline case like "
-        f"'m: [96]; n: [128]; k: [256]; g: 1; seed: 1' or '{{\"m\": [96], \"n\": [128], \"k\": [256]}}'"
-    )
+    """Resolve ``--shapes`` for this problem: harness.shapes.load_shapes (a set name, a .yml or text file, an
+    official task.yml with ``#`` picks, one inline case). Raises SpecError naming what was tried."""
+    return _shapes.load_shapes(spec, _shapes.DEFAULT_PROBLEM, aliases)

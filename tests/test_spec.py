@@ -183,8 +183,8 @@ def test_json_style_inline_case_with_defaults():
     ('{"m": [96], "n": [128]}',
      """case '{"m": [96], "n": [128]}': expected keys ['k', 'm', 'n'] (and optionally g, seed, name), got """
      "['m', 'n'] (missing ['k'])"),
-    ('{"m": [96], "n": [128], "k": [256]', """expected a mapping like {"m": [96], "n": [128], "k": [256]}, got """
-     """'{"m": [96], "n": [128], "k": [256]' (expected ',' or '}', but got '<stream end>')"""),
+    ('{"m": [96], "n": [128], "k": [256]', """case '{"m": [96], "n": [128], "k": [256]': expected a mapping of m, n, """
+     """k, g, seed, got '{"m": [96], "n": [128], "k": [256]' (expected ',' or '}', but got '<stream end>')"""),
     ('{"m": [96], "n": [128], "k": [256], "seed": -1}',
      """case '{"m": [96], "n": [128], "k": [256], "seed": -1}': seed must be a non-negative integer, got -1"""),
 ])
