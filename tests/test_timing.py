@@ -109,6 +109,25 @@ def test_run_window_orders_the_gate_around_the_marks():
     assert result.outputs == [1, 2] and result.elapsed_ns == 5.0 and result.late_streams == 0
 
 
+def test_a_stream_is_late_only_when_its_work_outlasts_both_the_end_mark_and_its_clock():
+    """StreamWatch.late with stamped times (ms after the start mark; window end 2.0): a joined stream whose mark
+    was taken in after a context switch (mark = clock = 2.3) is not late; one whose work ran 1 ms past its clock is;
+    one that finished inside the window (mark 1.5, clock 0.4: the GPU behind the host) is not."""
+    class Stamp:
+        def __init__(self, ms):
+            self.cuda_event = ms
+
+    class Window:
+        @staticmethod
+        def ms_after_start(event):
+            return event
+
+    watch = timing.StreamWatch.__new__(timing.StreamWatch)
+    pairs = {"joined, switched": (2.3, 2.3), "late write": (2.3, 3.3), "inside": (0.4, 1.5)}
+    got = {k: watch.late([(Stamp(c), Stamp(m))], Window(), 2.0e6) for k, (c, m) in pairs.items()}
+    assert got == {"joined, switched": 0, "late write": 1, "inside": 0}
+
+
 @pytest.mark.gpu
 def test_l2_flush_writes_what_the_official_clear_writes():
     """reference-kernels' clear_l2_cache fills 256 MiB; the flush writes that much, and at least the whole L2."""
