@@ -254,10 +254,12 @@ try:
     fsize = "ok"
 except OSError as exc:
     fsize = exc.strerror
+os.makedirs(f"{cache}/{os.environ['VARIANT']}", exist_ok=True)
 out = {"own": _try(f"{cache}/{os.environ['VARIANT']}/built.cubin"),
        "triton": _try(os.environ["TRITON_CACHE_DIR"] + "/k"),
        "home": _try(os.environ["HOME"] + "/.nv"), "tmp": _try(os.environ["TMPDIR"] + "/t"),
-       "native": _try(f"{cache}/native/guard.so"), "cache root": _try(f"{cache}/x"),
+       "native": _try(f"{os.environ['FP4BENCH_NATIVE']}/guard.so"), "any folder": _try(f"{cache}/x"),
+       "cache root": _try(f"{cache}/../x"),
        "other": _try(os.environ["OTHER"]), "fsize": fsize, "read README": _try("README.md", read=True),
        "read other source": _try("submissions/torch_reference/submission.py", read=True),
        "limits": {n: resource.getrlimit(getattr(resource, n))[0] for n in ("RLIMIT_AS", "RLIMIT_FSIZE",
@@ -270,7 +272,7 @@ pathlib.Path(os.environ["LOG"]).write_text(json.dumps(out))
 
 @pytest.mark.parametrize("offer", _mechanisms())
 def test_a_variant_writes_its_own_cache_only_within_its_limits(offer, tmp_path, monkeypatch):
-    """Its own build folder, JIT caches, HOME and TMPDIR are writable; the cache root, the native build and
+    """Its build folder (any name in it), JIT caches, HOME and TMPDIR are writable; the cache root, the native build and
     another variant's cache are not, nor are other variants' sources readable (the checkout is); the file-size
     limit bites; the limits are those of the settings."""
     monkeypatch.setattr(sandbox, "probe", lambda: offer)
@@ -283,17 +285,19 @@ def test_a_variant_writes_its_own_cache_only_within_its_limits(offer, tmp_path, 
     alpha, beta = (read_variant(tmp_path / n / "submission.py") for n in ("alpha", "beta"))
     settings = dataclasses.replace(FAST, limit_file_size_mb=1, limit_address_space_mb=40000, limit_cpu_s=5000)
     beta_cache = plan_for(beta, Sandbox(), settings, cuda=False).cache
+    (beta_cache / "build" / "beta").mkdir()
     logs = tmp_path / "logs"
     logs.mkdir()
     monkeypatch.setenv("LOG", str(logs / "alpha.json"))
     monkeypatch.setenv("VARIANT", "alpha")
-    monkeypatch.setenv("OTHER", str(beta_cache / "beta" / "poisoned.cubin"))
+    monkeypatch.setenv("OTHER", str(beta_cache / "build" / "beta" / "poisoned.cubin"))
     rec = run(alpha, ONE, RunOptions("test", settings=settings, sandbox=Sandbox(writable=(logs,))))
     assert [c.status for c in rec.cases] == [Status.PASS], rec.cases[0].message
     seen = json.loads((logs / "alpha.json").read_text())
     denied = "OSError" if offer.mechanism == "bwrap" else "PermissionError"  # read-only mount / Landlock
-    assert {k: seen[k] for k in ("own", "triton", "home", "tmp", "native", "cache root", "other")} == {
-        "own": "ok", "triton": "ok", "home": "ok", "tmp": "ok", "native": denied, "cache root": denied,
+    assert {k: seen[k] for k in ("own", "any folder", "triton", "home", "tmp", "native", "cache root", "other")} == {
+        "own": "ok", "any folder": "ok", "triton": "ok", "home": "ok", "tmp": "ok", "native": denied,
+        "cache root": denied,
         "other": "FileNotFoundError" if offer.mechanism == "bwrap" else denied}
     assert (seen["read README"], seen["read other source"]) == ("ok", "FileNotFoundError" if offer.mechanism ==
                                                                 "bwrap" else "PermissionError")
@@ -301,13 +305,13 @@ def test_a_variant_writes_its_own_cache_only_within_its_limits(offer, tmp_path, 
     assert seen["limits"] == {"RLIMIT_AS": 40000 << 20, "RLIMIT_FSIZE": 1 << 20, "RLIMIT_NPROC": 4096,
                               "RLIMIT_CPU": 5000}
     alpha_cache = sandbox.variant_cache(alpha)
-    assert seen["env"] == {"FP4BENCH_CACHE": str(alpha_cache), "HOME": str(alpha_cache / "_home"),
+    assert seen["env"] == {"FP4BENCH_CACHE": str(alpha_cache / "build"), "HOME": str(alpha_cache / "_home"),
                            "TRITON_CACHE_DIR": str(alpha_cache / "_jit" / "triton"),
                            "TORCHINDUCTOR_CACHE_DIR": str(alpha_cache / "_jit" / "inductor"),
                            "TORCH_EXTENSIONS_DIR": str(alpha_cache / "_jit" / "torch_extensions"),
                            "CUTE_DSL_CACHE_DIR": str(alpha_cache / "_jit" / "cute_dsl")}
-    assert (alpha_cache / "alpha" / "built.cubin").read_text() == "x"
-    assert not (beta_cache / "beta" / "poisoned.cubin").exists()
+    assert (alpha_cache / "build" / "alpha" / "built.cubin").read_text() == "x"
+    assert not (beta_cache / "build" / "beta" / "poisoned.cubin").exists()
     assert sorted(p.name for p in (tmp_path / "cache" / "native").iterdir()) == []
 
 

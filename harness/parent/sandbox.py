@@ -17,12 +17,12 @@ non-dumpable, all before the worker imports anything of the submission. The pare
 What a worker may touch (``Plan``): read the checkout (other variants' folders under submissions/ excepted), its
 submission's folder, Python's and torch's installs (``sys.prefix``, ``sys.path``), the system folders (/usr, /etc,
 /opt, ...), /sys and /proc, the GPU device nodes; write only its own /proc entry, a scratch folder (``TMPDIR``,
-removed when the worker ends) and its own variant's caches: ``$FP4BENCH_CACHE`` is a per-variant root, read-only
-(``<cache>/sandbox/<variant>-<hash of its path>``), holding ``<variant name>/`` (its own build folder),
-``_jit/{triton,inductor,torch_extensions,cuda,cute_dsl}`` (TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR,
-TORCH_EXTENSIONS_DIR, CUDA_CACHE_PATH, CUTE_DSL_CACHE_DIR) and ``_home`` (HOME), all writable, and
-``native`` (a link to the parent's built timing window, read-only). The results store, $HOME and other
-variants' caches are not visible. The PID and IPC namespaces (and /dev/shm) are the worker's own unless the run
+removed when the worker ends) and its own variant's caches: a per-variant root, read-only
+(``<cache>/sandbox/<variant>-<hash of its path>``), holding ``build/`` ($FP4BENCH_CACHE: any folder the variant's
+code names, such as an export's, which keeps its source variant's), ``_jit/{triton,inductor,torch_extensions,cuda,
+cute_dsl}`` (TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, TORCH_EXTENSIONS_DIR, CUDA_CACHE_PATH, CUTE_DSL_CACHE_DIR)
+and ``_home`` (HOME), all writable. The parent's built timing window is read from ``$FP4BENCH_NATIVE``, read-only.
+The results store, $HOME and other variants' caches are not visible. The PID and IPC namespaces (and /dev/shm) are the worker's own unless the run
 uses CUDA (settings ``isolate_pid_ipc``): legacy CUDA IPC, which maps the parent's sample buffers, needs the
 parent's.
 
@@ -75,6 +75,9 @@ _PROCESS_READ = ("/proc", "/sys")
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
 _JIT = ("triton", "inductor", "torch_extensions", "cuda", "cute_dsl")
 _NATIVE = "native"
+#: The variant's $FP4BENCH_CACHE inside the sandbox, writable throughout (any subfolder its code names: an export
+#: builds into the folder its source variant names). The C window stays outside it, read-only ($FP4BENCH_NATIVE).
+_BUILD = "build"
 
 
 class SandboxError(RuntimeError):
@@ -155,7 +158,6 @@ class Plan:
     isolate_pid_ipc: bool = False
     limits: tuple[tuple[str, int], ...] = ()
     cache: Path | None = None
-    own_folder: str = ""
     read: tuple[str, ...] = ()
     write: tuple[str, ...] = ()
     hide: tuple[Path, ...] = ()
@@ -190,7 +192,7 @@ class Plan:
         orders = {"limits": dict(self.limits), "landlock": "none",
                   "drop_caps": self.mechanism != "bwrap" and self.offer.root and self.offer.cap_drop}
         if self.offer.landlock_abi and self.mechanism == "landlock":
-            orders.update(landlock="full", read=[*self.read, *_PROCESS_READ, str(self.cache / _NATIVE)],
+            orders.update(landlock="full", read=[*self.read, *_PROCESS_READ, str(cache_base() / _NATIVE)],
                           write=[*writable, str(scratch), "/dev/shm", _OWN_PROC], devices=_device_files(),
                           hide=hide)
         elif self.offer.landlock_abi:
@@ -206,7 +208,8 @@ class Plan:
     def _cache_env(self) -> dict:
         jit = self.cache / "_jit"
         home = self.cache / "_home"
-        env = {"FP4BENCH_CACHE": str(self.cache), "HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"),
+        env = {"FP4BENCH_CACHE": str(self.cache / _BUILD), "FP4BENCH_NATIVE": str(cache_base() / _NATIVE),
+               "HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"),
                "TRITON_CACHE_DIR": str(jit / "triton"), "TORCHINDUCTOR_CACHE_DIR": str(jit / "inductor"),
                "TORCH_EXTENSIONS_DIR": str(jit / "torch_extensions"), "CUDA_CACHE_PATH": str(jit / "cuda"),
                # CuTe DSL's JIT file cache defaults to $TMPDIR/<user>/cutlass_python_cache: the scratch folder,
@@ -217,8 +220,7 @@ class Plan:
         return env
 
     def _writable_caches(self) -> list[str]:
-        return [str(self.cache / "_jit"), str(self.cache / "_home")] + (
-            [str(self.cache / self.own_folder)] if self.own_folder else [])
+        return [str(self.cache / "_jit"), str(self.cache / "_home"), str(self.cache / _BUILD)]
 
     # -- command lines
     def _bwrap(self, writable: list[str], scratch: Path, cwd: Path, hide: list[str]) -> list[str]:
@@ -240,7 +242,7 @@ class Plan:
         for h in hide:
             cmd += ["--tmpfs", h] if h in hidden_dirs else ["--ro-bind", "/dev/null", h]
         cmd += self._bind_read(inner)
-        cmd += ["--ro-bind", str(self.cache), str(self.cache)]  # its native link and the folders below
+        cmd += ["--ro-bind", str(self.cache), str(self.cache)]  # the folders below, bound writable next
         for w in writable:
             cmd += ["--bind", w, w]
         native = cache_base() / _NATIVE
@@ -270,17 +272,11 @@ class Plan:
                       '"$@"; exit $?', "fp4bench-init"]
 
 
-def _make_cache(cache: Path, own_folder: str) -> None:
-    """Make a variant's cache folders and the link to the parent's native build. Raises SandboxError."""
-    folders = [cache / "_jit" / j for j in _JIT] + [cache / "_home" / ".cache"]
-    if own_folder:
-        folders.append(cache / own_folder)
+def _make_cache(cache: Path) -> None:
+    """Make a variant's cache folders. Raises SandboxError."""
     try:
-        for f in folders:
+        for f in [cache / "_jit" / j for j in _JIT] + [cache / "_home" / ".cache", cache / _BUILD]:
             f.mkdir(parents=True, exist_ok=True)
-        link = cache / _NATIVE
-        if not link.is_symlink():
-            link.symlink_to(cache_base() / _NATIVE)
     except OSError as exc:
         raise SandboxError(f"cannot make the variant's cache folder {exc.filename}: {exc.strerror} "
                            f"(set $FP4BENCH_CACHE to a writable folder)") from None
@@ -405,12 +401,11 @@ def plan_for(variant: Variant, request: Sandbox, settings: Settings, cuda: bool)
         _check_folder(variant)
     cache = variant_cache(variant)
     read = _read_roots(variant)
-    own = variant.name if variant.name != _NATIVE else ""
-    _make_cache(cache, own)
+    _make_cache(cache)
     folder = Path(variant.path).resolve().parent
     others = [d for d in SUBMISSIONS_DIR.iterdir() if d.is_dir() and d != folder] if SUBMISSIONS_DIR.is_dir() else []
     return Plan(request.mode, offer.mechanism, tuple(held), tuple(missing), isolate and "pid-ipc" in held,
-                _limits(settings, cuda), cache, own, tuple(read),
+                _limits(settings, cuda), cache, tuple(read),
                 tuple(str(Path(w).resolve()) for w in request.writable),
                 tuple(Path(h).resolve() for h in [*request.hide, *others]), offer)
 

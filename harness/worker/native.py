@@ -72,7 +72,10 @@ class NativeUnavailable(RuntimeError):
 
 
 def cache_dir() -> Path:
-    """``$FP4BENCH_CACHE/native``, else ``~/.cache/fp4bench/native``."""
+    """``$FP4BENCH_NATIVE`` (a sandboxed worker's: the parent's build, read-only), else ``$FP4BENCH_CACHE/native``,
+    else ``~/.cache/fp4bench/native``."""
+    if os.environ.get("FP4BENCH_NATIVE"):
+        return Path(os.environ["FP4BENCH_NATIVE"])
     base = os.environ.get("FP4BENCH_CACHE") or Path.home() / ".cache" / "fp4bench"
     return Path(base) / "native"
 
