@@ -67,11 +67,13 @@ class Calibrate:
     first request, answered once the worker is up). ``flags``: the parent's
     flag words (CUDA; mapped on the first request and kept); ``profiler``: start the CUDA profiler (CUPTI) up
     first, so its threads are born before any submission code runs (its start-up, 5-8 s on an H200 host, is not
-    paid in the first kernel-time pass)."""
+    paid in the first kernel-time pass); ``idle``: the window holds one call that returns once the GPU has reached
+    the start mark, so the end mark and the end flag are queued on an idle GPU, as a host-bound submission's are."""
 
     seq: int
     flags: BufferRef = NO_BUFFER
     profiler: bool = False
+    idle: bool = False
 
 
 @dataclass(frozen=True)

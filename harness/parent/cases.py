@@ -93,10 +93,11 @@ class Session:
         self.proc.send(P.Calibrate(0, self.bracket.flags_ref(), self.profiler))  # no bracket: nothing waits on it
         self._loading = time.monotonic()
 
-    def _calibrate(self, profiler: bool = False) -> None:
-        """Send one empty window through the bracket (bracket.open + P.Calibrate); ``_calibrated`` reads it."""
+    def _calibrate(self, profiler: bool = False, idle: bool = False) -> None:
+        """Send one empty window through the bracket (bracket.open + P.Calibrate; ``idle``: its end queued on an
+        idle GPU); ``_calibrated`` reads it."""
         seq = self.bracket.open()
-        self.proc.send(P.Calibrate(seq, self.bracket.flags_ref(), profiler))
+        self.proc.send(P.Calibrate(seq, self.bracket.flags_ref(), profiler, idle))
 
     def _calibrated(self, timeout_s: float) -> None:
         """The calibration window's answer: its gap (bracket - window) joins ``_gaps``."""
@@ -121,8 +122,8 @@ class Session:
         started = f"the worker (Python, torch, CUDA; no submission code yet) did not start in import_s = {limit:g} s"
         with judge.timeout_named(started):
             self._receive(max(limit - (time.monotonic() - self._loading), 0.001), (P.Closed,))
-            for _ in range(CALIBRATION_WINDOWS):
-                self._calibrate()
+            for i in range(CALIBRATION_WINDOWS):  # both kinds of end: queued ahead of the GPU, and on an idle GPU
+                self._calibrate(idle=i % 2 == 1)
                 self._calibrated(limit)  # empty windows: only a stalled machine makes them slow
         self.bracket.calibrate(self._gaps)
         self.trusted = frozenset(watch.snapshot(self.proc.proc.pid).tasks)
@@ -401,6 +402,11 @@ class CaseRunner:
                            watch=False)
         return reply.kernel_ns
 
+    def bracket_verdict(self, case: Case) -> None:
+        """Once ``case``'s timed samples are done: the bracket's strikes over all of them (judge.bracket_verdict;
+        Raises CaseFailed(FAIL)."""
+        judge.bracket_verdict(self.session.bracket, case)
+
     def profile(self, case: Case, seed: int) -> str:
         reply = self._call(case, seedlib.sample_seeds(seed, 0, 1), "profile", watch=False)
         return reply.profile
@@ -461,6 +467,10 @@ class CaseAttempt:
         return self._step(lambda: self.samples.append(
             self.runner.sample(self.index, self.case, self.seed, len(self.samples))))
 
+    def judged(self) -> bool:
+        """The bracket's verdict over the case's timed samples (``CaseRunner.bracket_verdict``)."""
+        return self._step(lambda: self.runner.bracket_verdict(self.case))
+
     def timed(self, mode: str) -> bool:
         """Timed samples until the settings' stopping rule for ``mode`` says stop, then the kernel-time pass
         (CUDA); sets ``overhead_ms`` (the loop's wall time outside the windows, per sample) and ``kernel_ns``."""
@@ -472,7 +482,7 @@ class CaseAttempt:
             if rule.is_finished(self.samples, time.monotonic_ns() - t0):
                 wall_s = (time.monotonic_ns() - t0) / 1e9
                 self.overhead_ms = overhead_per_sample_ms(wall_s, self.samples, settings.calls_per_sample)
-                return self._step(lambda: setattr(self, "kernel_ns", self.runner.kernel_time(
+                return self.judged() and self._step(lambda: setattr(self, "kernel_ns", self.runner.kernel_time(
                     self.case, self.seed, len(self.samples))))
         return False
 

@@ -263,6 +263,14 @@ def bracket(br: Bracket, case, run: P.RunReply, measured: Measured, sample: Samp
         raise CaseFailed(Status.FAIL, sentence)
 
 
+def bracket_verdict(br: Bracket, case) -> None:
+    """Once ``case``'s timed samples are done: its bracket's strikes over the whole case (Bracket.verdict).
+    Raises CaseFailed(FAIL)."""
+    fail, sentence = br.verdict(case)
+    if fail:
+        raise CaseFailed(Status.FAIL, sentence)
+
+
 def floor(case, per_call_ns: float, peaks: GpuPeaks | None, plug) -> None:
     """Raises CaseFailed(FAIL) when ``per_call_ns`` is below this GPU's physical floor (``plug``'s FLOPs and bytes
     of ``case`` at the peaks; ``peaks`` None: no floor, e.g. a CPU)."""

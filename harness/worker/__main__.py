@@ -14,6 +14,7 @@ import importlib.util
 import os
 import socket
 import sys
+import time
 import traceback
 
 from harness.worker import timing  # first: captures the measurement functions before any submission import
@@ -187,7 +188,10 @@ class Worker:
             self.start_profiler()
             self.profiler_started = True
         gate = timing.Gate(self.flags.ptr, req.seq) if cuda and self.flags is not None and req.seq > 0 else None
-        result = timing.run_window(self.window, _nothing, [], _nothing, cuda, gate=gate)
+        if req.idle and gate is not None:
+            result = timing.run_window(self.window, _until_started, [None], _nothing, cuda, gate=gate)
+        else:
+            result = timing.run_window(self.window, _nothing, [], _nothing, cuda, gate=gate)
         self.send(P.to_dict(P.Closed(result.elapsed_ns)))
         self.window.cleared()
         self.window.release()
@@ -383,6 +387,14 @@ class Worker:
 def _nothing(*_args):
     """The calibration window's kernel and copy: nothing at all."""
     return None
+
+
+def _until_started(_x, limit_s: float = 1.0):
+    """An idle calibration window's one call: returns once the current stream has drained (the parent's go
+    written, the start mark passed), or after ``limit_s``."""
+    stream, deadline = torch.cuda.current_stream(), time.monotonic() + limit_s
+    while not stream.query() and time.monotonic() < deadline:
+        pass
 
 
 def main() -> None:
