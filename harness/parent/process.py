@@ -190,7 +190,8 @@ class WorkerProcess:
         """Kill the worker and everything below it: its session, every process below the launcher (a daemon in
         a session of its own too) and the orphans adopted while they die (harness.parent.procs)."""
         self.tree.ending = True
-        procs.kill(self.tree.members())
+        members = self.tree.members()
+        killed = procs.kill(members)
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
@@ -198,7 +199,7 @@ class WorkerProcess:
                 self.proc.kill()
         self.proc.wait()
         procs.unwatch(self.tree)
-        procs.reap()
+        procs.reap_gone([p for p in [*members, *killed] if p.pid != self.proc.pid])
 
     def close(self, wait_s: float = EXIT_WAIT_S) -> None:
         """Ask the worker to exit, wait up to ``wait_s`` for it, then make sure it has (0: kill it at once, as

@@ -396,6 +396,21 @@ def kill(found: Iterable[Proc], more: Callable[[dict[int, Proc]], list[Proc]] | 
     return sorted(hit.values(), key=lambda p: (p.start_ticks, p.pid))
 
 
+def reap_gone(found: Iterable[Proc], wait_s: float = KILL_WAIT_S) -> list[Proc]:
+    """Reap adopted zombies (``reap``) until no process of ``found`` is left in the table, alive or a zombie, or
+    ``wait_s`` seconds have passed: a killed worker may finish exiting (a large CUDA address space takes a while)
+    after its launcher was waited for, and only then hands its dead children to this process. Returns what is
+    left."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        reap()
+        tab = table()
+        left = [p for p in found if (now := tab.get(p.pid)) is not None and now.start_ticks == p.start_ticks]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.002)
+
+
 def left_behind(found: list[Proc]) -> str | None:
     """The failure message for processes the submission left running, naming the oldest and counting the rest:
     "left a process behind: pid 1234 'python3' (started by the submission; fp4bench killed it)"; None when
