@@ -51,7 +51,8 @@ def test_reference_against_itself_interleaves_pairs_on_identical_seeds(sent):
     assert result.a.mode == result.b.mode == "compare" and result.a.run_id != result.b.run_id
     assert result.a.complete and result.b.complete and result.a.passed and result.b.passed
 
-    # the exact request order: per case A correctness, A warm-up, B correctness, B warm-up, then A_i, B_i, ...
+    # the exact request order: per case A correctness, A warm-up, B correctness, B warm-up, then A_0 B_0, B_1 A_1,
+    # A_2 B_2, ... (B first in odd pairs)
     side_a, side_b = sent[0][0], next(s for s, _ in sent if s is not sent[0][0])
     calls = FAST.calls_per_sample
     expected = []
@@ -62,7 +63,8 @@ def test_reference_against_itself_interleaves_pairs_on_identical_seeds(sent):
             expected += [(side, [seed]), (side, seedlib.sample_seeds(seed, 0, calls, warmup=True))]
         for i in range(len(shape.a.samples_ns)):
             pair = seedlib.sample_seeds(seed, i, calls)
-            expected += [(side_a, pair), (side_b, pair)]                       # same inputs for both members
+            first, second = (side_a, side_b) if i % 2 == 0 else (side_b, side_a)
+            expected += [(first, pair), (second, pair)]                         # same inputs for both members
     assert [(id(s), seeds) for s, seeds in sent] == [(id(s), seeds) for s, seeds in expected]
 
     # every output checked; verdicts are compare_samples on the recorded samples, overall compare_geomeans
