@@ -1,6 +1,7 @@
 """Time a submission the way the official evaluator does, in one process, with none of fp4bench's integrity
-measures: the same 15 inputs reused by every sample, one event pair per sample, L2 cleared with a buffer of the
-device's L2 size, no rechecks, no stream watch, no fingerprint. It exists to show that fp4bench's checks do
+measures: the same 15 inputs reused by every sample (seed + 42 each), one event pair per sample, the L2 cleared
+as the problem's official loop clears it (harness.parent.memory.l2_clear_bytes), no rechecks, no stream watch, no
+fingerprint. It exists to show that fp4bench's checks do
 not move an honest submission's times: compare its per-shape means with `python -m harness run --mode benchmark`.
 
     python benchmarks/official_style.py --submission torch_reference --shapes benchmarks --out FILE.json
@@ -18,7 +19,10 @@ from pathlib import Path
 import torch
 from submission_loader import load_submission
 
+import problems
+from harness.parent.memory import device_total_bytes, l2_clear_bytes
 from harness.parent.settings import load_settings
+from harness.shapes import DEFAULT_PROBLEM
 from harness.results.stats import summarize
 from harness.worker.timing import L2Flush, busy_us, measure
 from task.inputs import generate_input
@@ -53,12 +57,15 @@ def main() -> None:
     args = parser.parse_args()
     variant, module = load_submission(args.submission)
     cuda = torch.cuda.is_available()
-    flush = L2Flush(torch.device("cuda", 0), limit=False, lines=False) if cuda else None
+    loop = problems.get(DEFAULT_PROBLEM).timing
+    flush = L2Flush(torch.device("cuda", 0), limit=False, lines=False,
+                    nbytes=l2_clear_bytes(DEFAULT_PROBLEM, device_total_bytes())[0]) if cuda else None
     rule = load_settings(args.settings).stopping_rule(args.mode)
     results = []
     for case in load_shapes(args.shapes).cases:
         wall0 = time.monotonic()
-        inputs = [generate_input(case.m, case.n, case.k, case.g, case.seed + 42 * (j + 1)) for j in range(15)]
+        inputs = [generate_input(case.m, case.n, case.k, case.g, case.seed + loop.seed_step * (j + 1))
+                  for j in range(loop.calls_per_sample)]
         module.custom_kernel(inputs[0])  # warm-up
         samples = [s.per_call_ns for s in measure(module.custom_kernel, inputs, rule, flush=flush)]
         s = summarize(samples)

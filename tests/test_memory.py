@@ -42,10 +42,11 @@ def test_on_a_gpu_device_and_host_are_checked_apart(monkeypatch):
     named = Case((128,), (128,), (256,), 1, 1, "tiny")
     monkeypatch.setattr(memory, "host_available", lambda: 1024**3)
     monkeypatch.setattr(memory, "cuda_available", lambda: 1024**2)
-    with pytest.raises(MemoryError, match=r"^case tiny \(m: \[128\].*\) needs about 2 MiB of GPU memory .*; "
-                                          r"1 MiB available$"):
+    monkeypatch.setattr(memory, "device_total_bytes", lambda: 80 * 1024**3)
+    with pytest.raises(MemoryError, match=r"^case tiny \(m: \[128\].*\) needs about 40.0 GiB of GPU memory .*, "
+                                          r"and the L2 clear of 40.0 GiB\); 1 MiB available$"):
         check_fits([named], 1, 1, cuda=True)
-    monkeypatch.setattr(memory, "cuda_available", lambda: 1024**3)
+    monkeypatch.setattr(memory, "cuda_available", lambda: 64 * 1024**3)
     monkeypatch.setattr(memory, "host_available", lambda: 1000)
     with pytest.raises(MemoryError, match=r"needs about 1 MiB of CPU memory .*; 1 MiB available$"):
         check_fits([named], 1, 1, cuda=True)
@@ -74,3 +75,29 @@ def test_on_a_gpu_the_free_memory_comes_from_the_device():
     assert 0 < free <= torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
     with pytest.raises(MemoryError, match=r"needs about \d+\.\d GiB of GPU memory .*; \d+\.\d GiB available$"):
         check_fits([Case((128,), (10**8,), (256,), 1, 1)], 1, 1, cuda=True)
+
+
+def test_the_l2_clear_is_the_official_loops_and_at_most_half_the_gpu():
+    """reference-kernels: each problem's task.yml names its eval.py; gemv's (eval.py) clears with the shared
+    utils.py's (1024, 1024, 1024) float32 fill, the others' (eval_better_bench.py, eval_better_bench_grouped_gemm.py)
+    with clear_l2_cache_large, (16000, 1024, 1024) float32; on an 80 GiB GPU that is cut to 40 GiB, with a note."""
+    h200 = 150_000_000_000
+    got = {p: memory.l2_clear_bytes(p, h200) for p in ("nvfp4_group_gemm", "nvfp4_gemv", "nvfp4_gemm",
+                                                        "nvfp4_dual_gemm")}
+    assert got == {"nvfp4_group_gemm": (16000 * 4 * 1024**2, ""), "nvfp4_gemv": (4 * 1024**3, ""),
+                   "nvfp4_gemm": (16000 * 4 * 1024**2, ""), "nvfp4_dual_gemm": (16000 * 4 * 1024**2, "")}
+    assert memory.l2_clear_bytes("nvfp4_gemm", 80 * 1024**3) == (40 * 1024**3, (
+        "L2 clear: 40.0 GiB before each sample, half this GPU's memory (the official loop of nvfp4_gemm writes "
+        "62.5 GiB)"))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_the_parents_clear_is_sized_for_its_problem():
+    from harness.parent.cases import Session
+    from harness.parent.registry import resolve
+    from harness.parent.settings import Settings
+
+    sizes = {p: Session(resolve("torch_reference"), Settings(), problem=p).bracket.clear.bytes
+             for p in ("nvfp4_group_gemm", "nvfp4_gemv")}
+    assert sizes == {"nvfp4_group_gemm": 16000 * 4 * 1024**2, "nvfp4_gemv": 4 * 1024**3}

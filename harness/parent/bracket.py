@@ -110,7 +110,8 @@ class Measured:
 class Bracket:
     """The parent's bracket on ``device`` (one per worker session; the flag words outlive workers)."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, clear_bytes: int | None = None):
+        """``clear_bytes``: what the L2 clear writes before each sample (CUDA; None: L2Flush's default)."""
         self.device = device
         self.cuda = device.type == "cuda"
         self.seq = 0
@@ -122,12 +123,12 @@ class Bracket:
         self._ended_by_parent = False
         self._t: dict[str, float] = {}
         if self.cuda:
-            from harness.worker.timing import L2Flush  # the official clear, sized from the device
+            from harness.worker.timing import L2Flush  # the official clear
             self.flags = SharedBuffer(4 * B.FLAG_WORDS, device)
             self.flags.tensor.zero_()
             self.stream = torch.cuda.Stream(device)    # torch's pool streams are non-blocking
             self.spare = torch.cuda.Stream(device)     # ends a wait the worker never ended
-            self.clear = L2Flush(device)
+            self.clear = L2Flush(device) if clear_bytes is None else L2Flush(device, nbytes=clear_bytes)
             self.events = {k: torch.cuda.Event(enable_timing=True) for k in ("t0", "tg", "t1", "t2", "t3")}
             torch.cuda.synchronize(device)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from harness import protocol as P
-from harness.parent import judge, procs, watch
+from harness.parent import judge, memory, procs, watch
 from harness.parent import seeds as seedlib
 from harness.parent.bracket import CALIBRATION_WINDOWS, Bracket, Measured
 from harness.parent.environment import device_facts
@@ -65,7 +65,8 @@ class Session:
     restarted after any fault (the buffers stay: a new worker maps them again)."""
 
     def __init__(self, variant: Variant, settings: Settings, device: torch.device | None = None,
-                 sandbox: Sandbox = Sandbox(), worker_log: Path | None = None, profiler: bool = False):
+                 sandbox: Sandbox = Sandbox(), worker_log: Path | None = None, profiler: bool = False,
+                 problem: str = DEFAULT_PROBLEM):
         self.variant, self.settings, self.worker_log = variant, settings, worker_log
         self.device = device or default_device()
         self.profiler = profiler and self.device.type == "cuda"  # kernel-time passes will run (P.Load.profiler)
@@ -75,7 +76,9 @@ class Session:
         self.first_call = True
         self.stray_bytes = 0
         self.shared = SharedSet(self.device)
-        self.bracket = Bracket(self.device)
+        clear, self.clear_note = (memory.l2_clear_bytes(problem, memory.device_total_bytes())
+                                  if self.device.type == "cuda" else (None, ""))
+        self.bracket = Bracket(self.device, clear)  # the L2 clear of ``problem``'s official loop
         self.trusted: frozenset = frozenset()   # (pid, tid) of the worker's tasks before the import (watch)
         self._since: watch.Snapshot | None = None  # the worker tree at the last timed window's close
         self._mapped = -1
@@ -294,7 +297,7 @@ class CaseRunner:
         self.problem, self.plug = problem, problems.get(problem)
         facts = device_facts()
         self.peaks = peaks_for(facts.name) if facts.cuda else None
-        self.notes: list[str] = []
+        self.notes: list[str] = [session.clear_note] if session.clear_note else []
         self._samples: dict[tuple, Sample] = {}
         self._checked: dict[Case, int] = {}
         self._ahead: tuple[tuple, Sample] | None = None  # (what it was prepared for, the sample)

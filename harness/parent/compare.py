@@ -125,7 +125,8 @@ class _Side:
     def __init__(self, letter: str, variant: Variant, opts: RunOptions, observer: Observer, device: torch.device,
                  problem: str = DEFAULT_PROBLEM):
         self.letter, self.variant, self.observer = letter, variant, observer
-        self.session = Session(variant, opts.settings, sandbox=opts.sandbox, worker_log=opts.worker_log)
+        self.session = Session(variant, opts.settings, sandbox=opts.sandbox, worker_log=opts.worker_log,
+                               problem=problem)
         self.runner = CaseRunner(self.session, opts, observer, device, problem)
         self.results: list[CaseResult] = []
         self.attempt: CaseAttempt | None = None

@@ -89,7 +89,8 @@ def run(variant: Variant, shapes: ShapeSet, opts: RunOptions, observer: Observer
         return close_record(record, results, observer, started=started)
 
     session = Session(variant, opts.settings, device, opts.sandbox, opts.worker_log,
-                      profiler=opts.mode in ("benchmark", "leaderboard"))  # the modes with a kernel-time pass
+                      profiler=opts.mode in ("benchmark", "leaderboard"),  # the modes with a kernel-time pass
+                      problem=shapes.problem)
     runner = CaseRunner(session, opts, observer, device, shapes.problem)
     wait_s = EXIT_WAIT_S
     try:
