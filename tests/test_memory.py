@@ -98,6 +98,9 @@ def test_gpu_the_parents_clear_is_sized_for_its_problem():
     from harness.parent.registry import resolve
     from harness.parent.settings import Settings
 
-    sizes = {p: Session(resolve("torch_reference"), Settings(), problem=p).bracket.clear.bytes
-             for p in ("nvfp4_group_gemm", "nvfp4_gemv")}
+    sessions = {p: Session(resolve("torch_reference"), Settings(), problem=p) for p in ("nvfp4_group_gemm",
+                                                                                          "nvfp4_gemv")}
+    sizes = {p: s.bracket.clear.bytes for p, s in sessions.items()}
     assert sizes == {"nvfp4_group_gemm": 16000 * 4 * 1024**2, "nvfp4_gemv": 4 * 1024**3}
+    other_side = Session(resolve("torch_reference"), Settings(), problem="nvfp4_group_gemm")  # compare's B
+    assert other_side.bracket.clear is sessions["nvfp4_group_gemm"].bracket.clear

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -107,6 +108,21 @@ class Measured:
     signalled: bool = True
 
 
+#: One clear buffer per device and size, shared by the brackets alive in this process (compare's two sides would
+#: otherwise hold 62.5 GiB each); freed with the last bracket that holds it.
+_CLEARS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def _shared_clear(device: torch.device, nbytes: int | None):
+    from harness.worker.timing import L2Flush  # the official clear
+
+    key = (str(device), nbytes)
+    clear = _CLEARS.get(key)
+    if clear is None:
+        clear = _CLEARS[key] = L2Flush(device) if nbytes is None else L2Flush(device, nbytes=nbytes)
+    return clear
+
+
 class Bracket:
     """The parent's bracket on ``device`` (one per worker session; the flag words outlive workers)."""
 
@@ -123,12 +139,11 @@ class Bracket:
         self._ended_by_parent = False
         self._t: dict[str, float] = {}
         if self.cuda:
-            from harness.worker.timing import L2Flush  # the official clear
             self.flags = SharedBuffer(4 * B.FLAG_WORDS, device)
             self.flags.tensor.zero_()
             self.stream = torch.cuda.Stream(device)    # torch's pool streams are non-blocking
             self.spare = torch.cuda.Stream(device)     # ends a wait the worker never ended
-            self.clear = L2Flush(device) if clear_bytes is None else L2Flush(device, nbytes=clear_bytes)
+            self.clear = _shared_clear(device, clear_bytes)
             self.events = {k: torch.cuda.Event(enable_timing=True) for k in ("t0", "tg", "t1", "t2", "t3")}
             torch.cuda.synchronize(device)
 
