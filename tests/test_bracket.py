@@ -8,7 +8,7 @@ from harness.parent.bracket import Bracket, Margin, Measured
 CASE = "g2_n4096_k1536"
 WINDOW_NS = 200_000.0
 HONEST = Measured(bracket_ns=WINDOW_NS + 300_000, copy_ns=3_000, snapshot_ns=60_000)
-FORGED = Measured(bracket_ns=WINDOW_NS + 700_000, copy_ns=3_000, snapshot_ns=60_000)
+FORGED = Measured(bracket_ns=WINDOW_NS + 900_000, copy_ns=3_000, snapshot_ns=60_000)
 SLOW_COPY = Measured(bracket_ns=WINDOW_NS + 300_000, copy_ns=900_000, snapshot_ns=60_000)
 
 
@@ -30,32 +30,41 @@ def test_the_margin_allows_the_gap_the_tolerance_the_share_of_the_window_and_the
     assert m.copy_allowed_ns(60_000) == 2 * 290_000 + 2 * 60_000 + 100_000
 
 
-def test_a_forged_time_on_every_sample_fails_at_the_eighth():
+SHAVED = Measured(bracket_ns=WINDOW_NS + 500_000, copy_ns=3_000, snapshot_ns=60_000)  # 1.24x its allowance
+
+
+def test_a_grossly_forged_time_fails_at_the_third_sample():
     br = cuda_bracket()
-    assert judge_all(br, [FORGED] * 8) == [False] * 7 + [True]
+    assert judge_all(br, [FORGED] * 3) == [False, False, True]
     assert br.judge(CASE, WINDOW_NS, FORGED)[1].startswith(
-        "the time the worker reported disagrees with the parent's bracket in 9 of 9 samples (the last: window "
-        "200.0 us, bracket 900.0 us, more than the 403.0 us an honest worker leaves)")
+        "the time the worker reported disagrees with the parent's bracket in 4 of 4 samples (the last: window "
+        "200.0 us, bracket 1100.0 us, more than the 403.0 us an honest worker leaves)")
+
+
+def test_a_slightly_shaved_time_on_every_sample_fails_at_the_eighth():
+    br = cuda_bracket()
+    assert judge_all(br, [SHAVED] * 8) == [False] * 7 + [True]
 
 
 def test_strikes_in_the_first_samples_then_none_pass():
-    """Six strikes in the first six samples, then 94 honest ones: no early failure, and 6 of 100 is within the
-    10 % the verdict allows."""
+    """Six strikes (1.24x over) in the first six samples, then 94 honest ones: no early failure, and 6 of 100 is
+    within the 10 % the verdict allows."""
     br = cuda_bracket()
-    assert not any(judge_all(br, [FORGED] * 6 + [HONEST] * 94))
+    assert not any(judge_all(br, [SHAVED] * 6 + [HONEST] * 94))
     assert br.verdict(CASE) == (False, "")
 
 
 def test_strikes_spread_over_more_than_a_tenth_fail_once_the_case_is_done():
     br = cuda_bracket()
     assert not any(judge_all(br, ([FORGED] + [HONEST] * 7) * 12 + [HONEST] * 4))  # 12 of 100, never most
+    assert br.gross[CASE] == 12
     fail, sentence = br.verdict(CASE)
     assert fail and "in 12 of 100 samples" in sentence
 
 
 def test_a_short_case_that_strikes_every_sample_fails():
     br = cuda_bracket()
-    assert judge_all(br, [FORGED] * 3) == [False] * 3
+    assert judge_all(br, [SHAVED] * 3) == [False] * 3
     assert br.verdict(CASE)[0] is True
 
 

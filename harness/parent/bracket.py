@@ -18,13 +18,15 @@ rewrite anything in the worker's process. The parent checks it against a bracket
   outputs already in the output buffer) -> t1 and the copy of the outputs; one check, t1 - tg against the window.
 
 Before the submission is imported the parent runs empty windows through the same protocol (``calibrate``): their
-bracket minus their window is the honest gap (CUDA: two context switches, about 0.3 ms on an H200; CPU: a pipe
-round trip). Half of them end on an idle GPU, as a host-bound submission's window does (the end mark and the end
-flag queued by the host after the GPU got there: on the H200 some 30 us more than a window queued ahead). A timed sample is a strike when its calls phase exceeds the window by more than the gap plus a
-tolerance, or its copy phase takes more than COPY_FACTOR times the parent's copy plus COPY_HOST_NS (``Margin``);
-a case fails at once when its strikes are most of at least ``EARLY_SAMPLES`` (a forged time strikes every sample),
-and once its samples are done when they reach ``STRIKES`` and more than ``STRIKE_SHARE`` of them (``verdict``: an
-honest sample's bracket can catch a rare scheduling hiccup, and the first samples of a case catch more of them).
+bracket minus their window is the honest gap (CUDA: two context switches, about 0.3 ms on an H200; CPU: a pipe round
+trip). Half of them end on an idle GPU, as a host-bound submission's window does (the end mark and the end flag
+queued by the host after the GPU got there: on the H200 some 30 us more than a window queued ahead). A timed sample
+is a strike when its calls phase exceeds the window by more than the gap plus a tolerance, or its copy phase takes
+more than COPY_FACTOR times the parent's copy plus COPY_HOST_NS (``Margin``); a case fails at once when its strikes
+are most of at least ``EARLY_SAMPLES``, or ``GROSS_STRIKES`` strikes over ``GROSS`` times their allowance are most
+of its samples (a forged time strikes every sample, by far), and once its samples are done when they reach
+``STRIKES`` and more than ``STRIKE_SHARE`` of them (``verdict``: an honest sample's bracket can catch a rare
+scheduling hiccup, and the first samples of a case catch more of them).
 """
 from __future__ import annotations
 
@@ -60,6 +62,9 @@ COPY_STRIKE_SHARE = 0.2
 #: idle calibration windows, and honest Triton variants struck in their first samples, then rarely.
 STRIKES, STRIKE_SHARE = 5, {"cuda": 0.1, "cpu": 0.25}
 EARLY_SHARE, EARLY_SAMPLES = 0.75, 8
+#: A strike more than GROSS times over its allowance is gross (honest strikes on the H200 were at most 1.3 times
+#: over); a case fails at once on GROSS_STRIKES of them that are EARLY_SHARE of its samples: a forged time.
+GROSS, GROSS_STRIKES = 2.0, 3
 #: How long the parent waits for its queued bracket to finish once the worker says its window closed (s).
 SIGNAL_GRACE_S = 2.0
 
@@ -135,6 +140,7 @@ class Bracket:
         self.strikes: dict[object, int] = {}
         self.copy_strikes: dict[object, int] = {}
         self.last: dict[tuple[object, str], str] = {}  # the last strike's figures, per case and phase
+        self.gross: dict[object, int] = {}  # strikes over GROSS times their allowance, per case
         self.judged: dict[object, int] = {}
         self._ended_by_parent = False
         self._t: dict[str, float] = {}
@@ -228,8 +234,8 @@ class Bracket:
 
     def judge(self, key, window_ns: float, measured: Measured) -> tuple[bool, str]:
         """Judge one timed sample of case ``key``: the worker's ``window_ns`` against ``measured``. Returns (fail
-        the case now, the sentence). A strike fails the case now only as EARLY_SHARE and EARLY_SAMPLES say;
-        ``verdict`` judges the share over the whole case once its samples are done."""
+        the case now, the sentence). A strike fails the case now only as EARLY_SHARE and EARLY_SAMPLES, or GROSS
+        and GROSS_STRIKES, say; ``verdict`` judges the share over the whole case once its samples are done."""
         if not measured.signalled:
             return True, ("the worker never signalled the end of its window (its stream did not write the bracket's "
                           "end flags); the parent ended its own wait")
@@ -237,17 +243,19 @@ class Bracket:
             return False, ""
         judged = self.judged[key] = self.judged.get(key, 0) + 1
         allowed = self.margin.allowed_ns(window_ns, measured.snapshot_ns, measured.copy_ns)
-        if measured.bracket_ns - window_ns > allowed:
+        excess = measured.bracket_ns - window_ns
+        if excess > allowed:
             strikes = self.strikes[key] = self.strikes.get(key, 0) + 1
             self.last[key, "calls"] = (f"window {window_ns / 1e3:.1f} us, bracket {measured.bracket_ns / 1e3:.1f} "
                                        f"us, more than the {allowed / 1e3:.1f} us an honest worker leaves")
-            return self._early(strikes, judged), self._sentence(key, "calls")
+            return self._early(key, strikes, judged, excess > GROSS * allowed), self._sentence(key, "calls")
         copy_allowed = self.margin.copy_allowed_ns(measured.snapshot_ns) if self.cuda else float("inf")
         if measured.copy_ns > copy_allowed:
             strikes = self.copy_strikes[key] = self.copy_strikes.get(key, 0) + 1
             self.last[key, "copy"] = (f"{measured.copy_ns / 1e3:.1f} us, more than the {copy_allowed / 1e3:.1f} us "
                                       f"the parent's bracket allows for those bytes")
-            return self._early(strikes, judged), self._sentence(key, "copy")
+            gross = measured.copy_ns > GROSS * copy_allowed
+            return self._early(key, strikes, judged, gross), self._sentence(key, "copy")
         return False, ""
 
     def verdict(self, key) -> tuple[bool, str]:
@@ -262,9 +270,12 @@ class Bracket:
                 return True, self._sentence(key, phase)
         return False, ""
 
-    @staticmethod
-    def _early(strikes: int, judged: int) -> bool:
-        return judged >= EARLY_SAMPLES and strikes >= max(STRIKES, EARLY_SHARE * judged)
+    def _early(self, key, strikes: int, judged: int, gross: bool) -> bool:
+        if gross:
+            self.gross[key] = self.gross.get(key, 0) + 1
+        g = self.gross.get(key, 0)
+        return (judged >= EARLY_SAMPLES and strikes >= max(STRIKES, EARLY_SHARE * judged)) or (
+            g >= GROSS_STRIKES and g >= EARLY_SHARE * judged)
 
     def _sentence(self, key, phase: str) -> str:
         judged = self.judged.get(key, 0)

@@ -1,11 +1,11 @@
 """Memory a run needs, estimated from the case sizes before any input is drawn, against what the machine has free.
 
 A request of n inputs (1 for a correctness call, ``calls_per_sample`` for a timed sample) holds at once, on the
-device the inputs live on (beside the parent's L2 clear buffer, ``l2_clear_bytes``, held for the whole run): in the parent, the n inputs it draws for the expected outputs, those outputs, the
-outputs received back from the worker, and the exact reference's fp64 workspace for the largest group; in each
-worker, its own n inputs and n outputs. The outputs also cross the pipe as bytes (a copy on each side, host
-memory). A case that cannot fit is refused before anything is drawn (exit 113), instead of the parent dying of
-an out-of-memory error halfway through a run.
+device the inputs live on (beside the parent's L2 clear buffer, ``l2_clear_bytes``, held for the whole run): in the
+parent, the n inputs it draws for the expected outputs, those outputs, the outputs received back from the worker,
+and the exact reference's fp64 workspace for the largest group; in each worker, its own n inputs and n outputs. The
+outputs also cross the pipe as bytes (a copy on each side, host memory). A case that cannot fit is refused before
+anything is drawn (exit 113), instead of the parent dying of an out-of-memory error halfway through a run.
 
 The figures are estimates (allocator slack, the CUDA contexts and Python itself are not counted), so only a case
 that cannot fit is refused.
