@@ -35,7 +35,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from task import input_t  # noqa: E402
 from task.inputs import generate_many  # noqa: E402
-from task.reference import _key_table, _scale_bytes_on, _triton_decoder, ref_kernel, ref_kernel_fp64  # noqa: E402
+from task.reference import ref_kernel, ref_kernel_fp64  # noqa: E402
+from task.reference_bound import _key_table  # noqa: E402
+from task.reference_paths import _triton_decoder  # noqa: E402
+from task.reference_scales import _scale_bytes_on  # noqa: E402
 from task.spec import Case, load_shapes  # noqa: E402
 
 #: Calls per sample in the official timing loop, and its seed step between them.

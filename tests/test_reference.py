@@ -10,17 +10,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import task.inputs
 from task.formats import unblock
 from task.inputs import generate_input
-from task import reference as reference_module
+from task import reference_paths
 from task.reference import (
-    _fast,
-    _fast_cpu,
-    _int8_shift,
-    _int8_table,
-    _read_stats,
-    _scale_stats,
-    _unblocked,
     dequantize_lut,
     exact_in_fp32,
     ref_kernel,
@@ -29,6 +23,9 @@ from task.reference import (
     round_to_fp16,
     warm_up,
 )
+from task.reference_bound import _read_stats, _scale_stats
+from task.reference_paths import _fast, _fast_cpu, _int8_shift, _int8_table
+from task.reference_scales import _unblocked
 from task.spec import K_MULTIPLE, MN_MULTIPLE, load_shapes
 
 ONE, TWO, NAN = 0x38, 0x40, 0x7F  # e4m3fn bytes of 1.0, 2.0 and NaN
@@ -378,9 +375,9 @@ def test_int8_table_decodes_every_byte_under_every_admitted_code():
 @pytest.mark.parametrize("data, integer", [("official", True), ("full-range", False)])
 def test_cpu_reference_takes_the_integer_path_where_it_fits(data, integer, monkeypatch):
     calls = []
-    real = reference_module._fast_int8
-    monkeypatch.setattr(reference_module, "_fast_int8", lambda *a: calls.append(1) or real(*a))
-    monkeypatch.setattr(reference_module, "_int_mm_pays", lambda: True)
+    real = reference_paths._fast_int8
+    monkeypatch.setattr(reference_paths, "_fast_int8", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(reference_paths, "_int_mm_pays", lambda: True)
     inputs = generate_input((64, 36), (128, 256), (512, 1024), 2, 5, data=data, device="cpu")
     _assert_same_bits(ref_kernel(inputs), ref_kernel_fp64(inputs))
     assert bool(calls) == integer
@@ -388,9 +385,9 @@ def test_cpu_reference_takes_the_integer_path_where_it_fits(data, integer, monke
 
 def test_cpu_reference_keeps_fp32_where_the_integer_gemm_does_not_pay(monkeypatch):
     calls = []
-    real = reference_module._fast_int8
-    monkeypatch.setattr(reference_module, "_fast_int8", lambda *a: calls.append(1) or real(*a))
-    monkeypatch.setattr(reference_module, "_int_mm_pays", lambda: False)
+    real = reference_paths._fast_int8
+    monkeypatch.setattr(reference_paths, "_fast_int8", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(reference_paths, "_int_mm_pays", lambda: False)
     inputs = generate_input((64, 36), (128, 256), (512, 1024), 2, 5, device="cpu")
     _assert_same_bits(ref_kernel(inputs), ref_kernel_fp64(inputs))
     assert calls == []
@@ -401,9 +398,9 @@ def test_integer_gemm_is_refused_where_int_mm_fails_or_misreads(monkeypatch):
         raise RuntimeError("_int_mm not compiled for this CPU")
 
     monkeypatch.setattr(torch, "_int_mm", broken)
-    assert reference_module._int_mm_faster() is False
+    assert reference_paths._int_mm_faster() is False
     monkeypatch.setattr(torch, "_int_mm", lambda a, b: torch.zeros(a.shape[0], b.shape[1], dtype=torch.int32))
-    assert reference_module._int_mm_faster() is False
+    assert reference_paths._int_mm_faster() is False
 
 
 @settings(max_examples=60, deadline=None)
@@ -428,8 +425,8 @@ def test_cpu_fast_path_equals_fp64_wherever_the_bound_holds(m, n, k, mask, low_c
 
 
 def test_warm_up_on_the_cpu_only_chooses_the_integer_path(monkeypatch):
-    monkeypatch.setattr(reference_module, "_INT_MM", [])
-    monkeypatch.setattr(reference_module, "_int_mm_faster", lambda: "chosen")
-    monkeypatch.setattr(reference_module, "ref_kernel_many", lambda *a, **k: pytest.fail("no data run on the CPU"))
+    monkeypatch.setattr(reference_paths, "_INT_MM", [])
+    monkeypatch.setattr(reference_paths, "_int_mm_faster", lambda: "chosen")
+    monkeypatch.setattr(task.inputs, "generate_many", lambda *a, **k: pytest.fail("no inputs drawn on the CPU"))
     warm_up([((256, 512), 15)], "cpu")
-    assert reference_module._INT_MM == ["chosen"]
+    assert reference_paths._INT_MM == ["chosen"]

@@ -14,20 +14,9 @@ import torch
 
 from task.arena import Layout, Views, draw_official, reference_inputs
 from task.inputs import generate_input
-from task.reference import (
-    _fast,
-    _fast_triton,
-    _key_table,
-    _operand_dtype,
-    _scale_stats,
-    _triton_decoder,
-    dequantize_lut,
-    exact_in_fp32,
-    ref_kernel,
-    ref_kernel_fp64,
-    ref_kernel_many,
-    ReferencePlan,
-)
+from task.reference import dequantize_lut, exact_in_fp32, ref_kernel, ref_kernel_fp64, ref_kernel_many, ReferencePlan
+from task.reference_bound import _key_table, _scale_stats
+from task.reference_paths import _fast, _fast_triton, _operand_dtype, _triton_decoder
 from task.spec import load_shapes
 
 pytestmark = pytest.mark.gpu

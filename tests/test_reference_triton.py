@@ -18,19 +18,9 @@ import pytest
 import torch
 
 from task.inputs import generate_input
-from task.reference import (
-    _fast,
-    _Pending,
-    _fast_triton,
-    _finish,
-    _key_table,
-    _queue_triton_many,
-    _read_stats,
-    _scale_stats,
-    ReferencePlan,
-    dequantize_lut,
-    ref_kernel_fp64,
-)
+from task.reference import _Pending, _finish, ReferencePlan, dequantize_lut, ref_kernel_fp64
+from task.reference_bound import _key_table, _read_stats, _scale_stats
+from task.reference_paths import _fast, _fast_triton, _queue_triton_many
 from task.spec import load_shapes
 
 triton = pytest.importorskip("triton")
