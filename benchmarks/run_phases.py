@@ -39,7 +39,7 @@ from pathlib import Path  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from clocks import clocked  # noqa: E402
 from harness.cli import commands, outputs  # noqa: E402
-from harness.parent import cases, runner  # noqa: E402
+from harness.parent import case_runner, runner, session  # noqa: E402
 
 IMPORTED = time.perf_counter()
 PHASES = ("import", "prepare", "store", "sandbox", "meanwhile", "worker", "reserve", "check", "warmup", "samples",
@@ -59,12 +59,12 @@ def _wrap() -> None:
     commands._show = _clocked("report", commands._show)
     runner.run = _clocked("run", runner.run)
     runner.while_workers_start = _clocked("meanwhile", runner.while_workers_start)
-    cases.Session.load = _clocked("worker", cases.Session.load)
-    cases.Session.reserve = _clocked("reserve", cases.Session.reserve)
-    cases.Session.release = _clocked("release", cases.Session.release)
+    session.Session.load = _clocked("worker", session.Session.load)
+    session.Session.reserve = _clocked("reserve", session.Session.reserve)
+    session.Session.release = _clocked("release", session.Session.release)
     for name, method in (("check", "correctness"), ("warmup", "warmup"), ("samples", "sample"),
                          ("kernels", "kernel_time")):
-        setattr(cases.CaseRunner, method, _clocked(name, getattr(cases.CaseRunner, method)))
+        setattr(case_runner.CaseRunner, method, _clocked(name, getattr(case_runner.CaseRunner, method)))
 
 
 def phases(wall_s: float) -> dict:

@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from clocks import clocked  # noqa: E402
-from harness.parent import cases, judge  # noqa: E402
+from harness.parent import case_runner, judge, session  # noqa: E402
 from harness.parent.registry import resolve  # noqa: E402
 from harness.parent.runner import RunOptions, run  # noqa: E402
 from harness.parent.samples import Sample  # noqa: E402
@@ -78,11 +78,11 @@ def main() -> None:
     settings = replace(load_settings(), max_runs=args.runs, min_runs=args.runs)
 
     Sample.prepare = _clocked("prepare", Sample.prepare)
-    cases.Session.run = _clocked("request", cases.Session.run)
+    session.Session.run = _clocked("request", session.Session.run)
     judge.reply = _clocked("judge", judge.reply)
-    ahead = getattr(cases.CaseRunner, "_prepare_ahead", None)
+    ahead = getattr(case_runner.CaseRunner, "_prepare_ahead", None)
     if ahead is not None:
-        cases.CaseRunner._prepare_ahead = _clocked("ahead", ahead)
+        case_runner.CaseRunner._prepare_ahead = _clocked("ahead", ahead)
     rec = run(resolve(args.submission), ShapeSet(shapes.name, (case,)),
               RunOptions("benchmark", settings=settings, sandbox=Sandbox("off")))
     c = rec.cases[0]

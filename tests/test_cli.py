@@ -366,7 +366,8 @@ def test_ctrl_c_kills_the_worker_at_once_instead_of_waiting_for_it(monkeypatch):
     """After Ctrl-C the worker may be stuck in the submission (hang.py): the session is released with no grace
     period (the worker killed at once); a run that ends normally gives the worker 10 s to exit."""
     from harness.parent import runner
-    from harness.parent.cases import RunOptions, Session
+    from harness.parent.case_runner import RunOptions
+    from harness.parent.session import Session
     from harness.parent.process import EXIT_WAIT_S
     from harness.parent.registry import resolve
     from task.spec import load_shapes

@@ -57,7 +57,7 @@ def test_run_notes_are_worded_here():
 def test_a_worker_that_exits_110_is_a_cuda_failure():
     from conftest import SHARED_CASES
 
-    from harness.parent.cases import Session
+    from harness.parent.session import Session
     from harness.parent.process import WorkerDied
     from harness.parent.registry import read_variant
     from harness.parent.settings import Settings

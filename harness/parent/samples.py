@@ -12,8 +12,8 @@ compares every output of every call with one flat comparison on the device, thro
 ``views`` gives the evidence of the first mismatch only when there is one.
 
 The host buffer (the plain scales the calls read on the CPU) has two slots, and a case has one Sample per slot:
-the next sample can be prepared while the worker still finishes the previous one (harness.parent.cases) without
-writing anything that sample's calls read: the device inputs are copied into the worker's own memory before its
+the next sample can be prepared while the worker still finishes the previous one (harness.parent.case_runner)
+without writing anything that sample's calls read: the device inputs are copied into the worker's own memory before its
 window, the host scales are in the other slot, and the expected outputs in the other Sample.
 
 Draws: the correctness call uses the official generator's order, bit for bit (task.inputs.generate_input);
