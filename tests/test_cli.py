@@ -353,13 +353,13 @@ def test_two_submissions_of_one_name_are_refused(tmp_path):
 
 
 def test_one_file_twice_is_allowed_for_compare():
-    from harness.cli.commands import _distinct_names
+    from harness.cli.run_setup import distinct_names
     from harness.parent.registry import resolve
 
     ref = resolve("torch_reference")
-    _distinct_names([ref, resolve("torch_reference")], same_file_ok=True)  # an A/A compare: no error
+    distinct_names([ref, resolve("torch_reference")], same_file_ok=True)  # an A/A compare: no error
     with pytest.raises(RegistryError, match="given twice"):
-        _distinct_names([ref, resolve("torch_reference")])
+        distinct_names([ref, resolve("torch_reference")])
 
 
 def test_ctrl_c_kills_the_worker_at_once_instead_of_waiting_for_it(monkeypatch):
