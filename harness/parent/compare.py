@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.parent import judge, procs
+from harness.parent import judge, proc_cleanup, proc_table
 from harness.parent import seeds as seedlib
 from harness.parent.case_attempt import CaseAttempt
 from harness.parent.case_runner import CaseRunner, Observer, RunOptions
@@ -232,18 +232,18 @@ def _run_cases(cases, case_seeds, sides: tuple[_Side, ...], rule: StoppingRule) 
 def _police(sides: tuple[_Side, ...], in_flight: tuple[_Side, ...]) -> None:
     """After the requests of ``in_flight`` have ended: charge every process left below a side's worker to that side
     (a background thread of an idle worker can start one too), note which processes are in each worker's tree,
-    charge the orphans the parent adopted meanwhile to their sides (procs.LEDGER), and kill them all now, so none
-    runs while the other side is timed (each fails its case in ``Session.end_case``)."""
-    tab, doomed = procs.subtree(os.getpid()), []  # this process's tree only: cheap enough for every request
+    charge the orphans the parent adopted meanwhile to their sides (proc_cleanup.LEDGER), and kill them all now, so
+    none runs while the other side is timed (each fails its case in ``Session.end_case``)."""
+    tab, doomed = proc_table.subtree(os.getpid()), []  # this process's tree only: cheap enough for every request
     for s in sides:
         if s.session.proc is not None:
-            procs.LEDGER.observe(s.session, s.session.proc.tree.members(tab))
+            proc_cleanup.LEDGER.observe(s.session, s.session.proc.tree.members(tab))
             left = s.session.proc.tree.leftovers(tab)
-            procs.LEDGER.charge(s.session, left)
+            proc_cleanup.LEDGER.charge(s.session, left)
             doomed += left
-    doomed += procs.LEDGER.attribute([s.session for s in in_flight], tab)
+    doomed += proc_cleanup.LEDGER.attribute([s.session for s in in_flight], tab)
     if doomed:
-        procs.kill(doomed)
+        proc_cleanup.kill(doomed)
 
 
 def _policed(sides: tuple[_Side, ...], side: _Side, phase) -> bool:

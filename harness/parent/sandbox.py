@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import confine
-from harness.parent import procs
+from harness.parent import proc_cleanup
 from harness.parent.offer import Offer, probe, protect_parent
 from harness.parent.registry import ROOT, SUBMISSIONS_DIR, Variant
 from harness.parent.settings import Settings
@@ -422,7 +422,7 @@ def checked(mode: str, variants, settings: Settings, cuda: bool, store: Path | N
 def doctor_lines(settings: Settings, cuda: bool) -> list[str]:
     """What ``fp4bench doctor`` prints: the machine's offer, then what a run (auto) would get here."""
     offer = probe()
-    reaper = procs.become_subreaper()  # what every run does before its first worker
+    reaper = proc_cleanup.become_subreaper()  # what every run does before its first worker
     yes = lambda ok: "yes" if ok else "no"  # noqa: E731
     lines = [
         f"running as root: {yes(offer.root)}",

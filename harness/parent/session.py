@@ -3,7 +3,8 @@
 ``Session`` starts the worker, measures the bracket's honest gap on empty calibration windows before the import
 (harness.parent.bracket), imports the submission, maps the shared sample buffers, sends each run request (a timed
 one inside the parent's bracket) and ends the worker, killing what the submission left running
-(harness.parent.procs). Faults come back as judge.CaseFailed. harness.parent.case_runner runs a case's phases on it.
+(harness.parent.proc_cleanup). Faults come back as judge.CaseFailed. harness.parent.case_runner runs a case's
+phases on it.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 
 from harness import protocol as P
 from harness.hardware import default_device
-from harness.parent import judge, procs, watch
+from harness.parent import judge, proc_cleanup, proc_table, watch
 from harness.parent.bracket import CALIBRATION_WINDOWS, Bracket, Measured
 from harness.parent.judge import CaseFailed
 from harness.parent.process import EXIT_WAIT_S, WorkerDied, WorkerProcess, WorkerTimeout
@@ -52,7 +53,7 @@ class Session:
         if self.proc is not None:
             return
         self.proc = WorkerProcess(sandbox=self.sandbox, log=self.worker_log, label=self.variant.name)
-        procs.LEDGER.enter(self, self.proc.tree.start_ticks)
+        proc_cleanup.LEDGER.enter(self, self.proc.tree.start_ticks)
         self.first_call = True
         self._mapped, self._since = -1, None
         self._gaps: list[float] = []
@@ -223,31 +224,31 @@ class Session:
             self._loading = None
         self.shared.detach_device()
         self.shared.free_retired()
-        procs.LEDGER.attribute([self])  # orphans of the worker just ended: killed, no verdict (the case has one)
-        orphans = procs.LEDGER.take(self)
+        proc_cleanup.LEDGER.attribute([self])  # orphans of the worker just ended: killed, no verdict (the case has one)
+        orphans = proc_cleanup.LEDGER.take(self)
         if orphans:
-            procs.kill(orphans)
+            proc_cleanup.kill(orphans)
 
     def release(self, wait_s: float = EXIT_WAIT_S) -> None:
         """Close the worker and free the shared buffers; ``wait_s`` as for close (0 after Ctrl-C)."""
         self.close(wait_s)
         self.shared.close()
         self.bracket.close()
-        procs.LEDGER.leave(self)
+        proc_cleanup.LEDGER.leave(self)
 
     def end_case(self) -> str | None:
         """Kill what the submission left running at the end of a case: every process below the worker's launcher
         but the launcher's own and the worker, and the orphans this process adopted that are charged to this
-        session (harness.parent.procs.LEDGER; those charged to nobody are this session's). Returns the case's
-        failure message ("left a process behind: ..."), or None when there was nothing."""
-        tab = procs.table()
+        session (harness.parent.proc_cleanup.LEDGER; those charged to nobody are this session's). Returns the
+        case's failure message ("left a process behind: ..."), or None when there was nothing."""
+        tab = proc_table.table()
         tree = self.proc.tree if self.proc is not None else None
         found = tree.leftovers(tab) if tree is not None else []
-        procs.LEDGER.attribute([self], tab)
-        found += procs.LEDGER.take(self)
+        proc_cleanup.LEDGER.attribute([self], tab)
+        found += proc_cleanup.LEDGER.take(self)
         if found:
-            procs.kill(found, more=tree.leftovers if tree is not None else None)
-        return procs.left_behind(found)
+            proc_cleanup.kill(found, more=tree.leftovers if tree is not None else None)
+        return proc_cleanup.left_behind(found)
 
 
 def load_failure(session: Session) -> CaseFailed | None:
