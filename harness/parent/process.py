@@ -15,7 +15,8 @@ from harness.channel import ChannelClosed, ChannelTimeout, Reader
 from harness.parent.capture import Capture
 from harness.parent import proc_cleanup
 from harness.parent.registry import ROOT
-from harness.parent.sandbox import Launch, Plan
+from harness.parent.sandbox import Plan
+from harness.parent.sandbox_command import Launch
 from harness.protocol import Exit, ExitCode, encode
 from harness.worker import native
 
