@@ -15,7 +15,7 @@ from harness.parent.case_runner import CaseRunner, Observer, RunOptions
 from harness.parent.judge import CaseFailed
 from harness.parent.registry import read_variant
 from harness.parent.runner import run
-from harness.parent.samples import Sample
+from harness.parent.samples import ArenaSample
 from harness.parent.session import Session
 from harness.parent.settings import Settings
 from harness.results.record import Status
@@ -69,7 +69,7 @@ def test_a_sample_prepared_ahead_serves_only_its_own_seeds(monkeypatch):
                         Observer(), torch.device("cpu"))
     prepared = []
     monkeypatch.setattr(runner.session, "buffers_for", lambda layout: runner.session.shared)
-    monkeypatch.setattr(Sample, "prepare", lambda self, seeds, official: prepared.append(tuple(seeds)))
+    monkeypatch.setattr(ArenaSample, "prepare", lambda self, seeds, official: prepared.append(tuple(seeds)))
     sentinel = object()
     for key, seeds, official in [((CASE, (1, 2), False), [1, 2], True), ((CASE, (1, 2), False), [1, 3], False),
                                  ((replace(CASE, seed=8), (1, 2), False), [1, 2], False)]:
@@ -84,7 +84,7 @@ def test_a_sample_prepared_ahead_serves_only_its_own_seeds(monkeypatch):
 def session():
     s = Session(read_variant(HONEST), SETTINGS)
     s.buffers_for(Layout.of(CASE, 15))
-    s.sample = Sample(CASE, 15, "official", s.device, s.shared)
+    s.sample = ArenaSample(CASE, 15, "official", s.device, s.shared)
     s.sample.prepare(list(range(15)), False)
     yield s
     s.release()

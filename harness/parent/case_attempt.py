@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from harness.parent.case_runner import CaseRunner
-from harness.parent.judge import CaseFailed, Verdict
+from harness.parent.judge import CaseFailed, CaseVerdict
 from harness.results.record import CaseResult, Status
 from harness.results.stats import summarize
 
@@ -15,14 +15,14 @@ from harness.results.stats import summarize
 class CaseAttempt:
     """Case number ``index`` (case seed ``seed``) on ``runner``'s variant, from its first phase to its CaseResult.
 
-    Each phase method returns True when it passed; the first failure is kept as ``failure`` (a judge.Verdict)
+    Each phase method returns True when it passed; the first failure is kept as ``failure`` (a judge.CaseVerdict)
     and every later phase is a no-op returning False. ``samples``: per-call ns of each timed sample so far;
     ``wall_s``: the time spent in this case's phases (generation and checks included)."""
 
     def __init__(self, runner: CaseRunner, index: int, case: Case, seed: int):
         self.runner, self.index, self.case, self.seed = runner, index, case, seed
         self.samples: list[float] = []
-        self.failure: Verdict | None = None
+        self.failure: CaseVerdict | None = None
         self.checked = self.ready = False
         self.wall_s = 0.0
         self.kernel_ns: float | None = None
@@ -97,7 +97,7 @@ class CaseAttempt:
         that had not failed yet."""
         left = self.runner.session.end_case()
         if left and self.failure is None:
-            self.failure = Verdict(Status.FAIL, left)
+            self.failure = CaseVerdict(Status.FAIL, left)
         stats = summarize(self.samples) if self.samples else None
         calls = self.runner.checked(self.case)
         f = self.failure

@@ -20,7 +20,7 @@ from harness.parent import seeds as seedlib
 from harness.parent.environment import device_facts
 from harness.parent.judge import CaseFailed
 from harness.parent.plain import PlainSample
-from harness.parent.samples import Sample
+from harness.parent.samples import ArenaSample
 from harness.parent.sandbox import Sandbox
 from harness.parent.session import Session
 from harness.parent.settings import Settings
@@ -65,28 +65,28 @@ class CaseRunner:
         facts = device_facts()
         self.peaks = peaks_for(facts.name) if facts.cuda else None
         self.notes: list[str] = []
-        self._samples: dict[tuple, Sample] = {}
+        self._samples: dict[tuple, ArenaSample] = {}
         self._checked: dict[Case, int] = {}
-        self._ahead: tuple[tuple, Sample] | None = None  # (what it was prepared for, the sample)
+        self._ahead: tuple[tuple, ArenaSample] | None = None  # (what it was prepared for, the sample)
 
     def checked(self, case: Case) -> int:
         """How many of ``case``'s outputs passed the check so far (every call of every request)."""
         return self._checked.get(case, 0)
 
-    def _sample(self, case: Case, calls: int, slot: int) -> Sample:
+    def _sample(self, case: Case, calls: int, slot: int) -> ArenaSample:
         """The sample buffers of ``calls`` inputs of ``case`` in host slot ``slot``: nvfp4_group_gemm's arena
-        (samples.Sample), any other problem's plan (plain.PlainSample)."""
+        (samples.ArenaSample), any other problem's plan (plain.PlainSample)."""
         arena = self.problem == DEFAULT_PROBLEM
         key = (case.m, case.n, case.k, calls, slot) if arena else (case, calls, slot)
         if key not in self._samples:
             if len(self._samples) >= 4:  # keep the device memory of two shapes (two slots each) at most
                 self._samples.pop(next(iter(self._samples)))
             shared = self.session.shared
-            self._samples[key] = (Sample(case, calls, self.opts.data, self.device, shared, slot) if arena else
+            self._samples[key] = (ArenaSample(case, calls, self.opts.data, self.device, shared, slot) if arena else
                                   PlainSample(self.plug, case, calls, self.opts.data, self.device, shared, slot))
         return self._samples[key]
 
-    def _ready(self, case: Case, seeds: list[int], official_order: bool) -> Sample:
+    def _ready(self, case: Case, seeds: list[int], official_order: bool) -> ArenaSample:
         """The sample for ``seeds``, prepared: the one prepared ahead for exactly these, or one prepared now."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None and ahead[0] == (case, tuple(seeds), official_order):

@@ -11,10 +11,10 @@ bracket's end; nothing the worker does to shared memory can change what it is ju
 compares every output of every call with one flat comparison on the device, through ``got``/``expected``;
 ``views`` gives the evidence of the first mismatch only when there is one.
 
-The host buffer (the plain scales the calls read on the CPU) has two slots, and a case has one Sample per slot:
+The host buffer (the plain scales the calls read on the CPU) has two slots, and a case has one ArenaSample per slot:
 the next sample can be prepared while the worker still finishes the previous one (harness.parent.case_runner)
 without writing anything that sample's calls read: the device inputs are copied into the worker's own memory before its
-window, the host scales are in the other slot, and the expected outputs in the other Sample.
+window, the host scales are in the other slot, and the expected outputs in the other ArenaSample.
 
 Draws: the correctness call uses the official generator's order, bit for bit (task.inputs.generate_input);
 warm-up and timed samples draw the same distribution with a few kernels per group for all calls at once
@@ -137,7 +137,7 @@ class SharedSet:
         self.snapshot = None
 
 
-class Sample:
+class ArenaSample:
     """One sample of ``case`` (``calls`` inputs) prepared in ``shared``, its host scales in host slot ``slot`` (0 or
     1): after ``prepare`` the worker's buffers hold the inputs and ``expected`` (fp16, the output buffer's layout)
     the reference outputs. ``host_offset``: where the slot starts in the host buffer (bytes)."""
@@ -282,4 +282,4 @@ class Sample:
                 Views(self.layout, self._private, host, self._expected))
 
 
-__all__ = ["Layout", "SharedSet", "Sample", "arena_check", "warm_up_reference"]
+__all__ = ["Layout", "SharedSet", "ArenaSample", "arena_check", "warm_up_reference"]

@@ -21,7 +21,7 @@ from harness.parent.bracket import CALIBRATION_WINDOWS, Bracket, Measured
 from harness.parent.judge import CaseFailed
 from harness.parent.process import EXIT_WAIT_S, WorkerDied, WorkerProcess, WorkerTimeout
 from harness.parent.registry import Variant
-from harness.parent.samples import Sample, SharedSet
+from harness.parent.samples import ArenaSample, SharedSet
 from harness.parent.sandbox import Sandbox, plan_for
 from harness.parent.settings import Settings
 from harness.results.record import Status
@@ -148,7 +148,7 @@ class Session:
             self.shared.free_retired()
         return self.shared
 
-    def run(self, req: P.Run, sample: Sample, on_closed=None) -> tuple[P.RunReply, Measured | None, str | None]:
+    def run(self, req: P.Run, sample: ArenaSample, on_closed=None) -> tuple[P.RunReply, Measured | None, str | None]:
         """One run request on ``sample``'s inputs, already in the buffers but for its canaries. A timed request
         (kind ``time``) runs inside the parent's bracket (harness.parent.bracket): the canaries are fixed and the
         outputs copied into the parent's snapshot there; other kinds get the canaries fixed first and the outputs
