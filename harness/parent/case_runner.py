@@ -1,7 +1,7 @@
 """The phases of one case on a session: correctness call, warm-up, timed samples, the kernel-time pass, the profile.
 
 ``CaseRunner`` draws each request's inputs (harness.parent.samples for nvfp4_group_gemm's arena,
-harness.parent.plain for any other problem), sends it through its ``Session`` and judges every reply
+harness.parent.plain_samples for any other problem), sends it through its ``Session`` and judges every reply
 (harness.parent.judge). ``RunOptions`` says what to run; ``Observer`` is the progress and store hooks. Schedules
 (runner.run: one variant; compare: two interleaved) drive it through harness.parent.case_attempt.
 """
@@ -19,7 +19,7 @@ from harness.parent import judge
 from harness.parent import seeds as seedlib
 from harness.parent.environment import device_facts
 from harness.parent.judge import CaseFailed
-from harness.parent.plain import PlainSample
+from harness.parent.plain_samples import PlainSample
 from harness.parent.samples import ArenaSample
 from harness.parent.sandbox import Sandbox
 from harness.parent.session import Session
@@ -75,7 +75,7 @@ class CaseRunner:
 
     def _sample(self, case: Case, calls: int, slot: int) -> ArenaSample:
         """The sample buffers of ``calls`` inputs of ``case`` in host slot ``slot``: nvfp4_group_gemm's arena
-        (samples.ArenaSample), any other problem's plan (plain.PlainSample)."""
+        (samples.ArenaSample), any other problem's plan (plain_samples.PlainSample)."""
         arena = self.problem == DEFAULT_PROBLEM
         key = (case.m, case.n, case.k, calls, slot) if arena else (case, calls, slot)
         if key not in self._samples:

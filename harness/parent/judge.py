@@ -23,7 +23,7 @@ from harness.parent.samples import ArenaSample, arena_check
 from harness.parent.registry import shown
 from harness.results.record import MESSAGE_CHARS, TRACEBACK_HEAD, WHERE_PREFIX, Status, cut_message
 from harness.hardware import GpuPeaks, sol_ns_of
-from harness.parent.plain import PlainSample
+from harness.parent.plain_samples import PlainSample
 from harness.problem import validate_outputs
 
 

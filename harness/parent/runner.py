@@ -22,7 +22,7 @@ from harness.parent.case_attempt import CaseAttempt
 from harness.parent.case_runner import CaseRunner, Observer, RunOptions
 from harness.parent.environment import device_facts, environment
 from harness.parent.judge import CaseFailed
-from harness.parent.plain import plan_of
+from harness.parent.plain_samples import plan_of
 from harness.parent.samples import Layout
 from harness.parent.samples import warm_up_reference as warm_up
 from harness.parent.process import EXIT_WAIT_S, native_window

@@ -48,7 +48,7 @@ from pathlib import Path
 from harness import confine
 from harness.parent import proc_cleanup
 from harness.parent import sandbox_command as command
-from harness.parent.offer import Offer, probe, protect_parent
+from harness.parent.sandbox_offer import Offer, probe, protect_parent
 from harness.parent.registry import ROOT, SUBMISSIONS_DIR, Variant
 from harness.parent.sandbox_command import BUILD, NATIVE, PROCESS_READ, Launch, within
 from harness.parent.settings import Settings
