@@ -3,7 +3,7 @@ clocks (the harness is unchanged; the worker is started, confined and timed exac
 Seconds of wall time per phase, from the interpreter's start:
 
     import      torch and the harness imported (the CLI module)
-    prepare     shapes, settings and submissions read and checked (commands._prepare; on CUDA it sizes the
+    prepare     shapes, settings and submissions read and checked (run_setup.prepare; on CUDA it sizes the
                 inputs against the GPU's memory)
     store       the results store opened
     sandbox     the worker's confinement planned and checked
@@ -17,7 +17,7 @@ Seconds of wall time per phase, from the interpreter's start:
     samples     timed samples (windows and pauses)
     kernels     the CUPTI kernel-time pass (CUDA)
     release     the worker stopped and the buffers freed
-    report      tables printed, --json and the store written (commands._show)
+    report      tables printed, --json and the store written (run_compare._show)
     other       the rest of the wall (argument parsing, the POPCORN stream, process exit not included)
 
     python benchmarks/run_phases.py --out phases.json -- --submission wgmma_sm90 --shapes benchmarks --mode leaderboard
@@ -38,8 +38,8 @@ from pathlib import Path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from clocks import clocked  # noqa: E402
-from harness.cli import commands, outputs  # noqa: E402
-from harness.parent import cases, runner  # noqa: E402
+from harness.cli import commands, outputs, run_compare, run_setup  # noqa: E402
+from harness.parent import case_runner, runner, session  # noqa: E402
 
 IMPORTED = time.perf_counter()
 PHASES = ("import", "prepare", "store", "sandbox", "meanwhile", "worker", "reserve", "check", "warmup", "samples",
@@ -53,18 +53,18 @@ def _clocked(name: str, fn):
 
 def _wrap() -> None:
     """Clocks on the phases (module attributes looked up at call time, so wrapping them here is enough)."""
-    commands._prepare = _clocked("prepare", commands._prepare)
+    run_setup.prepare = _clocked("prepare", run_setup.prepare)
     outputs.open_store = _clocked("store", outputs.open_store)
-    commands._sandbox = _clocked("sandbox", commands._sandbox)
-    commands._show = _clocked("report", commands._show)
+    run_setup.sandbox_request = _clocked("sandbox", run_setup.sandbox_request)
+    run_compare._show = _clocked("report", run_compare._show)
     runner.run = _clocked("run", runner.run)
     runner.while_workers_start = _clocked("meanwhile", runner.while_workers_start)
-    cases.Session.load = _clocked("worker", cases.Session.load)
-    cases.Session.reserve = _clocked("reserve", cases.Session.reserve)
-    cases.Session.release = _clocked("release", cases.Session.release)
+    session.Session.load = _clocked("worker", session.Session.load)
+    session.Session.reserve = _clocked("reserve", session.Session.reserve)
+    session.Session.release = _clocked("release", session.Session.release)
     for name, method in (("check", "correctness"), ("warmup", "warmup"), ("samples", "sample"),
                          ("kernels", "kernel_time")):
-        setattr(cases.CaseRunner, method, _clocked(name, getattr(cases.CaseRunner, method)))
+        setattr(case_runner.CaseRunner, method, _clocked(name, getattr(case_runner.CaseRunner, method)))
 
 
 def phases(wall_s: float) -> dict:

@@ -2,7 +2,7 @@
 case with the parent's phases wrapped in clocks (the harness itself is unchanged; the worker is unconfined so
 nothing differs but the clocks). Per timed sample (ms, mean over the samples after the first):
 
-    prepare   Sample.prepare: draw, expected outputs, copies into the worker's buffers (critical path only:
+    prepare   ArenaSample.prepare: draw, expected outputs, copies into the worker's buffers (critical path only:
               a prepare that ran ahead, while the worker finished the previous sample, counts as ahead)
     ahead     prepares run ahead of their sample (overlapped with the worker's work after its window)
     request   Session.run: the request sent until the reply decoded, window included
@@ -28,10 +28,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from clocks import clocked  # noqa: E402
-from harness.parent import cases, judge  # noqa: E402
+from harness.parent import case_runner, judge, session  # noqa: E402
 from harness.parent.registry import resolve  # noqa: E402
 from harness.parent.runner import RunOptions, run  # noqa: E402
-from harness.parent.samples import Sample  # noqa: E402
+from harness.parent.samples import ArenaSample  # noqa: E402
 from harness.parent.sandbox import Sandbox  # noqa: E402
 from harness.parent.settings import load_settings  # noqa: E402
 from task.spec import ShapeSet, load_shapes  # noqa: E402
@@ -44,7 +44,7 @@ def _clocked(name: str, fn):
 
 
 def _prepare_gpu_ms(case, calls: int, device: torch.device) -> tuple[float, float]:
-    """(wall ms, summed kernel ms) of one Sample.prepare of ``case`` (after one untimed prepare)."""
+    """(wall ms, summed kernel ms) of one ArenaSample.prepare of ``case`` (after one untimed prepare)."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -54,7 +54,7 @@ def _prepare_gpu_ms(case, calls: int, device: torch.device) -> tuple[float, floa
     shared = SharedSet(device)
     layout = Layout.of(case, calls)
     shared.grow(layout)
-    sample = Sample(case, calls, "official", device, shared)
+    sample = ArenaSample(case, calls, "official", device, shared)
     sample.prepare(list(range(1, calls + 1)), False)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         t0 = time.perf_counter()
@@ -77,12 +77,12 @@ def main() -> None:
     case = shapes.cases[args.case]
     settings = replace(load_settings(), max_runs=args.runs, min_runs=args.runs)
 
-    Sample.prepare = _clocked("prepare", Sample.prepare)
-    cases.Session.run = _clocked("request", cases.Session.run)
+    ArenaSample.prepare = _clocked("prepare", ArenaSample.prepare)
+    session.Session.run = _clocked("request", session.Session.run)
     judge.reply = _clocked("judge", judge.reply)
-    ahead = getattr(cases.CaseRunner, "_prepare_ahead", None)
+    ahead = getattr(case_runner.CaseRunner, "_prepare_ahead", None)
     if ahead is not None:
-        cases.CaseRunner._prepare_ahead = _clocked("ahead", ahead)
+        case_runner.CaseRunner._prepare_ahead = _clocked("ahead", ahead)
     rec = run(resolve(args.submission), ShapeSet(shapes.name, (case,)),
               RunOptions("benchmark", settings=settings, sandbox=Sandbox("off")))
     c = rec.cases[0]

@@ -1,7 +1,7 @@
 """Where a problem's inputs and outputs live in the sample buffers, for problems without an arena of their own.
 
-Both sides read this: the parent lays ``calls`` drawn inputs out in its buffers (harness.parent.plain), the worker
-rebuilds them as views and copies each call's outputs into their regions. The plan travels in ``Run.plan`` as
+Both sides read this: the parent lays ``calls`` drawn inputs out in its buffers (harness.parent.plain_samples), the
+worker rebuilds them as views and copies each call's outputs into their regions. The plan travels in ``Run.plan`` as
 JSON. An input is a nest of tuples and lists whose leaves are tensors (or plain values); each tensor is the whole
 storage it views, copied byte for byte to an ALIGN-aligned region, and rebuilt with the same sizes, strides and
 storage offset (so permuted and blocked views keep the official generator's strides). CPU tensors go to the host

@@ -1,4 +1,4 @@
-"""The next sample prepared ahead (harness.parent.cases): while the worker finishes a timed request (after its
+"""The next sample prepared ahead (harness.parent.case_runner): while the worker finishes a timed request (after its
 ``Closed``), the parent prepares the next sample in the other host slot; every output is still checked against
 expected outputs computed from the parent's own copy."""
 from __future__ import annotations
@@ -11,10 +11,12 @@ from conftest import SHARED_CASES
 
 from harness import protocol as P
 from harness.parent.bracket import CALIBRATION_WINDOWS
-from harness.parent.cases import CaseFailed, CaseRunner, Observer, RunOptions, Session
+from harness.parent.case_runner import CaseRunner, Observer, RunOptions
+from harness.parent.judge import CaseFailed
 from harness.parent.registry import read_variant
 from harness.parent.runner import run
-from harness.parent.samples import Sample
+from harness.parent.samples import ArenaSample
+from harness.parent.session import Session
 from harness.parent.settings import Settings
 from harness.results.record import Status
 from task.arena import Layout
@@ -67,7 +69,7 @@ def test_a_sample_prepared_ahead_serves_only_its_own_seeds(monkeypatch):
                         Observer(), torch.device("cpu"))
     prepared = []
     monkeypatch.setattr(runner.session, "buffers_for", lambda layout: runner.session.shared)
-    monkeypatch.setattr(Sample, "prepare", lambda self, seeds, official: prepared.append(tuple(seeds)))
+    monkeypatch.setattr(ArenaSample, "prepare", lambda self, seeds, official: prepared.append(tuple(seeds)))
     sentinel = object()
     for key, seeds, official in [((CASE, (1, 2), False), [1, 2], True), ((CASE, (1, 2), False), [1, 3], False),
                                  ((replace(CASE, seed=8), (1, 2), False), [1, 2], False)]:
@@ -82,7 +84,7 @@ def test_a_sample_prepared_ahead_serves_only_its_own_seeds(monkeypatch):
 def session():
     s = Session(read_variant(HONEST), SETTINGS)
     s.buffers_for(Layout.of(CASE, 15))
-    s.sample = Sample(CASE, 15, "official", s.device, s.shared)
+    s.sample = ArenaSample(CASE, 15, "official", s.device, s.shared)
     s.sample.prepare(list(range(15)), False)
     yield s
     s.release()
@@ -161,8 +163,8 @@ def test_the_reference_is_warmed_for_every_sample_size_while_the_worker_starts(m
     other = Case((128,), (256,), (1024,), 1, 3)
     seen = []
     monkeypatch.setattr(runner, "warm_up", lambda kinds, device: seen.append((list(kinds), device.type)))
-    real_load = runner.lifecycle.load
-    monkeypatch.setattr(runner.lifecycle, "load", lambda s: (seen.append("load"), real_load(s))[1])
+    real_load = runner.load_failure
+    monkeypatch.setattr(runner, "load_failure", lambda s: (seen.append("load"), real_load(s))[1])
     record = run(read_variant(HONEST), ShapeSet("two", (CASE, other)),
                  RunOptions(mode, settings=SETTINGS))
     assert all(c.status == Status.PASS for c in record.cases)

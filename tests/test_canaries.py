@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.parent.samples import CANARIES, SharedSet, Sample
+from harness.parent.samples import CANARIES, SharedSet, ArenaSample
 from task.arena import Layout, Views
 from task.check import compare
 from task.reference import ref_kernel
@@ -18,7 +18,7 @@ def _sample():
     shared = SharedSet(torch.device("cpu"))
     layout = Layout.of(CASE, 3)
     shared.grow(layout)
-    sample = Sample(CASE, 3, "official", torch.device("cpu"), shared)
+    sample = ArenaSample(CASE, 3, "official", torch.device("cpu"), shared)
     sample.prepare([11, 12, 13], False)
     return shared, layout, sample
 

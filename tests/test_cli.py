@@ -353,20 +353,21 @@ def test_two_submissions_of_one_name_are_refused(tmp_path):
 
 
 def test_one_file_twice_is_allowed_for_compare():
-    from harness.cli.commands import _distinct_names
+    from harness.cli.run_setup import distinct_names
     from harness.parent.registry import resolve
 
     ref = resolve("torch_reference")
-    _distinct_names([ref, resolve("torch_reference")], same_file_ok=True)  # an A/A compare: no error
+    distinct_names([ref, resolve("torch_reference")], same_file_ok=True)  # an A/A compare: no error
     with pytest.raises(RegistryError, match="given twice"):
-        _distinct_names([ref, resolve("torch_reference")])
+        distinct_names([ref, resolve("torch_reference")])
 
 
 def test_ctrl_c_kills_the_worker_at_once_instead_of_waiting_for_it(monkeypatch):
     """After Ctrl-C the worker may be stuck in the submission (hang.py): the session is released with no grace
     period (the worker killed at once); a run that ends normally gives the worker 10 s to exit."""
     from harness.parent import runner
-    from harness.parent.cases import RunOptions, Session
+    from harness.parent.case_runner import RunOptions
+    from harness.parent.session import Session
     from harness.parent.process import EXIT_WAIT_S
     from harness.parent.registry import resolve
     from task.spec import load_shapes

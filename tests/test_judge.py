@@ -57,7 +57,7 @@ def test_run_notes_are_worded_here():
 def test_a_worker_that_exits_110_is_a_cuda_failure():
     from conftest import SHARED_CASES
 
-    from harness.parent.cases import Session
+    from harness.parent.session import Session
     from harness.parent.process import WorkerDied
     from harness.parent.registry import read_variant
     from harness.parent.settings import Settings
@@ -97,7 +97,7 @@ def test_outputs_equal_to_a_non_finite_reference_are_a_harness_error():
     an inf or a NaN: the reference is broken, which judge.outputs raises as ReferenceError (ERROR, never FAIL)."""
     import torch
 
-    from harness.parent.samples import Sample, SharedSet
+    from harness.parent.samples import ArenaSample, SharedSet
     from task.arena import Layout
     from task.check import ReferenceError
     from task.returned import OutputMeta
@@ -105,7 +105,7 @@ def test_outputs_equal_to_a_non_finite_reference_are_a_harness_error():
     cpu = torch.device("cpu")
     shared = SharedSet(cpu)
     shared.grow(Layout.of(CASE, 2))
-    sample = Sample(CASE, 2, "official", cpu, shared)
+    sample = ArenaSample(CASE, 2, "official", cpu, shared)
     sample.prepare([3, 4], official_order=False)
     meta = OutputMeta("torch.Tensor", True, "torch.float16", (64, 128, 1), "cpu")
     reply = P.RunReply(1.0, 2, (P.Container("builtins.list", True),) * 2, ((meta,),) * 2, ((True,),) * 2)

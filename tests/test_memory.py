@@ -94,7 +94,7 @@ def test_the_l2_clear_is_the_official_loops_and_at_most_half_the_gpu():
 @pytest.mark.gpu
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_the_parents_clear_is_sized_for_its_problem():
-    from harness.parent.cases import Session
+    from harness.parent.session import Session
     from harness.parent.registry import resolve
     from harness.parent.settings import Settings
 

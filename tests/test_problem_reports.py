@@ -9,7 +9,7 @@ import problems
 from harness.cli.commands import main
 from harness.hardware import peaks_for, sol_ns_of
 from harness.report.boards import leaderboards
-from harness.report.formats import report
+from harness.report.render import report
 from harness.results.record import CaseResult, RunRecord, Status, SubmissionInfo
 from harness.results.stats import geomean, summarize
 from harness.results.store import ResultStore

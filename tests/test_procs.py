@@ -1,5 +1,5 @@
-"""Processes a submission leaves behind (harness.parent.procs): the parent finds them in /proc, kills them and fails
-the case. Real processes on this machine; no timing is asserted (waits have generous deadlines)."""
+"""Processes a submission leaves behind (harness.parent.proc_table, .proc_cleanup): the parent finds them in /proc,
+kills them and fails the case. Real processes on this machine; no timing is asserted (waits have generous deadlines)."""
 from __future__ import annotations
 
 import os
@@ -14,7 +14,7 @@ import pytest
 from conftest import ADVERSARIAL, SHARED_CASES
 from test_cases import FAST, TWO_CASES, _run
 
-from harness.parent import procs
+from harness.parent import proc_cleanup, proc_table
 from harness.parent.compare import MODE, compare
 from harness.parent.registry import read_variant
 from harness.parent.runner import RunOptions
@@ -35,8 +35,8 @@ def _name() -> str:
     return f"fp4b{uuid.uuid4().hex[:10]}"  # a comm (15 characters at most) no other process has
 
 
-def _named(name: str) -> list[procs.Proc]:
-    return [p for p in procs.table().values() if p.name == name]
+def _named(name: str) -> list[proc_table.Proc]:
+    return [p for p in proc_table.table().values() if p.name == name]
 
 
 _BEFORE: dict = {"pids": set(), "trees": set()}
@@ -46,21 +46,21 @@ _BEFORE: dict = {"pids": set(), "trees": set()}
 def _baseline():
     """What earlier tests of the session left (a Dask cluster's processes, a worker still watched) is not this
     test's: _nothing_left looks only at what appeared since this test began."""
-    _BEFORE["pids"] = {p.pid for p in procs.descendants(os.getpid())}
-    _BEFORE["trees"] = set(map(id, procs.TREES))
+    _BEFORE["pids"] = {p.pid for p in proc_table.descendants(os.getpid())}
+    _BEFORE["trees"] = set(map(id, proc_cleanup.TREES))
     yield
 
 
 def _nothing_left() -> bool:
     """No process below this one outside its session (workers and what they started), no watched worker, that
     this test started."""
-    trees = [t for t in procs.TREES if id(t) not in _BEFORE["trees"]]
-    return not trees and not [p for p in procs.descendants(os.getpid())
+    trees = [t for t in proc_cleanup.TREES if id(t) not in _BEFORE["trees"]]
+    return not trees and not [p for p in proc_table.descendants(os.getpid())
                               if p.sid != os.getsid(0) and p.pid not in _BEFORE["pids"]]
 
 
 def _adopted(pid: int) -> bool:
-    p = procs.read(pid)
+    p = proc_table.read(pid)
     return p is not None and p.ppid == os.getpid()
 
 
@@ -107,7 +107,7 @@ def test_an_honest_submission_leaves_nothing_and_passes():
     sandbox, settings = HOW["shared-pid"]
     rec = _run(SHARED_CASES / "honest_torch.py", "benchmark", TWO_CASES, settings, sandbox=sandbox)
     assert [(c.status, c.message) for c in rec.cases] == [(Status.PASS, "")] * 2
-    assert procs.strays(procs.known()) == [] and _nothing_left()
+    assert proc_table.strays(proc_cleanup.known()) == [] and _nothing_left()
 
 
 @pytest.mark.parametrize("daemon", [True, False])
@@ -191,7 +191,7 @@ def _start(code: str, **kw) -> subprocess.Popen:
 
 
 def _end(p: subprocess.Popen) -> None:
-    procs.kill([*procs.descendants(p.pid), *filter(None, [procs.read(p.pid)])])
+    proc_cleanup.kill([*proc_table.descendants(p.pid), *filter(None, [proc_table.read(p.pid)])])
     p.kill()
     p.wait()
     p.stdout.close()
@@ -201,38 +201,38 @@ def test_descendants_lists_children_and_grandchildren_oldest_first():
     p = _start(_TREE)
     try:
         child = int(p.stdout.readline())
-        found = procs.descendants(p.pid)
+        found = proc_table.descendants(p.pid)
         assert [d.pid for d in found][:1] == [child] and len(found) == 2
         assert found[1].ppid == child and found[0].ppid == p.pid
         assert found[0].start_ticks <= found[1].start_ticks
-        assert all(d.name == procs.read(p.pid).name and d.alive and d.cpu_ns >= 0 for d in found)
-        assert procs.descendants(found[1].pid) == []
-        assert set(procs.subtree(p.pid)) == {p.pid, *(d.pid for d in found)}
+        assert all(d.name == proc_table.read(p.pid).name and d.alive and d.cpu_ns >= 0 for d in found)
+        assert proc_table.descendants(found[1].pid) == []
+        assert set(proc_table.subtree(p.pid)) == {p.pid, *(d.pid for d in found)}
     finally:
         _end(p)
-    assert procs.read(p.pid) is None and procs.descendants(p.pid) == []
+    assert proc_table.read(p.pid) is None and proc_table.descendants(p.pid) == []
 
 
 def test_an_orphan_is_adopted_as_a_stray_then_killed_and_reaped():
-    assert procs.become_subreaper() == ""
+    assert proc_cleanup.become_subreaper() == ""
     p = _start(_ORPHAN, start_new_session=True)  # as a worker: a session of its own
     orphan = int(p.stdout.readline())
     p.wait()
     p.stdout.close()
     _until(lambda: _adopted(orphan))
-    found = [s for s in procs.strays(procs.known()) if s.pid == orphan]
+    found = [s for s in proc_table.strays(proc_cleanup.known()) if s.pid == orphan]
     assert len(found) == 1 and found[0].sid != os.getsid(0)
-    assert [k.pid for k in procs.kill(found)] == [orphan]
-    assert procs.read(orphan) is None  # no zombie left: reaped
+    assert [k.pid for k in proc_cleanup.kill(found)] == [orphan]
+    assert proc_table.read(orphan) is None  # no zombie left: reaped
 
 
 def test_a_child_this_process_started_is_no_stray():
     same_session = subprocess.Popen(["sleep", "60"])
     own_session = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
-        pids = {s.pid for s in procs.strays(set())}
+        pids = {s.pid for s in proc_table.strays(set())}
         assert same_session.pid not in pids and own_session.pid in pids  # nothing says the second is a worker
-        assert own_session.pid not in {s.pid for s in procs.strays({own_session.pid})}
+        assert own_session.pid not in {s.pid for s in proc_table.strays({own_session.pid})}
     finally:
         for q in (same_session, own_session):
             q.kill()
@@ -244,13 +244,13 @@ def test_tree_cpu_ns_gives_every_thread_of_the_tree():
     p = _start(_SPIN)
     try:
         child, sleeper = map(int, p.stdout.readline().split())
-        per_task = procs.tree_cpu_ns(p.pid)
+        per_task = proc_table.tree_cpu_ns(p.pid)
         assert {p.pid, sleeper, child} <= set(per_task)
         assert per_task[child] >= 40_000_000  # it spun for 50 ms of CPU by its own clock
         assert all(isinstance(ns, int) and ns >= 0 for ns in per_task.values())
     finally:
         _end(p)
-    assert procs.tree_cpu_ns(p.pid) == {}
+    assert proc_table.tree_cpu_ns(p.pid) == {}
 
 
 def test_a_worker_tree_tells_the_launcher_and_the_worker_from_what_the_worker_left():
@@ -260,7 +260,7 @@ def test_a_worker_tree_tells_the_launcher_and_the_worker_from_what_the_worker_le
            "print('started', flush=True)\ntime.sleep(60)\n"
     root = subprocess.Popen(["/bin/sh", "-c", '"$@"; exit $?', "init", sys.executable, "-c", code],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
-    tree = procs.watch(root.pid, {"sh"})
+    tree = proc_cleanup.watch(root.pid, {"sh"})
     try:
         assert tree.worker is not None and [p.name for p in tree.launchers] == ["sh"]
         assert tree.launchers[0].pid == root.pid and tree.worker.ppid == root.pid
@@ -270,30 +270,31 @@ def test_a_worker_tree_tells_the_launcher_and_the_worker_from_what_the_worker_le
         root.stdout.readline()
         left = tree.leftovers()
         assert [p.ppid for p in left] == [tree.worker.pid]
-        assert procs.left_behind(left) == (f"left a process behind: pid {left[0].pid} '{left[0].name}' (started "
+        assert proc_cleanup.left_behind(left) == (f"left a process behind: pid {left[0].pid} '{left[0].name}' (started "
                                            f"by the submission; fp4bench killed it)")
-        procs.kill(left)  # same process group as the worker: only the child dies
-        assert tree.leftovers() == [] and procs.read(tree.worker.pid).alive and root.poll() is None
+        proc_cleanup.kill(left)  # same process group as the worker: only the child dies
+        assert tree.leftovers() == [] and proc_table.read(tree.worker.pid).alive and root.poll() is None
     finally:
         tree.ending = True
-        procs.kill(tree.members())
+        proc_cleanup.kill(tree.members())
         root.wait()
-        procs.unwatch(tree)
+        proc_cleanup.unwatch(tree)
         root.stdin.close()
         root.stdout.close()
-    assert root.pid not in procs.TREES
+    assert root.pid not in proc_cleanup.TREES
 
 
 def test_left_behind_names_the_oldest_and_counts_the_rest():
-    p = [procs.Proc(30, "spin", 1, 500, 0), procs.Proc(20, "python3", 1, 400, 0), procs.Proc(40, "x", 1, 600, 0)]
-    assert procs.left_behind([]) is None
-    assert procs.left_behind(p) == ("left a process behind: pid 20 'python3' and 2 others (started by the "
+    p = [proc_table.Proc(30, "spin", 1, 500, 0), proc_table.Proc(20, "python3", 1, 400, 0),
+         proc_table.Proc(40, "x", 1, 600, 0)]
+    assert proc_cleanup.left_behind([]) is None
+    assert proc_cleanup.left_behind(p) == ("left a process behind: pid 20 'python3' and 2 others (started by the "
                                     "submission; fp4bench killed them)")
-    assert procs.left_behind(p[:1]).endswith("pid 30 'spin' (started by the submission; fp4bench killed it)")
+    assert proc_cleanup.left_behind(p[:1]).endswith("pid 30 'spin' (started by the submission; fp4bench killed it)")
 
 
 def test_the_ledger_charges_an_orphan_to_the_tree_it_was_seen_in_else_to_the_side_in_flight():
-    assert procs.become_subreaper() == ""
+    assert proc_cleanup.become_subreaper() == ""
     orphans = []
     for _ in range(2):
         p = _start(_ORPHAN, start_new_session=True)
@@ -301,10 +302,10 @@ def test_the_ledger_charges_an_orphan_to_the_tree_it_was_seen_in_else_to_the_sid
         p.wait()
         p.stdout.close()
     _until(lambda: all(_adopted(o) for o in orphans))
-    seen, unseen = (procs.read(o) for o in orphans)
-    ledger = procs.Ledger()
+    seen, unseen = (proc_table.read(o) for o in orphans)
+    ledger = proc_cleanup.Ledger()
     try:
-        ledger.enter("late", seen.start_ticks + 10 * procs.CLK_TCK)  # started after both: never charged
+        ledger.enter("late", seen.start_ticks + 10 * proc_table.CLK_TCK)  # started after both: never charged
         assert ledger.attribute(["late"]) == [] and ledger.take("late") == []
         for owner in ("A", "B"):
             ledger.enter(owner, 0)
@@ -314,12 +315,12 @@ def test_the_ledger_charges_an_orphan_to_the_tree_it_was_seen_in_else_to_the_sid
         assert [p.pid for p in ledger.take("B")] == [unseen.pid]
         assert ledger.take("A") == [] and ledger.attribute(["A", "B"]) == []  # charged once
     finally:
-        procs.kill([seen, unseen])
-    assert procs.read(seen.pid) is None and procs.read(unseen.pid) is None
+        proc_cleanup.kill([seen, unseen])
+    assert proc_table.read(seen.pid) is None and proc_table.read(unseen.pid) is None
 
 
 def test_subreaper_is_set_once_and_holds():
     import ctypes
-    assert procs.become_subreaper() == procs.become_subreaper() == ""
+    assert proc_cleanup.become_subreaper() == proc_cleanup.become_subreaper() == ""
     flag = ctypes.c_int(0)
     assert ctypes.CDLL(None).prctl(37, ctypes.byref(flag), 0, 0, 0) == 0 and flag.value == 1  # GET_CHILD_SUBREAPER

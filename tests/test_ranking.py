@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from harness.results.ranking import (
     Interval,
-    Verdict,
+    SpeedVerdict,
     compare_geomeans,
     compare_samples,
     compare_stats,
@@ -186,8 +186,8 @@ def test_compare_samples_unpaired_ratio_and_interval_known_analytically():
     assert c.dof == pytest.approx(dof)
     assert c.low == pytest.approx(0.5 * math.exp(-half))
     assert c.high == pytest.approx(0.5 * math.exp(half))
-    assert c.verdict is Verdict.FASTER and c.speedup == pytest.approx(2.0)
-    assert compare_samples(b, a).verdict is Verdict.SLOWER
+    assert c.verdict is SpeedVerdict.FASTER and c.speedup == pytest.approx(2.0)
+    assert compare_samples(b, a).verdict is SpeedVerdict.SLOWER
 
 
 def test_compare_samples_paired_exact_ratio_has_zero_width():
@@ -195,13 +195,13 @@ def test_compare_samples_paired_exact_ratio_has_zero_width():
     a = [1.1 * x for x in b]                 # but always exactly 10 % slower
     paired = compare_samples(a, b, paired=True)
     assert (paired.low, paired.ratio, paired.high) == pytest.approx((1.1, 1.1, 1.1))
-    assert paired.verdict is Verdict.SLOWER
-    assert compare_samples(a, b).verdict is Verdict.SAME   # unpaired cannot see it through the drift
+    assert paired.verdict is SpeedVerdict.SLOWER
+    assert compare_samples(a, b).verdict is SpeedVerdict.SAME   # unpaired cannot see it through the drift
 
 
 @pytest.mark.parametrize("log_ratios, verdict", [
-    ((-0.25, -0.20, -0.15), Verdict.FASTER),   # mean -0.2, sd 0.05
-    ((0.10, 0.20, 0.30), Verdict.SAME),        # mean 0.2, sd 0.1: the interval reaches below 1
+    ((-0.25, -0.20, -0.15), SpeedVerdict.FASTER),   # mean -0.2, sd 0.05
+    ((0.10, 0.20, 0.30), SpeedVerdict.SAME),        # mean 0.2, sd 0.1: the interval reaches below 1
 ])
 def test_compare_samples_paired_interval_by_hand(log_ratios, verdict):
     b = [100.0, 250.0, 60.0]                   # drift between pairs; only the per-pair ratios matter
@@ -237,7 +237,7 @@ def test_compare_same_distribution_is_no_detectable_difference():
     a = [rng.gauss(1000.0, 10.0) for _ in range(30)]
     b = [rng.gauss(1000.0, 10.0) for _ in range(30)]
     c = compare_samples(a, b)
-    assert c.verdict is Verdict.SAME and c.low < 1.0 < c.high
+    assert c.verdict is SpeedVerdict.SAME and c.low < 1.0 < c.high
     assert c.verdict.value == "no detectable difference"
 
 
@@ -254,9 +254,9 @@ def test_compare_geomeans_ratio_of_geomeans():
     a = [stats(100.0, 0.0, 5), stats(400.0, 0.0, 5)]       # geomean 200
     b = [stats(50.0, 0.0, 5), stats(800.0, 0.0, 5)]        # geomean 200
     same = compare_geomeans(a, b)
-    assert same.ratio == pytest.approx(1.0) and same.verdict is Verdict.SAME
+    assert same.ratio == pytest.approx(1.0) and same.verdict is SpeedVerdict.SAME
     faster = compare_geomeans([stats(50.0, 0.5, 5), stats(200.0, 2.0, 5)], a)
-    assert faster.ratio == pytest.approx(0.5) and faster.verdict is Verdict.FASTER
+    assert faster.ratio == pytest.approx(0.5) and faster.verdict is SpeedVerdict.FASTER
     with pytest.raises(ValueError, match="same non-zero number"):
         compare_geomeans(a, b[:1])
 

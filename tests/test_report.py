@@ -22,13 +22,13 @@ from harness.report.boards import leaderboards
 from harness.report.compare import compare_table
 from harness.report.document import Image, Table, cell_text
 from harness.report.figures import fmt_change, fmt_pm, fmt_us, run_geomean_ci, run_status, shape_label
-from harness.report.formats import ReportError, leaderboard_report, report
+from harness.report.render import ReportError, leaderboard_report, report
 from harness.report.history import history_rows
 from harness.report.render_data import CSV_COLUMNS
 from harness.report.render_html import render_html
 from harness.report.render_md import render_md
 from harness.report.sections import report_sections
-from harness.results.ranking import Verdict, compare_geomeans, compare_samples, mean_ci
+from harness.results.ranking import SpeedVerdict, compare_geomeans, compare_samples, mean_ci
 from harness.results.record import CaseResult, Environment, RunRecord, Status, SubmissionInfo, run_from_dict
 from harness.results.stats import geomean, summarize
 from harness.results.store import ResultStore
@@ -299,11 +299,11 @@ def test_history_rows_compare_with_the_previous_comparable_run():
     rows = history_rows(reversed(runs))
     assert [r.run.run_id for r in rows] == ["h1", "h2", "h3", "h4", "h5"]
     assert rows[0].change is None
-    assert rows[1].previous_run_id == "h1" and rows[1].change.verdict is Verdict.FASTER
+    assert rows[1].previous_run_id == "h1" and rows[1].change.verdict is SpeedVerdict.FASTER
     assert rows[1].change.ratio == pytest.approx(0.8)
     assert rows[2].change is None and rows[2].status == "failed (1 of 2 cases)"
     assert rows[3].previous_run_id is None                          # first run on a B200
-    assert rows[4].previous_run_id == "h2" and rows[4].change.verdict is Verdict.SLOWER
+    assert rows[4].previous_run_id == "h2" and rows[4].change.verdict is SpeedVerdict.SLOWER
 
 
 # ----------------------------------------------------------------------------------------------- compare

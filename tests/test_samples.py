@@ -1,16 +1,16 @@
 """harness.parent.samples: each sample's expected outputs are the reference of the inputs the worker is given,
-sample after sample (views and plain-scale tensors are built once per Sample and reused)."""
+sample after sample (views and plain-scale tensors are built once per ArenaSample and reused)."""
 from __future__ import annotations
 
 import torch
 
-from harness.parent.samples import Sample, SharedSet
+from harness.parent.samples import ArenaSample, SharedSet
 from task.arena import Layout, Views
 from task.reference import ref_kernel
 from task.spec import Case
 
 
-def _expected_match_the_shared_inputs(sample: Sample, shared: SharedSet) -> None:
+def _expected_match_the_shared_inputs(sample: ArenaSample, shared: SharedSet) -> None:
     sample.fix()  # the canaries, fixed inside the parent's bracket before the worker's calls read the inputs
     b = shared.buffers
     given = Views(sample.layout, b["device"].tensor, b["host"].tensor)
@@ -25,7 +25,7 @@ def test_each_sample_is_judged_against_its_own_inputs():
     cpu = torch.device("cpu")
     shared = SharedSet(cpu)
     shared.grow(Layout.of(case, 3))
-    sample = Sample(case, 3, "official", cpu, shared)
+    sample = ArenaSample(case, 3, "official", cpu, shared)
     seen = []
     for seed in (11, 12):
         sample.prepare([seed, seed + 100, seed + 200], official_order=False)

@@ -1,7 +1,7 @@
 """Report commands attached to the CLI group: ``leaderboard``, ``report`` and ``history``.
 
 They only read the results store (harness/results/store.py); rankings and intervals come from
-harness/results/ranking.py, tables and pictures from harness/report/ (formats.py the entry point). Terminal tables
+harness/results/ranking.py, tables and pictures from harness/report/ (render.py the entry point). Terminal tables
 are harness.report.stacked.StackedTables (they stack rather than cut at any width, and show stored text verbatim);
 ``--format`` output is plain text written with click.
 """
@@ -31,10 +31,10 @@ from harness.report.figures import (
     shape_number,
     short_commit,
 )
-from harness.report.formats import FORMATS, ReportError, leaderboard_report, report
+from harness.report.render import FORMATS, ReportError, leaderboard_report, report
 from harness.report.history import HistoryRow, history_rows
 from harness.report.stacked import Col, StackedTable
-from harness.results.ranking import Verdict, best_runs, plural
+from harness.results.ranking import SpeedVerdict, best_runs, plural
 from harness.results.store import ResultStore, StoreError, resolve_db_path
 from harness.hardware import gpu_model
 from harness.problem import CaseError
@@ -252,8 +252,8 @@ def history_table(variant: str, rows: Sequence[HistoryRow]) -> StackedTable:
         change, verdict = "", Text("")
         if row.change is not None:
             change = fmt_change(row.change)
-            verdict = Text(row.change.verdict.value, style={Verdict.FASTER: "green", Verdict.SLOWER: "red"}.get(
-                row.change.verdict, ""))
+            style = {SpeedVerdict.FASTER: "green", SpeedVerdict.SLOWER: "red"}.get(row.change.verdict, "")
+            verdict = Text(row.change.verdict.value, style=style)
         table.add_row(run.run_id, run.started_at.replace("T", " ")[:16], short_commit(run.git_commit),
                       *(context[k](run) for k in varying), status, fmt_us(run.geomean_ns), fmt_pm(row.interval),
                       change, verdict)

@@ -2,7 +2,8 @@
 
 Two runs timed one after the other see different clocks, temperatures and neighbours; their difference can be
 larger than either run's interval suggests (harness/results/ranking.py says so). ``compare`` removes that drift: each
-variant gets its own worker (``cases.Session``), and per shape (each side's shape is one ``cases.CaseAttempt``)
+variant gets its own worker (``session.Session``), and per shape (each side's shape is one
+``case_attempt.CaseAttempt``)
 
 1. A: correctness call, warm-up; B: correctness call, warm-up (as ``run`` does for one variant);
 2. timed samples in pairs, A first in even pairs and B first in odd ones (A B, B A, A B, ...: what running
@@ -46,13 +47,14 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.parent import cases as lifecycle
-from harness.parent import judge, procs
+from harness.parent import judge, proc_cleanup, proc_table
 from harness.parent import seeds as seedlib
-from harness.parent.cases import CaseAttempt, CaseRunner, Observer, RunOptions, Session
+from harness.parent.case_attempt import CaseAttempt
+from harness.parent.case_runner import CaseRunner, Observer, RunOptions
 from harness.parent.environment import device_facts
 from harness.parent.process import EXIT_WAIT_S
 from harness.parent.registry import Variant
+from harness.parent.session import Session, load_failure
 from harness.parent.runner import LOADING, close_record, new_record, while_workers_start
 from harness.shapes import DEFAULT_PROBLEM
 from harness.protocol import ExitCode
@@ -201,7 +203,7 @@ def _run_cases(cases, case_seeds, sides: tuple[_Side, ...], rule: StoppingRule) 
         s.observer.on_phase(None, LOADING)
         s.session.start()
     while_workers_start(cases, sides[0].runner.opts, sides[0].runner.device, sides[0].runner.problem)
-    failed = {s.letter: exc for s in sides if (exc := lifecycle.load(s.session))}
+    failed = {s.letter: exc for s in sides if (exc := load_failure(s.session))}
     _police(sides, sides)  # the imports overlap: an orphan that appears now is charged to both
     if failed:  # import error or no entry point: that side fails every case
         why = judge.partner_not_loaded([s.name for s in sides if s.letter in failed])
@@ -231,18 +233,18 @@ def _run_cases(cases, case_seeds, sides: tuple[_Side, ...], rule: StoppingRule) 
 def _police(sides: tuple[_Side, ...], in_flight: tuple[_Side, ...]) -> None:
     """After the requests of ``in_flight`` have ended: charge every process left below a side's worker to that side
     (a background thread of an idle worker can start one too), note which processes are in each worker's tree,
-    charge the orphans the parent adopted meanwhile to their sides (procs.LEDGER), and kill them all now, so none
-    runs while the other side is timed (each fails its case in ``Session.end_case``)."""
-    tab, doomed = procs.subtree(os.getpid()), []  # this process's tree only: cheap enough for every request
+    charge the orphans the parent adopted meanwhile to their sides (proc_cleanup.LEDGER), and kill them all now, so
+    none runs while the other side is timed (each fails its case in ``Session.end_case``)."""
+    tab, doomed = proc_table.subtree(os.getpid()), []  # this process's tree only: cheap enough for every request
     for s in sides:
         if s.session.proc is not None:
-            procs.LEDGER.observe(s.session, s.session.proc.tree.members(tab))
+            proc_cleanup.LEDGER.observe(s.session, s.session.proc.tree.members(tab))
             left = s.session.proc.tree.leftovers(tab)
-            procs.LEDGER.charge(s.session, left)
+            proc_cleanup.LEDGER.charge(s.session, left)
             doomed += left
-    doomed += procs.LEDGER.attribute([s.session for s in in_flight], tab)
+    doomed += proc_cleanup.LEDGER.attribute([s.session for s in in_flight], tab)
     if doomed:
-        procs.kill(doomed)
+        proc_cleanup.kill(doomed)
 
 
 def _policed(sides: tuple[_Side, ...], side: _Side, phase) -> bool:

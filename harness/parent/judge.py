@@ -19,16 +19,16 @@ import torch
 
 from harness import protocol as P
 from harness.parent.bracket import Bracket, Measured
-from harness.parent.samples import Sample, arena_check
+from harness.parent.samples import ArenaSample, arena_check
 from harness.parent.registry import shown
 from harness.results.record import MESSAGE_CHARS, TRACEBACK_HEAD, WHERE_PREFIX, Status, cut_message
 from harness.hardware import GpuPeaks, sol_ns_of
-from harness.parent.plain import PlainSample
+from harness.parent.plain_samples import PlainSample
 from harness.problem import validate_outputs
 
 
 @dataclass(frozen=True)
-class Verdict:
+class CaseVerdict:
     """Why a case ends: its ``status``, the ``message`` shown, and ``cuda``: the worker hit a CUDA error (the
     exit code is then 110, CUDA_FAILURE)."""
 
@@ -38,7 +38,7 @@ class Verdict:
 
 
 class CaseFailed(Exception):
-    """Ends a case early with a Verdict (raised inside a case's phases only). ``message`` is cut to
+    """Ends a case early with a CaseVerdict (raised inside a case's phases only). ``message`` is cut to
     harness.results.record.MESSAGE_CHARS (its head and tail kept: ``cut_message``), so a submission's exception
     text, traceback or output of any size is carried, shown and stored bounded."""
 
@@ -48,8 +48,8 @@ class CaseFailed(Exception):
         self.status, self.message, self.cuda = status, message, cuda
 
     @property
-    def verdict(self) -> Verdict:
-        return Verdict(self.status, self.message, self.cuda)
+    def verdict(self) -> CaseVerdict:
+        return CaseVerdict(self.status, self.message, self.cuda)
 
 
 #: Terminal control sequences (CSI such as colours ``\x1b[91m``, OSC such as links, and two-byte escapes):
@@ -173,7 +173,7 @@ def container_label(c: P.Container) -> str:
     return c.name if c.exact or not c.base else f"a subclass of {c.base} named {c.name}"
 
 
-def outputs(sample: Sample, reply: P.RunReply) -> str | None:
+def outputs(sample: ArenaSample, reply: P.RunReply) -> str | None:
     """None if every call returned the expected outputs; else what is wrong, for the first call that is.
     Raises ReferenceError if the reference itself is not finite."""
     if isinstance(sample, PlainSample):
@@ -236,7 +236,7 @@ def plain_outputs(sample: PlainSample, reply: P.RunReply) -> str | None:
     return None
 
 
-def reply(sample: Sample, run: P.RunReply, outside: str | None = None) -> None:
+def reply(sample: ArenaSample, run: P.RunReply, outside: str | None = None) -> None:
     """Judge one run reply on ``sample``: work outside the window (``outside``: the parent's watch, then what the
     worker reports), then the outputs. Raises CaseFailed (FAIL for the submission's doing, ERROR for a reference
     that is not finite)."""
@@ -251,7 +251,7 @@ def reply(sample: Sample, run: P.RunReply, outside: str | None = None) -> None:
         raise CaseFailed(Status.FAIL, mismatch)
 
 
-def bracket(br: Bracket, case, run: P.RunReply, measured: Measured, sample: Sample) -> None:
+def bracket(br: Bracket, case, run: P.RunReply, measured: Measured, sample: ArenaSample) -> None:
     """Judge a timed sample against the parent's bracket: outputs written after its end, then the worker's
     claimed window against the bracket (harness.parent.bracket). Raises CaseFailed(FAIL)."""
     if sample.changed():

@@ -13,9 +13,10 @@ from pathlib import Path
 from harness.buffers import send_fds
 from harness.channel import ChannelClosed, ChannelTimeout, Reader
 from harness.parent.capture import Capture
-from harness.parent import procs
+from harness.parent import proc_cleanup
 from harness.parent.registry import ROOT
-from harness.parent.sandbox import Launch, Plan
+from harness.parent.sandbox import Plan
+from harness.parent.sandbox_command import Launch
 from harness.protocol import Exit, ExitCode, encode
 from harness.worker import native
 
@@ -26,7 +27,7 @@ _HIDDEN_ENV = ("POPCORN_SEED", "POPCORN_FD")
 LOG_HEAD_BYTES = 64 << 10
 LOG_BYTES = 1 << 20
 #: Set in the worker's environment: Inductor compiles in the worker's own process instead of a pool of compile
-#: processes that outlives the compile (a process left running fails the case: harness.parent.procs).
+#: processes that outlives the compile (a process left running fails the case: harness.parent.proc_cleanup).
 _FIXED_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 
 
@@ -99,7 +100,7 @@ class WorkerProcess:
         self._stderr = Capture(LOG_HEAD_BYTES, LOG_BYTES)  # stdout and stderr, bounded in memory
         argv = [sys.executable, "-m", "harness.worker"]
         self._launch = sandbox.launch(argv, child_env, ROOT) if sandbox else Launch(argv, child_env, ROOT)
-        procs.become_subreaper()  # before the first worker: its orphans come to this process, not to init
+        proc_cleanup.become_subreaper()  # before the first worker: its orphans come to this process, not to init
         try:
             self.proc = subprocess.Popen(
                 self._launch.argv, stdin=subprocess.PIPE, stdout=self._stderr.write_fd, stderr=self._stderr.write_fd,
@@ -112,7 +113,7 @@ class WorkerProcess:
             self._stderr.started()
         # Which processes are the launcher's and which is the worker, found before any request is sent (no
         # submission code has run yet); everything else below the root is the submission's.
-        self.tree = procs.watch(self.proc.pid, _launcher_names(self._launch.argv, argv))
+        self.tree = proc_cleanup.watch(self.proc.pid, _launcher_names(self._launch.argv, argv))
         os.close(write_fd)
         child_sock.close()
         self._reader = Reader(read_fd)
@@ -188,18 +189,18 @@ class WorkerProcess:
 
     def kill(self) -> None:
         """Kill the worker and everything below it: its session, every process below the launcher (a daemon in
-        a session of its own too) and the orphans adopted while they die (harness.parent.procs)."""
+        a session of its own too) and the orphans adopted while they die (harness.parent.proc_cleanup)."""
         self.tree.ending = True
         members = self.tree.members()
-        killed = procs.kill(members)
+        killed = proc_cleanup.kill(members)
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 self.proc.kill()
         self.proc.wait()
-        procs.unwatch(self.tree)
-        procs.reap_gone([p for p in [*members, *killed] if p.pid != self.proc.pid])
+        proc_cleanup.unwatch(self.tree)
+        proc_cleanup.reap_gone([p for p in [*members, *killed] if p.pid != self.proc.pid])
 
     def close(self, wait_s: float = EXIT_WAIT_S) -> None:
         """Ask the worker to exit, wait up to ``wait_s`` for it, then make sure it has (0: kill it at once, as

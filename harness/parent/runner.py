@@ -3,7 +3,8 @@
 Data flows one way: case -> seeds -> expected outputs (computed here, never in the worker) -> worker request ->
 raw times and outputs back -> judged here (harness.parent.judge) -> CaseResult. A fault (exception, crash,
 timeout, CUDA error) fails only its own case; the next case gets a fresh worker. This module is the ``run``
-schedule over the one case lifecycle (harness.parent.cases); ``compare`` is the other.
+schedule over the one case lifecycle (harness.parent.case_attempt, .case_runner, .session); ``compare`` is
+the other.
 """
 from __future__ import annotations
 
@@ -15,18 +16,19 @@ from datetime import datetime, timezone
 import torch
 
 import problems
-from harness.parent import cases as lifecycle
 from harness.parent import judge
 from harness.parent import seeds as seedlib
-from harness.parent.cases import CaseAttempt, CaseRunner, Observer, RunOptions, Session
+from harness.parent.case_attempt import CaseAttempt
+from harness.parent.case_runner import CaseRunner, Observer, RunOptions
 from harness.parent.environment import device_facts, environment
 from harness.parent.judge import CaseFailed
-from harness.parent.plain import plan_of
+from harness.parent.plain_samples import plan_of
 from harness.parent.samples import Layout
 from harness.parent.samples import warm_up_reference as warm_up
 from harness.parent.process import EXIT_WAIT_S, native_window
 from harness.parent.registry import ROOT, Variant
 from harness.parent.sandbox import plan_for
+from harness.parent.session import Session, load_failure
 from harness.parent.settings import MODES
 from harness.results import ranking
 from harness.results.record import CaseResult, RunRecord, Status, SubmissionInfo, new_run_id
@@ -35,7 +37,8 @@ from harness.shapes import DEFAULT_PROBLEM
 from harness.hardware import default_device
 from harness.shapes import ShapeSet
 
-#: What ``from harness.parent.runner import ...`` has always offered; the classes live in cases.py and judge.py.
+#: What ``from harness.parent.runner import ...`` has always offered; the classes live in case_runner.py,
+#: session.py and judge.py.
 __all__ = ["CaseFailed", "CaseRunner", "Observer", "RunOptions", "Session", "close_record", "git_commit",
            "new_record", "run", "sample_layouts", "window_held"]
 
@@ -150,7 +153,7 @@ def _run_cases(cases, opts: RunOptions, runner: CaseRunner, observer: Observer, 
     timed = opts.mode in ("benchmark", "leaderboard")
     observer.on_phase(None, LOADING)
     while_workers_start(cases, opts, runner.device, runner.problem)  # run() has started the worker
-    failed = lifecycle.load(runner.session)
+    failed = load_failure(runner.session)
     if failed:  # import error or no entry point: fail before generating any data; the message once, on shape 1
         for i, case in enumerate(cases):
             finish(CaseResult(case, failed.status, failed.message if i == 0 else judge.not_loaded(failed),

@@ -11,10 +11,10 @@ bracket's end; nothing the worker does to shared memory can change what it is ju
 compares every output of every call with one flat comparison on the device, through ``got``/``expected``;
 ``views`` gives the evidence of the first mismatch only when there is one.
 
-The host buffer (the plain scales the calls read on the CPU) has two slots, and a case has one Sample per slot:
-the next sample can be prepared while the worker still finishes the previous one (harness.parent.cases) without
-writing anything that sample's calls read: the device inputs are copied into the worker's own memory before its
-window, the host scales are in the other slot, and the expected outputs in the other Sample.
+The host buffer (the plain scales the calls read on the CPU) has two slots, and a case has one ArenaSample per slot:
+the next sample can be prepared while the worker still finishes the previous one (harness.parent.case_runner)
+without writing anything that sample's calls read: the device inputs are copied into the worker's own memory before its
+window, the host scales are in the other slot, and the expected outputs in the other ArenaSample.
 
 Draws: the correctness call uses the official generator's order, bit for bit (task.inputs.generate_input);
 warm-up and timed samples draw the same distribution with a few kernels per group for all calls at once
@@ -30,7 +30,7 @@ from harness import protocol as P
 from harness.buffers import MappedBuffer, SharedBuffer
 # The parent's one seam to nvfp4_group_gemm's own code (tests/test_layering.py): its arena, generator, reference and
 # checks, which the judge and the runner reach through this module. Every other problem goes through its plug
-# (harness.parent.plain).
+# (harness.parent.plain_samples).
 from task import check as arena_check  # noqa: F401 - the judge's nvfp4_group_gemm checks
 from task.arena import Layout, Views, copy_plain, draw_official, reference_inputs, write_input
 from task.inputs import generate_input
@@ -137,7 +137,7 @@ class SharedSet:
         self.snapshot = None
 
 
-class Sample:
+class ArenaSample:
     """One sample of ``case`` (``calls`` inputs) prepared in ``shared``, its host scales in host slot ``slot`` (0 or
     1): after ``prepare`` the worker's buffers hold the inputs and ``expected`` (fp16, the output buffer's layout)
     the reference outputs. ``host_offset``: where the slot starts in the host buffer (bytes)."""
@@ -282,4 +282,4 @@ class Sample:
                 Views(self.layout, self._private, host, self._expected))
 
 
-__all__ = ["Layout", "SharedSet", "Sample", "arena_check", "warm_up_reference"]
+__all__ = ["Layout", "SharedSet", "ArenaSample", "arena_check", "warm_up_reference"]

@@ -22,9 +22,12 @@ removed when the worker ends) and its own variant's caches: a per-variant root, 
 code names, such as an export's, which keeps its source variant's), ``_jit/{triton,inductor,torch_extensions,cuda,
 cute_dsl}`` (TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, TORCH_EXTENSIONS_DIR, CUDA_CACHE_PATH, CUTE_DSL_CACHE_DIR)
 and ``_home`` (HOME), all writable. The parent's built timing window is read from ``$FP4BENCH_NATIVE``, read-only.
-The results store, $HOME and other variants' caches are not visible. The PID and IPC namespaces (and /dev/shm) are the worker's own unless the run
-uses CUDA (settings ``isolate_pid_ipc``): legacy CUDA IPC, which maps the parent's sample buffers, needs the
-parent's.
+The results store, $HOME and other variants' caches are not visible. The PID and IPC namespaces (and /dev/shm) are
+the worker's own unless the run uses CUDA (settings ``isolate_pid_ipc``): legacy CUDA IPC, which maps the parent's
+sample buffers, needs the parent's.
+
+The command lines themselves (bwrap's, unshare's, the cache environment) are built by
+harness.parent.sandbox_command.
 
 Modes (``--sandbox``): ``auto`` uses what the machine has and records which protections held; ``strict``
 refuses to run (SandboxError naming each missing protection) unless all of them hold; ``off`` starts the worker
@@ -36,7 +39,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import site
 import sys
 import tempfile
@@ -44,9 +46,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import confine
-from harness.parent import procs
-from harness.parent.offer import Offer, probe, protect_parent
+from harness.parent import proc_cleanup
+from harness.parent import sandbox_command as command
+from harness.parent.sandbox_offer import Offer, probe, protect_parent
 from harness.parent.registry import ROOT, SUBMISSIONS_DIR, Variant
+from harness.parent.sandbox_command import BUILD, NATIVE, PROCESS_READ, Launch, within
 from harness.parent.settings import Settings
 from harness.results.store import DEFAULT_DB
 
@@ -70,14 +74,7 @@ PROTECTIONS = {
 }
 _SYSTEM_READ = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
                 "/run/nvidia-persistenced")
-#: Read by a Landlock-confined worker besides its read roots (bwrap mounts its own /proc and /sys instead).
-_PROCESS_READ = ("/proc", "/sys")
-_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
 _JIT = ("triton", "inductor", "torch_extensions", "cuda", "cute_dsl")
-_NATIVE = "native"
-#: The variant's $FP4BENCH_CACHE inside the sandbox, writable throughout (any subfolder its code names: an export
-#: builds into the folder its source variant names). The C window stays outside it, read-only ($FP4BENCH_NATIVE).
-_BUILD = "build"
 
 
 class SandboxError(RuntimeError):
@@ -115,34 +112,6 @@ def variant_cache(variant: Variant) -> Path:
 def _default_store() -> Path:
     db = os.environ.get("FP4BENCH_DB")
     return Path(db).resolve() if db else DEFAULT_DB
-
-
-def _within(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
-
-
-@dataclass(frozen=True)
-class Launch:
-    """How to start one worker: ``argv``, ``env`` and ``cwd`` for Popen, its ``scratch`` folder (None when
-    unconfined; removed by ``close``) and whether ``argv`` runs the worker under a wrapper that reports a
-    signal death as exit code 128 + signal (bwrap)."""
-
-    argv: list[str]
-    env: dict
-    cwd: Path
-    scratch: Path | None = None
-    wrapped: bool = False
-
-    def exit_code(self, code: int | None) -> int | None:
-        """The worker's own exit status from the wrapper's (``-N`` for a death by signal N, as Popen says)."""
-        if self.wrapped and code is not None and 128 < code < 128 + 65:
-            return -(code - 128)
-        return code
-
-    def close(self) -> None:
-        """Remove the scratch folder (after the worker has ended)."""
-        if self.scratch is not None:
-            shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -184,109 +153,37 @@ class Plan:
         if self.mode == "off":
             return Launch(list(argv), dict(env), Path(cwd))
         protect_parent()
-        writable = self._writable_caches() + [w for w in self.write if os.path.isdir(w)]
+        writable = command.writable_caches(self.cache) + [w for w in self.write if os.path.isdir(w)]
         hide = _hidden(self.read, self.hide)  # now: the store's folder may have been made since the plan
         scratch = Path(tempfile.mkdtemp(prefix="fp4bench-worker-")).resolve()
-        env = {**env, **self._cache_env()}
+        native = cache_base() / NATIVE
+        env = {**env, **command.cache_env(self.cache, native)}
         python = [argv[0], "-m", "harness.confine"]
         orders = {"limits": dict(self.limits), "landlock": "none",
                   "drop_caps": self.mechanism != "bwrap" and self.offer.root and self.offer.cap_drop}
         if self.offer.landlock_abi and self.mechanism == "landlock":
-            orders.update(landlock="full", read=[*self.read, *_PROCESS_READ, str(cache_base() / _NATIVE)],
-                          write=[*writable, str(scratch), "/dev/shm", _OWN_PROC], devices=_device_files(),
+            orders.update(landlock="full", read=[*self.read, *PROCESS_READ, str(native)],
+                          write=[*writable, str(scratch), "/dev/shm", _OWN_PROC], devices=command.device_files(),
                           hide=hide)
         elif self.offer.landlock_abi:
             orders["landlock"] = "scope"
         env[confine.ENV] = json.dumps(orders)
         if self.mechanism == "bwrap":
             env["TMPDIR"] = "/tmp"
-            return Launch(self._bwrap(writable, scratch, Path(cwd), hide) + python, env, Path(cwd), scratch, True)
+            return Launch(command.bwrap(self, writable, scratch, Path(cwd), hide, native) + python, env, Path(cwd),
+                          scratch, True)
         env["TMPDIR"] = str(scratch)
-        return Launch(self._unshare() + python, env, Path(cwd), scratch, self.isolate_pid_ipc)
-
-    # -- the variant's caches
-    def _cache_env(self) -> dict:
-        jit = self.cache / "_jit"
-        home = self.cache / "_home"
-        env = {"FP4BENCH_CACHE": str(self.cache / _BUILD), "FP4BENCH_NATIVE": str(cache_base() / _NATIVE),
-               "HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"),
-               "TRITON_CACHE_DIR": str(jit / "triton"), "TORCHINDUCTOR_CACHE_DIR": str(jit / "inductor"),
-               "TORCH_EXTENSIONS_DIR": str(jit / "torch_extensions"), "CUDA_CACHE_PATH": str(jit / "cuda"),
-               # CuTe DSL's JIT file cache defaults to $TMPDIR/<user>/cutlass_python_cache: the scratch folder,
-               # removed with each worker, so every worker would compile again.
-               "CUTE_DSL_CACHE_DIR": str(jit / "cute_dsl")}
-        if site.USER_BASE and os.path.isdir(site.USER_BASE):
-            env["PYTHONUSERBASE"] = site.USER_BASE  # the parent's user site stays on the path, read-only
-        return env
-
-    def _writable_caches(self) -> list[str]:
-        return [str(self.cache / "_jit"), str(self.cache / "_home"), str(self.cache / _BUILD)]
-
-    # -- command lines
-    def _bwrap(self, writable: list[str], scratch: Path, cwd: Path, hide: list[str]) -> list[str]:
-        cmd = [shutil.which("bwrap"), "--die-with-parent", "--unshare-net", "--cap-drop", "ALL",
-               *(["--unshare-user"] if self.offer.bwrap_user_ns else [])]
-        if self.isolate_pid_ipc:
-            cmd += ["--unshare-pid", "--unshare-ipc"]
-        cmd += ["--bind", str(scratch), "/tmp"]  # first: later binds inside /tmp (pytest's folders) go on top
-        # Roots inside a hidden path (Python under $HOME, say) are bound after the hiding, on top of it.
-        inner = [r for r in self.read if any(_within(Path(r), Path(h)) for h in hide)]
-        cmd += self._bind_read([r for r in self.read if r not in inner])
-        cmd += ["--dev", "/dev"]
-        for dev in _device_files():
-            if dev not in _DEVICES:
-                cmd += ["--dev-bind", dev, dev]
-        cmd += ["--tmpfs", "/dev/shm"] if self.isolate_pid_ipc else ["--bind", "/dev/shm", "/dev/shm"]
-        cmd += ["--proc", "/proc", "--ro-bind", "/sys", "/sys"]
-        hidden_dirs = [h for h in hide if os.path.isdir(h)]
-        for h in hide:
-            cmd += ["--tmpfs", h] if h in hidden_dirs else ["--ro-bind", "/dev/null", h]
-        cmd += self._bind_read(inner)
-        cmd += ["--ro-bind", str(self.cache), str(self.cache)]  # the folders below, bound writable next
-        for w in writable:
-            cmd += ["--bind", w, w]
-        native = cache_base() / _NATIVE
-        if native.is_dir():
-            cmd += ["--ro-bind", str(native), str(native)]
-        for h in hidden_dirs:
-            cmd += ["--remount-ro", h]
-        return cmd + ["--remount-ro", "/", "--chdir", str(cwd), "--"]
-
-    @staticmethod
-    def _bind_read(paths: list[str]) -> list[str]:
-        cmd: list[str] = []
-        for path in paths:
-            cmd += ["--symlink", os.readlink(path), path] if os.path.islink(path) else ["--ro-bind", path, path]
-        return cmd
-
-    def _unshare(self) -> list[str]:
-        if "network" not in self.held:
-            return []
-        cmd = [shutil.which("unshare"), "--net", *(["--user", "--map-root-user"] if self.offer.unshare_user_ns
-                                                   else [])]
-        if not self.isolate_pid_ipc:
-            return cmd + ["--"]
-        # The first process of a PID namespace ignores its own fatal signals (abort() would not kill it): a shell
-        # is that process and the worker its child, whose death by signal N it reports as exit code 128 + N.
-        return cmd + ["--pid", "--fork", "--mount-proc", "--ipc", "--kill-child", "--", "/bin/sh", "-c",
-                      '"$@"; exit $?', "fp4bench-init"]
+        return Launch(command.unshare(self) + python, env, Path(cwd), scratch, self.isolate_pid_ipc)
 
 
 def _make_cache(cache: Path) -> None:
     """Make a variant's cache folders. Raises SandboxError."""
     try:
-        for f in [cache / "_jit" / j for j in _JIT] + [cache / "_home" / ".cache", cache / _BUILD]:
+        for f in [cache / "_jit" / j for j in _JIT] + [cache / "_home" / ".cache", cache / BUILD]:
             f.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise SandboxError(f"cannot make the variant's cache folder {exc.filename}: {exc.strerror} "
                            f"(set $FP4BENCH_CACHE to a writable folder)") from None
-
-
-def _device_files() -> list[str]:
-    """The device files a worker may open read-write: /dev/null and kin, and every NVIDIA node."""
-    nvidia = sorted(str(p) for p in Path("/dev").glob("nvidia*") if not p.is_dir())
-    caps = sorted(str(p) for p in Path("/dev/nvidia-caps").glob("*")) if Path("/dev/nvidia-caps").is_dir() else []
-    return [d for d in _DEVICES if os.path.exists(d)] + nvidia + caps
 
 
 def _read_roots(variant: Variant) -> list[str]:
@@ -299,12 +196,12 @@ def _read_roots(variant: Variant) -> list[str]:
     # Not the parent's own sys.path entries under submissions/ (an in-process caller that imported a variant has
     # one): a read root inside a hidden variant folder is bound again on top of the hiding.
     candidates += [Path(p) for p in sys.path if p and os.path.isabs(p)
-                   and not _within(Path(p).resolve(), SUBMISSIONS_DIR.resolve())]
+                   and not within(Path(p).resolve(), SUBMISSIONS_DIR.resolve())]
     if site.USER_SITE:
         candidates.append(Path(site.USER_SITE))
     tmp = Path(tempfile.gettempdir()).resolve()
     roots = {str(c) if c.is_symlink() else str(c.resolve()) for c in candidates if c.exists()}
-    return sorted((r for r in roots if not _within(tmp, Path(r))), key=lambda r: (len(r), r))
+    return sorted((r for r in roots if not within(tmp, Path(r))), key=lambda r: (len(r), r))
 
 
 def _hidden(read: tuple[str, ...], extra: tuple[Path, ...]) -> list[str]:
@@ -315,7 +212,7 @@ def _hidden(read: tuple[str, ...], extra: tuple[Path, ...]) -> list[str]:
     folder = store.parent if store.parent != ROOT and store.parent.name == "results" else None
     wanted = [folder] if folder else [store, Path(f"{store}-wal"), Path(f"{store}-shm"), Path(f"{store}-journal")]
     wanted += [Path.home().resolve(), cache_base(), *extra]
-    inside = [str(w) for w in wanted if w.exists() and any(_within(w, Path(r)) for r in read)]
+    inside = [str(w) for w in wanted if w.exists() and any(within(w, Path(r)) for r in read)]
     return sorted(set(inside))
 
 
@@ -376,7 +273,7 @@ def _check_folder(variant: Variant) -> None:
     folder = Path(variant.path).resolve().parent
     for place, why in ((Path(tempfile.gettempdir()).resolve(), "its own /tmp is an empty scratch folder"),
                        (Path.home().resolve(), "it never sees your home folder")):
-        if _within(place, folder):
+        if within(place, folder):
             raise SandboxError(
                 f"expected a submission in a folder of its own, got {variant.path} directly in {folder}: a confined "
                 f"worker reads its submission's whole folder and {why}; move it into a folder such as "
@@ -422,7 +319,7 @@ def checked(mode: str, variants, settings: Settings, cuda: bool, store: Path | N
 def doctor_lines(settings: Settings, cuda: bool) -> list[str]:
     """What ``fp4bench doctor`` prints: the machine's offer, then what a run (auto) would get here."""
     offer = probe()
-    reaper = procs.become_subreaper()  # what every run does before its first worker
+    reaper = proc_cleanup.become_subreaper()  # what every run does before its first worker
     yes = lambda ok: "yes" if ok else "no"  # noqa: E731
     lines = [
         f"running as root: {yes(offer.root)}",

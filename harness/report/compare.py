@@ -13,13 +13,13 @@ from rich.text import Text
 from harness.report.console import SHAPE_KEY
 from harness.report.document import Cell, Section, Table
 from harness.report.figures import finite, first_line, fmt_us, shape_label, shape_number
-from harness.report.formats import ReportError
+from harness.report.render import ReportError
 from harness.report.render_md import render_md
 from harness.report.stacked import Col, StackedTable, render_text
-from harness.results.ranking import CompareRow, Comparison, NoRatio, Verdict
+from harness.results.ranking import CompareRow, Comparison, NoRatio, SpeedVerdict
 from harness.results.record import Status
 
-_VERDICT_STYLE = {Verdict.FASTER: "green", Verdict.SLOWER: "red"}
+_VERDICT_STYLE = {SpeedVerdict.FASTER: "green", SpeedVerdict.SLOWER: "red"}
 
 #: Under every comparison table: what A/B is and why it can differ from the ratio of the two means shown.
 COMPARE_NOTE = ("A/B = A's time / B's time (below 1: A is faster). Per shape it is the geometric mean of the "
@@ -30,9 +30,9 @@ COMPARE_NOTE = ("A/B = A's time / B's time (below 1: A is faster). Per shape it 
 def verdict_text(c: Comparison, a_name: str = "A") -> str:
     """The verdict in words: ``A is 1.63x faster`` (B's time / A's time), ``A is 1.22x slower`` (A's time /
     B's time), or ``no detectable difference`` when the interval holds 1."""
-    if c.verdict is Verdict.FASTER:
+    if c.verdict is SpeedVerdict.FASTER:
         return f"{a_name} is {c.speedup:.3g}x faster"
-    if c.verdict is Verdict.SLOWER:
+    if c.verdict is SpeedVerdict.SLOWER:
         return f"{a_name} is {c.ratio:.3g}x slower"
     return "no detectable difference"
 

@@ -76,7 +76,7 @@ class Interval:
         return max(self.high - self.estimate, self.estimate - self.low) / self.estimate
 
 
-class Verdict(str, Enum):
+class SpeedVerdict(str, Enum):
     """How A's time compares with B's (A / B): FASTER means A takes detectably less time."""
 
     FASTER = "faster"
@@ -96,7 +96,7 @@ class Comparison:
     high: float
     level: float
     dof: float
-    verdict: Verdict
+    verdict: SpeedVerdict
     a_ns: float
     b_ns: float
     method: str
@@ -224,12 +224,12 @@ def rank_with_ties(intervals: Mapping[str, Interval]) -> list[Ranked]:
 RATIO_ROUNDING = 1e-9
 
 
-def _verdict(low: float, high: float) -> Verdict:
+def _verdict(low: float, high: float) -> SpeedVerdict:
     if high < 1.0 - RATIO_ROUNDING:
-        return Verdict.FASTER
+        return SpeedVerdict.FASTER
     if low > 1.0 + RATIO_ROUNDING:
-        return Verdict.SLOWER
-    return Verdict.SAME
+        return SpeedVerdict.SLOWER
+    return SpeedVerdict.SAME
 
 
 def compare_stats(a: Stats, b: Stats, level: float = LEVEL) -> Comparison:

@@ -25,7 +25,7 @@ class Pattern:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class GuardVerdict:
     """KernelGuard's answer for one file: ``filtered`` True means the official pipeline drops it."""
 
     version: str
@@ -45,7 +45,7 @@ def available() -> str | None:
     return None
 
 
-def classify(code: str) -> Verdict | None:
+def classify(code: str) -> GuardVerdict | None:
     """KernelGuard's verdict on ``code`` (a whole submission's text), or None when it is not installed. Raises
     RuntimeError naming the call when KernelGuard fails or answers in a form this adapter does not know."""
     try:
@@ -56,7 +56,7 @@ def classify(code: str) -> Verdict | None:
         result = module.analyze_code(code, compute_structural_hash=False)
         patterns = tuple(Pattern(str(p.get("pattern", "?")), str(p.get("severity", "?")),
                                  str(p.get("evidence", ""))) for p in result["matched_patterns"])
-        return Verdict(str(getattr(module, "__version__", "") or _version()), str(result["classification"]),
+        return GuardVerdict(str(getattr(module, "__version__", "") or _version()), str(result["classification"]),
                        bool(result["should_filter"]), result.get("filter_reason"), patterns)
     except Exception as exc:  # noqa: BLE001  (its failure is reported, not a traceback)
         raise RuntimeError(f"kernelguard.analyze_code failed: {type(exc).__name__}: {exc}") from None

@@ -71,7 +71,7 @@ def test_canaries_go_into_the_fp4_operands_only_and_fix_restores_the_drawn_bytes
 
     import problems
     from harness import shapes
-    from harness.parent.plain import PlainSample
+    from harness.parent.plain_samples import PlainSample
     from harness.parent.samples import CANARIES, SharedSet
 
     plug = problems.get("nvfp4_gemm")

@@ -1,7 +1,7 @@
 """Samples of a problem without an arena of its own (every plug but nvfp4_group_gemm, which keeps task.arena):
 inputs drawn by the plug, laid out by a harness.plan.Plan, the expected outputs from the plug's reference.
 
-The protection is samples.Sample's: inputs drawn into the parent's own buffer, the expected outputs computed from
+The protection is samples.ArenaSample's: inputs drawn into the parent's own buffer, the expected outputs computed from
 that copy, then the inputs copied to the worker's buffers with canaries planted in its operand tensors (every fp4
 tensor of the input: ``float4_e2m1fn_x2``, what all NVFP4 problems multiply) until ``fix`` writes the true bytes
 inside the parent's bracket; outputs judged from the parent's snapshot. Every input is drawn from its own seed by
@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from harness import protocol as P
-from harness.parent.samples import CANARIES, SNAPSHOT_CHUNK, SharedSet, Sample, _secret_generator
+from harness.parent.samples import CANARIES, SNAPSHOT_CHUNK, SharedSet, ArenaSample, _secret_generator
 from harness.plan import ALIGN, Plan, TensorPlace, output_views, up
 
 #: The dtype of the operands canaries are planted in.
@@ -60,9 +60,9 @@ def plan_of(plug, case, calls: int, data: str, device: torch.device) -> Plan:
                 one.out_stride)
 
 
-class PlainSample(Sample):
+class PlainSample(ArenaSample):
     """One sample of ``case`` of problem ``plug`` (``calls`` inputs) in ``shared``, host slot ``slot``; the
-    interface of samples.Sample (``prepare``, ``fix``, ``take_snapshot``, ``changed``, ``got``, ``expected``)
+    interface of samples.ArenaSample (``prepare``, ``fix``, ``take_snapshot``, ``changed``, ``got``, ``expected``)
     plus ``request`` and ``call_views`` for the judge."""
 
     def __init__(self, plug, case, calls: int, data: str, device: torch.device, shared: SharedSet, slot: int = 0):
