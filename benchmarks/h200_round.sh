@@ -58,7 +58,7 @@ for step in $steps; do
         tests/trust/test_cases.py tests/harness/parent/test_memory.py tests/trust/test_exploits.py \
         tests/harness/parent/test_procs.py tests/harness/worker/test_timing.py tests/harness/parent/test_compare.py \
         tests/harness/submit/test_export_standalone.py tests/problems \
-        tests/variants/test_wgmma_sm90.py tests/variants/test_triton_grouped.py 2>&1 \
+        tests/variants/test_wgmma_sm90_gpu.py tests/variants/test_triton_grouped.py 2>&1 \
         | tee "$OUT/gpu_tests.log" | tail -40 ;;
     margin)  # the parent's bracket against each window, per sample (benchmarks/bracket_margin.py), two variants
       for v in wgmma_sm90 triton_grouped; do
