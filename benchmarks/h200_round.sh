@@ -52,11 +52,13 @@ for step in $steps; do
   case $step in
     tests)
       python3 -m harness doctor 2>&1 | tee "$OUT/doctor.txt"
-      timeout 540 python3 -m pytest -m gpu -q -p no:cacheprovider --durations=15 tests/test_gpu.py tests/test_reference_gpu.py tests/test_native_guard.py \
-        tests/test_threads.py tests/test_integrity.py tests/test_sandbox.py tests/test_console.py tests/test_cases.py \
-        tests/test_memory.py tests/test_exploits.py tests/test_procs.py tests/test_timing.py tests/test_compare.py \
-        tests/test_export_standalone.py tests/problems \
-        tests/variants/test_wgmma_sm90.py tests/variants/test_triton_grouped.py 2>&1 \
+      timeout 540 python3 -m pytest -m gpu -q -p no:cacheprovider --durations=15 tests/trust/test_gpu.py \
+        tests/task/test_reference_gpu.py tests/harness/worker/test_native_guard.py tests/harness/worker/test_threads.py \
+        tests/trust/test_integrity.py tests/harness/parent/test_sandbox.py tests/harness/report/test_console.py \
+        tests/trust/test_cases.py tests/harness/parent/test_memory.py tests/trust/test_exploits.py \
+        tests/harness/parent/test_procs.py tests/harness/worker/test_timing.py tests/harness/parent/test_compare.py \
+        tests/harness/submit/test_export_standalone.py tests/problems \
+        tests/variants/test_wgmma_sm90_gpu.py tests/variants/test_triton_grouped.py 2>&1 \
         | tee "$OUT/gpu_tests.log" | tail -40 ;;
     margin)  # the parent's bracket against each window, per sample (benchmarks/bracket_margin.py), two variants
       for v in wgmma_sm90 triton_grouped; do

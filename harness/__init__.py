@@ -1,4 +1,4 @@
-"""fp4bench's harness. Data flows one way (tests/test_layering.py holds it):
+"""fp4bench's harness. Data flows one way (tests/harness/test_layering.py holds it):
 
 - ``protocol``, ``channel``, ``buffers``, ``confine``: the boundary, shared by both sides (leaves).
 - ``worker``: UNTRUSTED, the only code that imports a submission, in its own process; its replies are claims.

@@ -28,9 +28,9 @@ import torch
 
 from harness import protocol as P
 from harness.buffers import MappedBuffer, SharedBuffer
-# The parent's one seam to nvfp4_group_gemm's own code (tests/test_layering.py): its arena, generator, reference and
-# checks, which the judge and the runner reach through this module. Every other problem goes through its plug
-# (harness.parent.plain_samples).
+# The parent's one seam to nvfp4_group_gemm's own code (tests/harness/test_layering.py): its arena, generator,
+# reference and checks, which the judge and the runner reach through this module. Every other problem goes through
+# its plug (harness.parent.plain_samples).
 from task import check as arena_check  # noqa: F401 - the judge's nvfp4_group_gemm checks
 from task.arena import Layout, Views, copy_plain, draw_official, reference_inputs, write_input
 from task.inputs import generate_input

@@ -34,7 +34,8 @@ class SettingsError(ValueError):
 @dataclass(frozen=True)
 class Settings:
     """Every run setting, with its default: the one place the numbers live (configs/run.yml repeats them as
-    documentation; tests/test_cli.py holds the two equal). Times in s unless the name says otherwise."""
+    documentation; tests/harness/cli/test_cli.py holds the two equal). Times in s unless the name says
+    otherwise."""
 
     import_s: float = 300.0
     first_call_s: float = 900.0

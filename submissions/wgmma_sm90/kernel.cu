@@ -1355,7 +1355,8 @@ __device__ __forceinline__ void run_any(const Params& p, uint8_t* smem) {
 // thread after its writes and a proxy fence) and empty (WS_CONSUMERS arrivals: every consumer thread once its
 // wgmma group for the stage is done). Waits use the phase parity: step s's stage is s % WS_DSTAGES and its round
 // s / WS_DSTAGES; a consumer waits for full with parity round & 1, a producer for empty with (round & 1) ^ 1 (a fresh
-// barrier passes parity 1 at once). tests/variants/test_wgmma_sm90.py models this protocol; change both together.
+// barrier passes parity 1 at once). tests/variants/test_wgmma_sm90_ws_protocol.py models this protocol; change both
+// together.
 // Raw bytes travel by cp.async into a ring of WS_RAW slots, WS_AHEAD steps ahead, each thread copying only what it
 // decodes itself (its row's 32 bytes and 4 scale bytes), so the producers need no barrier among themselves.
 #ifndef WS_DSTAGES

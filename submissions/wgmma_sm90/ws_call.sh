@@ -22,7 +22,7 @@ echo "build rc=$?" >> "$summary"
 timeout 60 "$PY" submissions/wgmma_sm90/sass_count.py --ws-roles > "$OUT/sass_count.txt" 2>&1
 echo "sass_count rc=$?" >> "$summary"
 
-timeout 120 "$PY" -m pytest -q -m gpu -k ws -p no:cacheprovider tests/variants/test_wgmma_sm90.py \
+timeout 120 "$PY" -m pytest -q -m gpu -k ws -p no:cacheprovider tests/variants/test_wgmma_sm90_gpu.py \
     > "$OUT/gpu_tests_ws.txt" 2>&1
 tests_rc=$?
 echo "gpu tests (ws forced on) rc=$tests_rc: $(tail -1 "$OUT/gpu_tests_ws.txt")" >> "$summary"

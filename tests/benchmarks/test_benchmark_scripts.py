@@ -1,0 +1,54 @@
+"""The measurement scripts in benchmarks/ run on the CPU and write what they promise (their figures are taken
+on the H200; here only that they run, pair the right shapes and record every variant)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SHAPE = "m: [64]; n: [128]; k: [256]; g: 1; seed: 5"
+
+
+def _settings(tmp_path: Path) -> Path:
+    path = tmp_path / "quick.yml"
+    path.write_text("timing:\n  max_runs: 3\n  min_time_ms: 1\n")
+    return path
+
+
+def test_before_after_pairs_official_style_and_fp4bench(tmp_path):
+    out = tmp_path / "ba"
+    subprocess.run([sys.executable, "benchmarks/before_after.py", "--submission", "torch_reference", "--shapes",
+                    SHAPE, "--settings", str(_settings(tmp_path)), "--out-dir", str(out)],
+                   cwd=ROOT, check=True, capture_output=True, timeout=300)
+    official = json.loads((out / "official-torch_reference.json").read_text())["results"]
+    fp4 = json.loads((out / "fp4bench-torch_reference.json").read_text())["cases"]
+    assert [r["runs"] for r in official] == [3] and official[0]["mean_ns"] > 0 and official[0]["wall_s"] > 0
+    assert [c["status"] for c in fp4] == ["pass"] and fp4[0]["stats"]["runs"] == 3
+    table = (out / "before_after.md").read_text()
+    assert "| m: [64]; n: [128]; k: [256]; g: 1; seed: 5 |" in table and "| total wall |" in table
+
+
+def test_run_phases_accounts_for_the_whole_wall(tmp_path):
+    out = tmp_path / "phases.json"
+    subprocess.run([sys.executable, "benchmarks/run_phases.py", "--out", str(out), "--", "--submission",
+                    "torch_reference", "--shapes", SHAPE, "--mode", "leaderboard", "--no-store", "--settings",
+                    str(_settings(tmp_path))], cwd=ROOT, check=True, capture_output=True, timeout=300)
+    doc = json.loads(out.read_text())
+    ph = doc["phases"]
+    assert doc["exit"] == 0 and doc["argv"][:2] == ["--submission", "torch_reference"]
+    assert ph["meanwhile"]["n"] == 1 and ph["samples"]["n"] == 3 and ph["check"]["n"] == 1
+    assert ph["kernels"]["n"] == 1 and ph["run"]["n"] == 1
+    parts = sum(v["s"] for k, v in ph.items() if k not in ("wall", "run"))
+    assert abs(parts - ph["wall"]["s"]) < 1e-6 and ph["import"]["s"] > 0 and ph["worker"]["s"] > 0
+    assert ph["run"]["s"] >= ph["samples"]["s"] + ph["worker"]["s"]
+
+
+def test_gpu_round_refuses_an_unknown_step_before_running_any(tmp_path):
+    proc = subprocess.run(["bash", "benchmarks/h200_round.sh", "tests", "spin"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env={"OUT": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2
+    assert proc.stderr == ("h200_round.sh: unknown step 'spin' (expected tests, margin, timing, lb, fidelity, cost "
+                           "or ablb)\n")
+    assert list(tmp_path.iterdir()) == []  # the tests step did not run

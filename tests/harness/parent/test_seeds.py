@@ -1,0 +1,25 @@
+"""Seeds (harness.parent.seeds): the secret combination, a fresh seed per call."""
+import pytest
+
+from harness.parent.seeds import case_seed, combine, sample_seeds, secret_from_env
+
+
+def test_cantor_combination():
+    assert combine(1111, 0) == 1111 + 1111 * 1112 // 2
+    assert combine(0, 0) == 0 and combine(1, 2) == 1 + 3 * 4 // 2 and combine(2, 1) == 8
+    assert case_seed(1111, None) == 1111 and case_seed(1111, 5) == combine(1111, 5)
+
+
+def test_secret_from_env():
+    assert secret_from_env({}) is None
+    assert secret_from_env({"POPCORN_SEED": "42"}) == 42
+    with pytest.raises(ValueError, match="POPCORN_SEED must be a non-negative integer, got 'abc'"):
+        secret_from_env({"POPCORN_SEED": "abc"})
+
+
+def test_every_input_seed_is_fresh():
+    s = 1111
+    timed = [x for i in range(100) for x in sample_seeds(s, i, 15)]
+    warm = [x for i in range(3) for x in sample_seeds(s, i, 15, warmup=True)]
+    assert sample_seeds(s, 0, 3) == [s + 42, s + 84, s + 126]  # the official sequence
+    assert len(set(timed)) == len(timed) and not set(timed) & set(warm) and s not in timed + warm

@@ -1,0 +1,68 @@
+"""Reports, leaderboards and history of runs of several problems: each problem's runs are labelled, costed and
+ranked through its own plug, never mixed with another problem's."""
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+import problems
+from harness.cli.commands import main
+from harness.hardware import peaks_for, sol_ns_of
+from harness.report.boards import leaderboards
+from harness.report.render import report
+from harness.results.record import CaseResult, RunRecord, Status, SubmissionInfo
+from harness.results.stats import geomean, summarize
+from harness.results.store import ResultStore
+from tests.harness.report.test_report import H200, make_run
+
+GEMM = problems.get("nvfp4_gemm")
+CASES = (GEMM.parse_case({"m": 128, "n": 7168, "k": 16384, "l": 1, "seed": 1111}),
+         GEMM.parse_case({"m": 128, "n": 4096, "k": 7168, "l": 1, "seed": 1111, "name": "second"}))
+
+
+def gemm_run(run_id: str, variant: str, scale: float = 1.0) -> RunRecord:
+    cases = []
+    for i, case in enumerate(CASES):
+        samples = [(20_000.0, 10_000.0)[i] * scale * (1 + 0.01 * d) for d in (-1, 0, 1, 2)]
+        cases.append(CaseResult(case, Status.PASS, "", tuple(samples), summarize(samples), 200, 0.5))
+    return RunRecord(run_id, "2026-12-01T10:00:00+00:00", "leaderboard", "official", "benchmarks", 7,
+                     SubmissionInfo(variant, f"submissions/nvfp4_gemm/{variant}/submission.py", "ab" * 32, {}),
+                     H200, tuple(cases), True, "0123abc", geomean([c.stats.mean_ns for c in cases]),
+                     problem="nvfp4_gemm")
+
+
+def test_boards_are_per_problem_and_costed_by_the_plug():
+    runs = [make_run("g1", "grouped"), gemm_run("m1", "triton"), gemm_run("m2", "torch_reference", 3.0)]
+    boards = {b.problem: b for b in leaderboards(runs)}
+    assert set(boards) == {"nvfp4_group_gemm", "nvfp4_gemm"}
+    gemm = boards["nvfp4_gemm"]
+    assert gemm.title == "nvfp4_gemm benchmarks on H200 (leaderboard, official data)"
+    assert boards["nvfp4_group_gemm"].title == "benchmarks on H200 (leaderboard, official data)"
+    assert [e.variant for e in gemm.entries] == ["triton", "torch_reference"]
+    h200 = peaks_for("H200")
+    sol = geomean([sol_ns_of(GEMM.flops(c), GEMM.bytes_moved(c), h200) for c in CASES])
+    assert gemm.entries[0].pct_sol == pytest.approx(100 * sol / gemm.entries[0].interval.estimate)
+
+
+def test_a_report_labels_the_cases_with_the_plug():
+    md = report(gemm_run("m1", "triton"), "md")
+    assert "| 1 | M=128 N=7168 K=16384 L=1 | pass | 4 | 20.10 |" in md
+    assert "| 2 | second | pass | 4 | 10.05 |" in md
+    assert md.count("| 8.994 |") == 1   # task.yml's B200 SOL of 128 x 7168 x 16384, from the plug's bytes
+    flops = GEMM.flops(CASES[0])
+    assert f"| M=128 N=7168 K=16384 L=1 | {flops / 1e9:.2f} |" in md   # the speed-of-light table, by the plug
+
+
+def test_leaderboard_problem_filter(tmp_path):
+    db = tmp_path / "r.sqlite"
+    with ResultStore(db) as store:
+        for run in (make_run("g1", "grouped"), gemm_run("m1", "triton")):
+            store.save(run)
+    wide = {"COLUMNS": "200"}
+    only = CliRunner().invoke(main, ["leaderboard", "--db", str(db), "--problem", "nvfp4_gemm"], env=wide)
+    assert only.exit_code == 0 and "nvfp4_gemm benchmarks on H200" in only.output and "grouped" not in only.output
+    both = CliRunner().invoke(main, ["leaderboard", "--db", str(db)], env=wide)
+    assert "nvfp4_gemm benchmarks on H200" in both.output and "grouped" in both.output
+    bad = CliRunner().invoke(main, ["leaderboard", "--db", str(db), "--problem", "gemm"])
+    assert (bad.exit_code, bad.output) == (113, "Error: unknown problem 'gemm': expected one of nvfp4_dual_gemm, "
+                                                "nvfp4_gemm, nvfp4_gemv, nvfp4_group_gemm\n")
