@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # One round of checks on a GPU machine (written for the H200; logs and summaries under $OUT, default /tmp/h200).
-#   tests     fp4bench doctor, then the GPU-marked tests
+#   tests     fp4bench doctor, then the GPU-marked tests: gpu1 gpu2 gpu3 gpu4 in turn (more than one 600 s device
+#             call holds: on 2026-12-04 the first 88 of them took 540 s; give each its own call)
+#   gpu1      the trust tests that start a worker per case (tests/trust/test_gpu.py, test_integrity.py)
+#   gpu2      the hostile cases and the process and sandbox tests
+#   gpu3      the harness's other GPU tests, export, the problem family
+#   gpu4      the variants (wgmma_sm90, triton_grouped)
 #   margin    benchmarks/bracket_margin.py: how far each honest window falls short of the parent's bracket
 #             (wgmma_sm90 and triton_grouped, configs/device-budget.yml)
 #   timing    fp4bench's own wall time: a leaderboard of wgmma_sm90 and a compare against triton_grouped, each run
@@ -12,7 +17,8 @@
 #             and of wgmma_sm90, alternated, $AB_ROUNDS rounds (default 2), each with its geomean; both with
 #             --sandbox off, since the copy builds into wgmma_sm90's cache, which its own sandbox does not open
 # Wheels under .whl (carried: a dependency the machine lacks, e.g. msgspec) are installed first.
-# Usage: bash benchmarks/h200_round.sh [tests|margin|timing|lb|fidelity|cost|ablb]...   (default: tests timing fidelity)
+# Usage: bash benchmarks/h200_round.sh [tests|gpu1..gpu4|margin|timing|lb|fidelity|cost|ablb]...
+#        (default: tests timing fidelity)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/h200}
@@ -20,8 +26,8 @@ mkdir -p "$OUT"
 steps=${*:-tests timing fidelity}
 for step in $steps; do  # every step known before any runs
   case $step in
-    tests|margin|timing|lb|fidelity|cost|ablb) ;;
-    *) echo "h200_round.sh: unknown step '$step' (expected tests, margin, timing, lb, fidelity, cost or ablb)" >&2
+    tests|gpu1|gpu2|gpu3|gpu4|margin|timing|lb|fidelity|cost|ablb) ;;
+    *) echo "h200_round.sh: unknown step '$step' (expected tests, gpu1-gpu4, margin, timing, lb, fidelity, cost or ablb)" >&2
        exit 2 ;;
   esac
 done
@@ -50,16 +56,24 @@ leaderboard() {  # leaderboard of $1 on benchmarks, not stored, --json to $2; fu
 }
 for step in $steps; do
   case $step in
-    tests)
-      python3 -m harness doctor 2>&1 | tee "$OUT/doctor.txt"
-      timeout 540 python3 -m pytest -m gpu -q -p no:cacheprovider --durations=15 tests/trust/test_gpu.py \
-        tests/task/test_reference_gpu.py tests/harness/worker/test_native_guard.py tests/harness/worker/test_threads.py \
-        tests/trust/test_integrity.py tests/harness/parent/test_sandbox.py tests/harness/report/test_console.py \
-        tests/trust/test_cases.py tests/harness/parent/test_memory.py tests/trust/test_exploits.py \
-        tests/harness/parent/test_procs.py tests/harness/worker/test_timing.py tests/harness/parent/test_compare.py \
-        tests/harness/submit/test_export_standalone.py tests/problems \
-        tests/variants/test_wgmma_sm90_gpu.py tests/variants/test_triton_grouped.py 2>&1 \
-        | tee "$OUT/gpu_tests.log" | tail -40 ;;
+    tests|gpu1|gpu2|gpu3|gpu4)
+      [ "$step" = tests ] || [ "$step" = gpu1 ] && python3 -m harness doctor 2>&1 | tee "$OUT/doctor.txt"
+      for part in gpu1 gpu2 gpu3 gpu4; do
+        [ "$step" = tests ] || [ "$step" = "$part" ] || continue
+        case $part in
+          gpu1) files="tests/trust/test_gpu.py tests/trust/test_integrity.py" ;;
+          gpu2) files="tests/trust/test_cases.py tests/trust/test_exploits.py tests/harness/parent/test_procs.py
+                       tests/harness/parent/test_sandbox.py" ;;
+          gpu3) files="tests/task/test_reference_gpu.py tests/harness/worker tests/harness/report/test_console.py
+                       tests/harness/parent/test_memory.py tests/harness/parent/test_compare.py
+                       tests/harness/test_cuda_bindings_gpu.py tests/harness/submit/test_export_standalone.py
+                       tests/problems" ;;
+          gpu4) files="tests/variants/test_wgmma_sm90_gpu.py tests/variants/test_triton_grouped.py" ;;
+        esac
+        # shellcheck disable=SC2086
+        timeout 540 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --durations=15 $files 2>&1 \
+          | tee "$OUT/$part.log" | tail -40
+      done ;;
     margin)  # the parent's bracket against each window, per sample (benchmarks/bracket_margin.py), two variants
       for v in wgmma_sm90 triton_grouped; do
         timeout 200 python3 benchmarks/bracket_margin.py --submission $v --shapes benchmarks --mode leaderboard \

@@ -49,6 +49,6 @@ def test_gpu_round_refuses_an_unknown_step_before_running_any(tmp_path):
     proc = subprocess.run(["bash", "benchmarks/h200_round.sh", "tests", "spin"], cwd=ROOT, capture_output=True,
                           text=True, timeout=60, env={"OUT": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 2
-    assert proc.stderr == ("h200_round.sh: unknown step 'spin' (expected tests, margin, timing, lb, fidelity, cost "
-                           "or ablb)\n")
+    assert proc.stderr == ("h200_round.sh: unknown step 'spin' (expected tests, gpu1-gpu4, margin, timing, lb, "
+                           "fidelity, cost or ablb)\n")
     assert list(tmp_path.iterdir()) == []  # the tests step did not run
