@@ -147,13 +147,12 @@ class StreamWatch:
         self._clock = _private_stream(device)
 
     def mark_pending(self) -> list:
-        """After the window (the copy queued): for every stream that still has work queued, a pair of events, one
-        on an idle private stream and one behind that stream's work, recorded back to back. The first is stamped
-        when the GPU takes the record in; the second no earlier, and later only if the stream's work was still
-        running then. A joined stream's work ended inside the window, so its mark is either before the end mark
-        or as soon as its clock (taken in late, after a switch to the parent's context: 2026-12-04 on the H200,
-        a joined stream read as late when the mark alone was compared with the end). Call ``late`` with these once
-        everything has finished."""
+        """After the window (the copy queued): for every stream that still has work queued, a pair of events
+        recorded back to back, a clock on an idle private stream and a mark behind that stream's work. The clock is
+        stamped when the GPU takes the record in; the mark then too, or later if the stream's work was still running.
+        A joined stream's work ended inside the window, so its mark lies before the end mark or at its clock, even
+        when both were taken in late, after a switch to the parent's context (on the H200, 2026-12-04, such a mark
+        alone read as late). Call ``late`` with these once everything has finished."""
         marks = []
         for s in self.streams:
             if not self._query(s):
