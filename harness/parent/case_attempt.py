@@ -10,6 +10,7 @@ from harness.parent.case_runner import CaseRunner
 from harness.parent.judge import CaseFailed, CaseVerdict
 from harness.results.record import CaseResult, Status
 from harness.results.stats import summarize
+from task.spec import Case
 
 
 class CaseAttempt:
