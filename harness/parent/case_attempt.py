@@ -8,9 +8,9 @@ import time
 
 from harness.parent.case_runner import CaseRunner
 from harness.parent.judge import CaseFailed, CaseVerdict
+from harness.problem import Case
 from harness.results.record import CaseResult, Status
 from harness.results.stats import summarize
-from task.spec import Case
 
 
 class CaseAttempt:
