@@ -52,3 +52,40 @@ def test_gpu_round_refuses_an_unknown_step_before_running_any(tmp_path):
     assert proc.stderr == ("h200_round.sh: unknown step 'spin' (expected tests, gpu1-gpu4, margin, timing, lb, "
                            "fidelity, cost or ablb)\n")
     assert list(tmp_path.iterdir()) == []  # the tests step did not run
+
+
+def _official_style():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import official_style
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return official_style
+
+
+def test_official_style_draws_inputs_as_each_problems_loop_does():
+    """nvfp4_group_gemm: 15 inputs, seed + 42, 84, ...; gemv: its case seed alone, and in the leaderboard a new
+    input before every sample, seed + 13, 26, 39 (reference-kernels eval.py), one call each."""
+    import problems
+
+    official_style = _official_style()
+
+    class ThreeSamples:
+        @staticmethod
+        def is_finished(samples_ns, wall_ns):
+            return len(samples_ns) >= 3
+
+    class Drawn:
+        def __init__(self, plug):
+            self.plug, self.timing = plug, plug.timing
+
+        def generate(self, case, seed):
+            return seed
+
+    group, gemv = (Drawn(problems.get(p)) for p in ("nvfp4_group_gemm", "nvfp4_gemv"))
+    case = type("C", (), {"seed": 1000})()
+    assert official_style._official_inputs(group, case) == [1000 + 42 * j for j in range(1, 16)]
+    assert official_style._official_inputs(gemv, case) == [1000]
+    seen = []
+    samples, last = official_style._fresh_samples(seen.append, gemv, case, ThreeSamples(), None)
+    assert seen == [1013, 1026, 1039] and last == [1039] and len(samples) == 3
