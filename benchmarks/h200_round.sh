@@ -17,6 +17,7 @@
 #             and of wgmma_sm90, alternated, $AB_ROUNDS rounds (default 2), each with its geomean; both with
 #             --sandbox off, since the copy builds into wgmma_sm90's cache, which its own sandbox does not open
 # Wheels under .whl (carried: a dependency the machine lacks, e.g. msgspec) are installed first.
+# PYTEST_LIMIT_S (default 540) bounds each gpuN step.
 # Usage: bash benchmarks/h200_round.sh [tests|gpu1..gpu4|margin|timing|lb|fidelity|cost|ablb]...
 #        (default: tests timing fidelity)
 set -uo pipefail
@@ -71,7 +72,7 @@ for step in $steps; do
           gpu4) files="tests/variants/test_wgmma_sm90_gpu.py tests/variants/test_triton_grouped.py" ;;
         esac
         # shellcheck disable=SC2086
-        timeout 540 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --durations=15 $files 2>&1 \
+        timeout "${PYTEST_LIMIT_S:-540}" python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --durations=15 $files 2>&1 \
           | tee "$OUT/$part.log" | tail -40
       done ;;
     margin)  # the parent's bracket against each window, per sample (benchmarks/bracket_margin.py), two variants
