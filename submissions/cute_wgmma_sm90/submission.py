@@ -337,20 +337,23 @@ class DeviceLauncher:
             compiled = self.kernels[slot] = self.compile_fn(num_groups, self.config)
         return compiled
 
-    def __call__(self, plan: host.LaunchPlan) -> None:
-        device = plan.table_t.device
+    def __call__(self, plan: host.LaunchPlan, table: host.PointerTable) -> None:
+        device = plan.prefix_t.device
         require_sm90(device)
         compiled = self.kernel_for(plan.num_groups)
-        ptrs = plan.extras.get("ptrs")
-        if ptrs is None:
-            ptrs = plan.extras["ptrs"] = (_table_ptr(cutlass.Int64, plan.table_t.data_ptr()),
-                                          _table_ptr(cutlass.Int32, plan.prefix_t.data_ptr()))
+        prefix = plan.extras.get("ptr")
+        if prefix is None:
+            prefix = plan.extras["ptr"] = _table_ptr(cutlass.Int32, plan.prefix_t.data_ptr())
+        ptr = table.extras.get("ptr")
+        if ptr is None:
+            ptr = table.extras["ptr"] = _table_ptr(cutlass.Int64, table.tensor.data_ptr())
         stream = cuda.CUstream(torch.cuda.current_stream(device).cuda_stream)
-        compiled.fn(*ptrs, cutlass.Int32(plan.total_ctas), stream)
+        compiled.fn(ptr, prefix, cutlass.Int32(plan.total_ctas), stream)
 
 
 class GroupedRunner:
-    """validate -> launch plan (cached per sizes) -> pointer-table refresh -> one launch; returns the C buffers."""
+    """validate -> launch plan (cached per sizes) -> pointer table (cached per input addresses) -> one launch;
+    returns the C buffers."""
 
     def __init__(self, launcher=None, plans: host.PlanCache | None = None):
         self.launcher = launcher if launcher is not None else DeviceLauncher()
@@ -360,8 +363,7 @@ class GroupedRunner:
         shapes = host.validate_inputs(data)
         abc = data[0]
         plan = self.plans.get(shapes, abc[0][0].device)
-        plan.refresh(host.table_rows(data, shapes))
-        self.launcher(plan)
+        self.launcher(plan, plan.table_for(host.table_rows(data, shapes)))
         return [c for _a, _b, c in abc]
 
 

@@ -180,16 +180,22 @@ def test_cache_dir_is_the_variants_own_folder_under_fp4bench_cache(monkeypatch, 
     assert host.cache_dir() == tmp_path / "cute_wgmma_sm90"
 
 
-def test_plan_uploads_the_table_only_when_a_pointer_changes():
-    d1, d2 = small_input(1), small_input(2)
+def test_plan_uploads_a_table_once_per_set_of_input_addresses():
+    d1, d2, d3 = small_input(1), small_input(2), small_input(3)
     shapes = host.validate_inputs(d1)
     plan = host.build_plan(shapes, "cpu")
+    plan.capacity = 2
     assert plan.prefix == (0, 1, 3) and plan.prefix_t.tolist() == [0, 1, 3] and plan.total_ctas == 3
-    r1 = host.table_rows(d1, shapes)
-    assert plan.refresh(r1) is True and plan.refresh(r1) is False
-    assert plan.table_t.tolist()[1] == [d1[0][1][0].data_ptr(), d1[0][1][1].data_ptr(), d1[0][1][2].data_ptr(),
-                                        d1[2][1][0].data_ptr(), d1[2][1][1].data_ptr(), 40, 256, 512]
-    assert plan.refresh(host.table_rows(d2, shapes)) is True
+    r1, r2, r3 = (host.table_rows(d, shapes) for d in (d1, d2, d3))
+    t1 = plan.table_for(r1)
+    assert plan.table_for(r1) is t1 and plan.uploads == 1
+    assert t1.tensor.tolist()[1] == [d1[0][1][0].data_ptr(), d1[0][1][1].data_ptr(), d1[0][1][2].data_ptr(),
+                                     d1[2][1][0].data_ptr(), d1[2][1][1].data_ptr(), 40, 256, 512]
+    t2 = plan.table_for(r2)
+    assert t2 is not t1 and t2.tensor.tolist()[0][0] == d2[0][0][0].data_ptr() and plan.uploads == 2
+    assert plan.table_for(r1) is t1 and plan.uploads == 2  # the official loop's cycle: nothing uploaded again
+    plan.table_for(r3)  # beyond capacity: the least recently used (r2's) goes
+    assert list(plan.tables) == [r1, r3] and plan.uploads == 3
     cache = host.PlanCache(capacity=1)
     p = cache.get(shapes, "cpu")
     assert cache.get(shapes, "cpu") is p
@@ -199,7 +205,7 @@ def test_plan_uploads_the_table_only_when_a_pointer_changes():
 
 def test_runner_validates_then_launches_once_per_call():
     launches = []
-    runner = sub.GroupedRunner(launcher=launches.append)
+    runner = sub.GroupedRunner(launcher=lambda plan, table: launches.append(table))
     d = small_input()
     out = runner.run(d)
     assert [t.data_ptr() for t in out] == [c.data_ptr() for _a, _b, c in d[0]] and len(launches) == 1
