@@ -7,8 +7,10 @@ import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -16,7 +18,7 @@ from tests.conftest import ROOT
 from tests.harness.cli._cli_helpers import TINY, _run, _store_run
 
 from harness.cli.commands import main
-from harness.results.store import ResultStore
+from harness.results.store import DEFAULT_DB, ResultStore
 
 
 def test_db_that_is_not_a_store_is_refused_in_one_line(tmp_path):
@@ -227,3 +229,39 @@ def test_json_of_several_submissions_says_where_each_file_went(tmp_path):
     assert not out.exists() and all(json.loads(p.read_text())["submission"]["name"] for p in written)
     lines = [line.strip() for line in result.output.splitlines() if line.strip().startswith("--json written to")]
     assert lines == [f"--json written to {p}" for p in written]
+
+
+def _default_store_files() -> dict[str, tuple[int, int]]:
+    """Size and mtime (ns) of the checkout's default store and of SQLite's files beside it, by name; absent
+    ones are left out."""
+    files = [DEFAULT_DB.with_name(DEFAULT_DB.name + suffix) for suffix in ("", "-journal", "-wal", "-shm")]
+    return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in files if p.exists()}
+
+
+def test_a_run_that_stores_leaves_the_checkouts_default_store_alone(own_default_store, monkeypatch):
+    """conftest.own_default_store's promise, end to end: ``fp4bench run`` without --db stores in the test's own
+    $FP4BENCH_DB, opens no other store, and the checkout's results/fp4bench.sqlite (with SQLite's files beside
+    it) is neither made nor changed. Should it change anyway, only another process (fp4bench used in this
+    checkout meanwhile) may have done it: this run's id must not be in it."""
+    opened = []
+    real_init = ResultStore.__init__
+
+    def spy(self, path, create=True):
+        opened.append(Path(path).resolve())
+        real_init(self, path, create)
+
+    monkeypatch.setattr(ResultStore, "__init__", spy)
+    before = _default_store_files()
+    result = _store_run()
+    after = _default_store_files()
+    assert result.exit_code == 0, result.output
+    assert opened == [own_default_store.resolve()] and DEFAULT_DB.resolve() != own_default_store.resolve()
+    with ResultStore(own_default_store, create=False) as store:
+        (run,) = store.runs()
+    assert (run.submission.name, len(run.cases)) == ("torch_reference", 1)
+    if after != before:  # written while this test ran, by another process: not with this run
+        conn = sqlite3.connect(f"file:{DEFAULT_DB}?mode=ro", uri=True)
+        try:
+            assert conn.execute("SELECT count(*) FROM runs WHERE run_id = ?", (run.run_id,)).fetchone() == (0,)
+        finally:
+            conn.close()
