@@ -21,6 +21,8 @@ from task.formats import SF_VEC, blocked_view_shape, blocked_view_strides
 
 VARIANT = "cute_wgmma_sm90"
 TARGET_ARCH = "sm_90a"
+#: This file, hashed into the compile key (in a one-file export: the export itself).
+HOST_SOURCE = Path(__file__)
 
 
 class UnsupportedProblem(ValueError):
@@ -280,7 +282,6 @@ class PointerTable:
     """One uploaded int64 [G, TABLE_COLS] table of input addresses and sizes (``table_rows``)."""
 
     tensor: torch.Tensor
-    stream: object  #: the torch stream it was uploaded on (None on the CPU)
     extras: dict = field(default_factory=dict)  #: launcher-owned objects (the kernel's pointer to it)
 
 
@@ -306,30 +307,25 @@ class LaunchPlan:
         return self.prefix[-1]
 
     def table_for(self, rows) -> PointerTable:
-        """The table holding ``rows``, uploaded (stream-ordered, on torch's current stream) the first time these
-        addresses come. A table used on another stream than its upload's is recorded on it, so the caching
-        allocator never hands its memory out while a kernel there may still read it. Each upload copies from a
-        fresh pinned buffer: torch's caching host allocator does not hand it out again before the copy read it."""
+        """The table holding ``rows``, uploaded the first time these addresses come, ordered on the default queue
+        like the launches (torch's current one in fp4bench's worker and in the official runner). Each upload copies
+        from a fresh pinned buffer: torch's caching host allocator does not hand it out again before the copy read
+        it."""
         table = self.tables.get(rows)
-        device = self.prefix_t.device
-        if table is None:
-            host = torch.tensor(rows, dtype=torch.int64)
-            if device.type == "cuda":
-                stream = torch.cuda.current_stream(device)
-                tensor = torch.empty(host.shape, dtype=torch.int64, device=device)
-                tensor.copy_(host.pin_memory(), non_blocking=True)
-            else:
-                stream, tensor = None, host
-            table = self.tables[rows] = PointerTable(tensor, stream)
-            self.uploads += 1
-            while len(self.tables) > self.capacity:
-                self.tables.popitem(last=False)
-        else:
+        if table is not None:
             self.tables.move_to_end(rows)
-            if device.type == "cuda":
-                stream = torch.cuda.current_stream(device)
-                if stream != table.stream:
-                    table.tensor.record_stream(stream)
+            return table
+        host = torch.tensor(rows, dtype=torch.int64)
+        device = self.prefix_t.device
+        if device.type == "cuda":
+            tensor = torch.empty(host.shape, dtype=torch.int64, device=device)
+            tensor.copy_(host.pin_memory(), non_blocking=True)
+        else:
+            tensor = host
+        table = self.tables[rows] = PointerTable(tensor)
+        self.uploads += 1
+        while len(self.tables) > self.capacity:
+            self.tables.popitem(last=False)
         return table
 
 

@@ -30,9 +30,8 @@ except ImportError as exc:  # the worker reports this message as the case's fail
 import cutlass.cute as cute
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import warpgroup
-from cutlass.cute.runtime import make_fake_stream, make_ptr
+from cutlass.cute.runtime import make_ptr
 from cutlass.tensor_utils import LayoutEnum
-import cuda.bindings.driver as cuda
 
 import cute_wgmma_sm90_host as host
 from task import input_t, output_t
@@ -43,7 +42,7 @@ C_DTYPE = cutlass.Float16
 #: Values of one thread's load per operand and step: 16 bytes = 4 words = 32 e2m1 codes = 2 scales.
 WORDS = 4
 VALUES = 8 * WORDS
-_FILES = (Path(__file__), Path(host.__file__))
+_FILES = tuple(dict.fromkeys((Path(__file__), host.HOST_SOURCE)))  #: one file in a one-file export
 
 
 class Sm90Fp4GroupGemm:
@@ -55,8 +54,7 @@ class Sm90Fp4GroupGemm:
         self.mma_tiler = (config.tile_n, config.tile_m, config.tile_k)
 
     @cute.jit
-    def __call__(self, table_ptr: cute.Pointer, prefix_ptr: cute.Pointer, total_ctas: cutlass.Int32,
-                 stream: cuda.CUstream):
+    def __call__(self, table_ptr: cute.Pointer, prefix_ptr: cute.Pointer, total_ctas: cutlass.Int32):
         cfg = self.cfg
         table = cute.make_tensor(table_ptr, cute.make_layout((self.num_groups, host.TABLE_COLS),
                                                              stride=(host.TABLE_COLS, 1)))
@@ -68,7 +66,7 @@ class Sm90Fp4GroupGemm:
         sa_layout = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, self.mma_tiler, OP_DTYPE, cfg.stages)
         sb_layout = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, self.mma_tiler, OP_DTYPE, cfg.stages)
         self.kernel(tiled_mma, table, prefix, sa_layout, sb_layout).launch(
-            grid=(total_ctas, 1, 1), block=(cfg.threads, 1, 1), stream=stream)
+            grid=(total_ctas, 1, 1), block=(cfg.threads, 1, 1))  # the default queue, as the official example
 
     @cute.jit
     def find_group(self, prefix: cute.Tensor, cta: cutlass.Int32) -> cutlass.Int32:
@@ -248,13 +246,13 @@ def _table_ptr(dtype, address: int):
     return make_ptr(dtype, address, cute.AddressSpace.gmem, assumed_align=16)
 
 
-def compile_key(num_groups: int, config: host.KernelConfig = host.CONFIG) -> host.CompileKey:
+def kernel_key(num_groups: int, config: host.KernelConfig = host.CONFIG) -> host.CompileKey:
     return host.compile_key(num_groups, cutlass.__version__, host.source_digest(_FILES), config)
 
 
 def compile_for_sm90(num_groups: int, *, dump_dir: str | None = None,
                      config: host.KernelConfig = host.CONFIG) -> CompiledKernel:
-    """Compile the kernel for ``num_groups`` groups for sm_90a; needs no GPU (null tables, a placeholder stream).
+    """Compile the kernel for ``num_groups`` groups for sm_90a; needs no GPU (null tables).
     With ``dump_dir`` (created if missing) the PTX is kept and returned."""
     kernel = Sm90Fp4GroupGemm(config, num_groups)
     options = f"--gpu-arch {host.TARGET_ARCH}"
@@ -263,12 +261,12 @@ def compile_for_sm90(num_groups: int, *, dump_dir: str | None = None,
         options += f" --keep-ptx --dump-dir {dump_dir}"
     start = time.perf_counter()
     fn = cute.compile(kernel, _table_ptr(cutlass.Int64, 0), _table_ptr(cutlass.Int32, 0), cutlass.Int32(1),
-                      make_fake_stream(), options=options)
+                      options=options)
     seconds = time.perf_counter() - start
     ptx = fn.__ptx__ if dump_dir is not None else None
     if ptx is not None and ".target" not in ptx:
         raise RuntimeError(f"expected PTX text from the compiler in {dump_dir}, got {ptx[:200]!r}")
-    return CompiledKernel(compile_key(num_groups, config), fn, seconds, "compiled", ptx)
+    return CompiledKernel(kernel_key(num_groups, config), fn, seconds, "compiled", ptx)
 
 
 def load_or_compile(num_groups: int, config: host.KernelConfig = host.CONFIG,
@@ -278,7 +276,7 @@ def load_or_compile(num_groups: int, config: host.KernelConfig = host.CONFIG,
     never sees half a file). ``cute.compile`` itself never caches across processes. An object that cannot be
     written (4.8.1 cannot link the export without the CUDA libraries, as on a CPU-only machine) or read costs
     the next process a compile, nothing else; ``CompiledKernel.note`` says why."""
-    key = compile_key(num_groups, config)
+    key = kernel_key(num_groups, config)
     folder = Path(folder) if folder is not None else host.cache_dir()
     name = f"k{key.digest()}"
     obj = folder / f"{name}.o"
@@ -320,7 +318,8 @@ def require_sm90(device: torch.device) -> None:
 
 
 class DeviceLauncher:
-    """Loads or compiles on first use per compile key and launches on the current torch stream."""
+    """Loads or compiles on first use per compile key and launches on the default queue (torch's current one in
+    fp4bench's worker and in the official runner, which leave it so)."""
 
     def __init__(self, config: host.KernelConfig = host.CONFIG, compile_fn=None):
         self.config = config
@@ -347,8 +346,7 @@ class DeviceLauncher:
         ptr = table.extras.get("ptr")
         if ptr is None:
             ptr = table.extras["ptr"] = _table_ptr(cutlass.Int64, table.tensor.data_ptr())
-        stream = cuda.CUstream(torch.cuda.current_stream(device).cuda_stream)
-        compiled.fn(ptr, prefix, cutlass.Int32(plan.total_ctas), stream)
+        compiled.fn(ptr, prefix, cutlass.Int32(plan.total_ctas))
 
 
 class GroupedRunner:

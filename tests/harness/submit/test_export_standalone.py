@@ -141,3 +141,21 @@ def test_wgmma_export_writes_its_kernel_sources_once_where_its_host_code_reads_t
     assert Path(kernel).read_bytes() == (source / "kernel.cu").read_bytes()
     assert Path(fast_call).read_bytes() == (source / "fast_call.cpp").read_bytes()
     assert second == [kernel, fast_call, mtime]
+
+
+@pytest.mark.slow
+def test_cute_wgmma_sm90_export_compiles_its_kernel_for_sm90a_alone(tmp_path):
+    """No GPU: the export, alone in the runner's folder, imports CuTe DSL and compiles its kernel for sm_90a from
+    the one file (the inlined host code's names resolve there), and its compile key hashes that file."""
+    pytest.importorskip("cutlass", reason="needs CuTe DSL (nvidia-cutlass-dsl)")
+    folder = official_folder(tmp_path, "cute_wgmma_sm90")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    probe = ("import hashlib, os, sys; sys.path.insert(0, os.getcwd()); import submission as s; "
+             "c = s.compile_for_sm90(2, dump_dir='ptx'); "
+             "print(c.source, '.target sm_90a' in c.ptx, 'wgmma.mma_async' in c.ptx, s._FILES == (s.HOST_SOURCE,), "
+             "c.key.source_sha == s.host.source_digest(s._FILES) if hasattr(s, 'host') else "
+             "c.key.source_sha == s.source_digest(s._FILES))")
+    proc = subprocess.run([sys.executable, "-I", "-c", probe], cwd=folder, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-5:] == ["compiled", "True", "True", "True", "True"], proc.stdout[-2000:]
