@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from task.spec import load_shapes  # noqa: E402
+from problems.nvfp4_group_gemm.spec import load_shapes  # noqa: E402
 
 
 def _run(cmd: list[str]) -> None:

@@ -65,7 +65,7 @@ for step in $steps; do
           gpu1) files="tests/trust/test_gpu.py tests/trust/test_integrity.py" ;;
           gpu2) files="tests/trust/test_cases.py tests/trust/test_exploits.py tests/harness/parent/test_procs.py
                        tests/harness/parent/test_sandbox.py" ;;
-          gpu3) files="tests/task/test_reference_gpu.py tests/harness/worker tests/harness/report/test_console.py
+          gpu3) files="tests/harness/worker tests/harness/report/test_console.py
                        tests/harness/parent/test_memory.py tests/harness/parent/test_compare.py
                        tests/harness/test_cuda_bindings_gpu.py tests/harness/submit/test_export_standalone.py
                        tests/problems" ;;

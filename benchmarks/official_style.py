@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from submission_loader import load_submission
 
-import problems
+from harness import plugs
 from harness.parent.memory import device_total_bytes, l2_clear_bytes
 from harness.parent.settings import load_settings
 from harness.results.stats import summarize
@@ -68,7 +68,7 @@ def _fresh_samples(kernel, plug, case, rule, flush) -> tuple[list[float], list]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--submission", required=True)
-    parser.add_argument("--problem", default=DEFAULT_PROBLEM, choices=problems.names())
+    parser.add_argument("--problem", default=DEFAULT_PROBLEM, choices=plugs.names())
     parser.add_argument("--shapes", default="benchmarks")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--settings", type=Path, default=None, help="fp4bench run settings (default configs/run.yml)")
@@ -78,7 +78,7 @@ def main() -> None:
     args = parser.parse_args()
     variant, module = load_submission(args.submission)
     cuda = torch.cuda.is_available()
-    plug = problems.get(args.problem)
+    plug = plugs.get(args.problem)
     flush = L2Flush(torch.device("cuda", 0), limit=False, lines=False,
                     nbytes=l2_clear_bytes(args.problem, device_total_bytes())[0]) if cuda else None
     rule = load_settings(args.settings).stopping_rule(args.mode)

@@ -1,6 +1,6 @@
 """How fast is the exact reference? (issue 15, "Fast samples")
 
-Per shape: 15 inputs drawn with task.inputs.generate_many (the official calls of one sample: seed + 42 * (1 + j)),
+Per shape: 15 inputs drawn with problems.nvfp4_group_gemm.inputs.generate_many (the official calls of one sample: seed + 42 * (1 + j)),
 then, interleaved per repeat (one repeat of every path, then the next), each path over all 15 inputs between one pair
 of CUDA events, L2 cleared first (a monotonic clock on a CPU):
 
@@ -12,7 +12,7 @@ The window holds the host too: ref_kernel syncs once per input to read its bound
 queues the next input. ``--profile`` adds, per path, one more pass under torch.profiler: the sum of the device time
 of every kernel and copy (the "GPU time" the issue's 20 ms and <= 6 ms figures count) and the top operators.
 Every output of the fast paths is checked bit for bit against ref_kernel_fp64 (``exact`` per path).
-``--sweep`` also times the Triton decode alone (task.reference_triton.decode_operands on every operand of the first
+``--sweep`` also times the Triton decode alone (problems.nvfp4_group_gemm.reference_triton.decode_operands on every operand of the first
 shape's 15 inputs) for a few tiles.
 
     python benchmarks/reference_speed.py --out reference_speed.json                  # benchmarks, all paths
@@ -33,13 +33,13 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from task import input_t  # noqa: E402
-from task.inputs import generate_many  # noqa: E402
-from task.reference import ref_kernel, ref_kernel_fp64  # noqa: E402
-from task.reference_bound import _key_table  # noqa: E402
-from task.reference_paths import _triton_decoder  # noqa: E402
-from task.reference_scales import _scale_bytes_on  # noqa: E402
-from task.spec import Case, load_shapes  # noqa: E402
+from problems.nvfp4_group_gemm import input_t  # noqa: E402
+from problems.nvfp4_group_gemm.inputs import generate_many  # noqa: E402
+from problems.nvfp4_group_gemm.reference import ref_kernel, ref_kernel_fp64  # noqa: E402
+from problems.nvfp4_group_gemm.reference_bound import _key_table  # noqa: E402
+from problems.nvfp4_group_gemm.reference_paths import _triton_decoder  # noqa: E402
+from problems.nvfp4_group_gemm.reference_scales import _scale_bytes_on  # noqa: E402
+from problems.nvfp4_group_gemm.spec import Case, load_shapes  # noqa: E402
 
 #: Calls per sample in the official timing loop, and its seed step between them.
 CALLS, SEED_STEP = 15, 42

@@ -34,7 +34,7 @@ from harness.parent.runner import RunOptions, run  # noqa: E402
 from harness.parent.samples import ArenaSample  # noqa: E402
 from harness.parent.sandbox import Sandbox  # noqa: E402
 from harness.parent.settings import load_settings  # noqa: E402
-from task.spec import ShapeSet, load_shapes  # noqa: E402
+from problems.nvfp4_group_gemm.spec import ShapeSet, load_shapes  # noqa: E402
 
 CLOCKS: dict[str, list[float]] = defaultdict(list)
 
@@ -49,7 +49,7 @@ def _prepare_gpu_ms(case, calls: int, device: torch.device) -> tuple[float, floa
     from torch.profiler import ProfilerActivity, profile
 
     from harness.parent.samples import SharedSet
-    from task.arena import Layout
+    from problems.nvfp4_group_gemm.sample_buffers import Layout
 
     shared = SharedSet(device)
     layout = Layout.of(case, calls)

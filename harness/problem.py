@@ -2,7 +2,7 @@
 
 The harness owns processes, timing, statistics, the store, reports and machine facts; a problem owns its case
 fields, inputs, reference, check, output shape, cost and timing-loop parameters. A plug is an object (one per
-problem, ``problems.<name>.plug.PROBLEM``) satisfying ``Problem`` below; ``problems.get(name)`` finds it by the
+problem, ``problems.<name>.plug.PROBLEM``) satisfying ``Problem`` below; ``harness.plugs.get(name)`` finds it by the
 name a submission's ``#!POPCORN leaderboard <name>`` line gives. ``tests/problems/test_conformance.py`` checks
 every plug in ``problems/`` against this file.
 
@@ -28,6 +28,10 @@ ATOL = 1e-3
 
 class CaseError(ValueError):
     """A case mapping or line a problem cannot use (the message names the field, what was expected, what came)."""
+
+
+class ReferenceError(RuntimeError):
+    """The exact reference's output holds NaN or inf: the harness's fault, never the submission's (ERROR)."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,42 @@ class Case(Protocol):
     name: str
 
 
+@dataclass(frozen=True)
+class SampleBuffers:
+    """An optional plug capability (``Problem.sample_buffers``): the problem lays one timed sample's inputs out in
+    flat byte buffers itself, draws straight into them and computes its exact reference over them in one batch,
+    where harness.plan's generic layout (from ``generate`` and ``output_spec``) would cost too much per sample.
+    The parent (harness.parent.samples) and the worker reach it only through the plug; each entry is the
+    problem's own code (nvfp4_group_gemm: problems/nvfp4_group_gemm/sample_buffers.py and its reference and check).
+
+    ``layout``: a class; ``layout.of(case, calls)`` lays out ``calls`` inputs of ``case`` (bytes: ``device_bytes``,
+    ``host_slot_bytes``, ``host_bytes``, ``output_bytes``; ``calls``, ``device_stride``, ``groups``).
+    ``layout_of_sizes(m, n, k, calls)``: the same layout from a Run request's sizes alone (the worker's side).
+    ``views``: a class; ``views(layout, device, host, output)`` gives tensor views of three flat uint8 buffers,
+    ``.inputs()`` the calls' inputs, ``.outputs(call)`` / ``.out`` the output regions.
+    ``write_input(views, call, data)``, ``draw_official(views, generator, into, fill_c)``, ``copy_plain(views,
+    plain)``, ``reference_inputs(views, plain)``: fill the buffers (the official distribution, bit-identical to
+    ``generate`` where it promises so).
+    ``reference_plan``: a class; ``reference_plan(inputs).run()`` the expected outputs of the same buffers,
+    launches built once. ``ref_kernel_many(inputs)``: the expected outputs of a list of inputs.
+    ``warm_up(kinds, device)``: compile what ``reference_plan`` and ``ref_kernel_many`` launch, for (K, calls)
+    pairs. ``check``: the module judging its outputs (``validate_container``, ``all_finite_fp16``, ``compare``,
+    ``check_outputs``).
+    """
+
+    layout: Any
+    layout_of_sizes: Any
+    views: Any
+    write_input: Any
+    draw_official: Any
+    copy_plain: Any
+    reference_inputs: Any
+    reference_plan: Any
+    ref_kernel_many: Any
+    warm_up: Any
+    check: Any
+
+
 @runtime_checkable
 class Problem(Protocol):
     """One problem plug. Methods take the plug's own case records (``parse_case``'s results) and never mutate
@@ -132,6 +172,8 @@ class Problem(Protocol):
     data_modes: tuple[str, ...]
     #: The official timing loop.
     timing: TimingLoop
+    #: Its own sample buffers (SampleBuffers), or None: the harness then lays inputs out through harness.plan.
+    sample_buffers: SampleBuffers | None
 
     def parse_case(self, mapping: Mapping[str, Any], where: str = "") -> Case:
         """A case from ``{field: value}`` (``case_fields``, plus an optional ``name``). Raises CaseError, its

@@ -22,7 +22,7 @@ from enum import IntEnum
 
 import msgspec
 
-from harness.problem import OutputMeta
+from harness.problem import DEFAULT_PROBLEM, OutputMeta
 
 
 @dataclass(frozen=True)
@@ -78,9 +78,11 @@ class Calibrate:
 
 @dataclass(frozen=True)
 class Load:
-    """Import the submission at ``path``."""
+    """Import the submission at ``path``, a submission of problem ``problem`` (a name harness.plugs knows):
+    ``task`` is that problem's package for it (harness.worker.task_alias)."""
 
     path: str
+    problem: str = DEFAULT_PROBLEM
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,8 @@ class Map:
 
 @dataclass(frozen=True)
 class Run:
-    """``m``/``n``/``k`` per group (the worker lays out the buffers with task.arena.Layout); ``watch``: report
+    """``m``/``n``/``k`` per group (the worker lays out the buffers with its problem's sample buffers,
+    harness.problem.SampleBuffers.layout_of_sizes); ``watch``: report
     hooks left outside the window (timed samples); ``host_offset``: where this sample's host scales start in the
     host buffer (bytes; the parent fills two slots in turn); ``seq``: this request's number in the flag words
     (CUDA: the worker writes it to ``ready`` before its window, waits until ``go`` holds it, and writes it to

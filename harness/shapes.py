@@ -42,7 +42,7 @@ def shape_set_id(case_texts: Iterable[str]) -> str:
 
 @dataclass(frozen=True)
 class ShapeSet:
-    """A list of cases of problem ``problem`` (a name ``problems.get`` knows), identified by its content (``id``);
+    """A list of cases of problem ``problem`` (a name ``plugs.get`` knows), identified by its content (``id``);
     ``name`` is only a label (the file stem, or ``inline``)."""
 
     name: str
@@ -52,9 +52,9 @@ class ShapeSet:
     @property
     def id(self) -> str:
         """``shape_set_id`` of the plug's official lines of ``cases``."""
-        import problems
+        from harness import plugs
 
-        plug = problems.get(self.problem)
+        plug = plugs.get(self.problem)
         return shape_set_id(plug.case_text(c) for c in self.cases)
 
 
@@ -197,15 +197,15 @@ def pick_case(shape_set: ShapeSet, pick: str) -> ShapeSet:
 
 def load_shapes(spec: str, problem: str = DEFAULT_PROBLEM, aliases: tuple[str, ...] = ()) -> ShapeSet:
     """Resolve ``--shapes`` for ``problem``: a name of one of its sets (``tests``, ``benchmarks``, ``smoke``: the
-    YAML files in its folder of configs/shapes, ``problems.shapes_file``), a .yml/.yaml path, a text file (one case
+    YAML files in its folder of configs/shapes, ``plugs.shapes_file``), a .yml/.yaml path, a text file (one case
     a line), or one inline case in the text form (holds ``:`` and ``;``). ``aliases``: names the caller resolves
     before calling (the CLI's ``auto``), listed among the names when nothing matches.
 
     Raises CaseError when nothing matches, naming what was tried, or for a bad file or case."""
-    import problems
+    from harness import plugs
 
-    plug = problems.get(problem)
-    folder = problems.shapes_file(problem, "tests").parent
+    plug = plugs.get(problem)
+    folder = plugs.shapes_file(problem, "tests").parent
     if spec.lstrip().startswith("{") or (":" in spec and ";" in spec):
         return ShapeSet("inline", tuple(parse_text(spec, plug)), problem)
     source, picks = spec, ()
@@ -234,7 +234,7 @@ def load_shapes(spec: str, problem: str = DEFAULT_PROBLEM, aliases: tuple[str, .
     if path.suffix in (".yml", ".yaml", ".txt") or "/" in source:
         raise CaseError(f"shape file {source} does not exist")
     known = [*aliases, *sorted(p.stem for p in folder.glob("*.yml"))]
-    example = plug.case_text(load_yaml(problems.shapes_file(problem, "tests"), plug).cases[0])
+    example = plug.case_text(load_yaml(plugs.shapes_file(problem, "tests"), plug).cases[0])
     raise CaseError(f"--shapes {spec!r}: expected a shape-set name of {problem} ({', '.join(known)}), a .yml or "
                     f"text file (an official task.yml too), one case of a set (benchmarks{PICK}2), or an inline "
                     f"case like {example!r}")

@@ -15,7 +15,7 @@ import click
 from rich.console import Group
 from rich.text import Text
 
-import problems
+from harness import plugs
 from harness.cli.exits import Stdout, fail
 from harness.protocol import ExitCode
 from harness.parent.registry import DeviceFacts, Variant, problem_of, shown_name
@@ -119,7 +119,7 @@ def board_rich_table(board: Board) -> Group:
                         ", ".join(e.tied_with) or "-", e.run.run_id, short_commit(e.run.git_commit))
     shapes = StackedTable("", SHAPE_KEY, [Col("shape", "left")] + [Col(f"{e.variant}\nus") for e in board.entries],
                           "per-shape mean time per call, us; variants in rank order")
-    plug = problems.get(board.problem)
+    plug = plugs.get(board.problem)
     for i, case in enumerate(board.cases):
         shapes.add_row(shape_number(i), shape_label(case, plug), *(fmt_us(e.run.cases[i].stats.mean_ns)
                                                                     for e in board.entries))
@@ -132,7 +132,7 @@ def board_rich_table(board: Board) -> Group:
 @click.option("--gpu", default=None, help="Only this GPU model (e.g. H200, B200), case-insensitive.")
 @click.option("--mode", type=click.Choice(RANKED_MODES), default="leaderboard", show_default=True,
               help="Which runs to rank.")
-@click.option("--data", type=click.Choice(problems.data_modes()), default=None,
+@click.option("--data", type=click.Choice(plugs.data_modes()), default=None,
               help="Only this data mode; default: all, ranked apart.")
 @click.option("--problem", default=None, help="Only this problem's runs; default: every problem, ranked apart.")
 @click.option("--format", "fmt", type=click.Choice(("table",) + FORMATS), default="table", show_default=True)
@@ -144,7 +144,7 @@ def leaderboard_cmd(db, shapes, gpu, mode, data, problem, fmt, out) -> None:
     confidence intervals; variants whose intervals overlap are shown as ties."""
     if problem is not None:
         try:
-            problems.get(problem)
+            plugs.get(problem)
         except CaseError as exc:
             fail(str(exc), ExitCode.BAD_SPEC)
     with _open(db) as store:

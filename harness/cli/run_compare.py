@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-import problems
+from harness import plugs
 from harness.cli import outputs, run_setup
 from harness.cli import reports as cli_reports
 from harness.cli.exits import EXIT_OUTPUT, Stdout, fail, interrupted_exit, runs_exit
@@ -95,7 +95,7 @@ def _show(console: Console, record, target: Path | None, store: ResultStore | No
         console.print(Text(f"note: {note}", style="dim"))
     for i, r in enumerate(record.cases):
         if r.profile:
-            console.print(profile_section(r, i, problems.get(record.problem)))
+            console.print(profile_section(r, i, plugs.get(record.problem)))
 
 
 def _pool(variants, shape_set, opts, store, devices, cluster, progress, compare: bool = False):
@@ -232,14 +232,14 @@ def compare_cmd(a, b, problem, shapes, data, seed, settings_path, timeout, db, n
     code = runs_exit([result.a, result.b])
     if fmt == "text" and out is None:
         Stdout().print(compare_rich_table(va.name, vb.name, result.rows, result.overall,
-                                           overall_label=result.overall_label, plug=problems.get(shape_set.problem)))
+                                           overall_label=result.overall_label, plug=plugs.get(shape_set.problem)))
     else:
         extra = {"a_run_id": result.a.run_id, "b_run_id": result.b.run_id, "shape_set": shape_set.name,
                  "shape_set_id": shape_set.id,
                  "data": data, "exit_code": code, "unmet": result.unmet,
                  "timed_alone": result.timed_alone}
         cli_reports.emit(compare_table(va.name, vb.name, result.rows, result.overall, fmt, result.overall_label,
-                                       extra, problems.get(shape_set.problem)), out)
+                                       extra, plugs.get(shape_set.problem)), out)
     for letter, record in (("A", result.a), ("B", result.b)):
         for note in record.notes:
             err.print(Text(f"note: {letter} ({record.submission.name}): {note}", style="dim"))

@@ -13,7 +13,7 @@ import click
 from rich.console import Console
 from rich.text import Text
 
-import problems
+from harness import plugs
 from harness.cli.exits import fail
 from harness.parent import sandbox as sandbox_mod
 from harness.parent import seeds
@@ -70,7 +70,7 @@ def run_options(fn):
                           "name (benchmarks#2, benchmarks#g8_n4096_k7168) | one inline case ('m: [96]; n: [128]; "
                           "k: [256]' or '{\"m\": [96], \"n\": [128], \"k\": [256]}'; g defaults to the lists' "
                           "length, seed to the official sets' seed); auto: benchmarks on a GPU, smoke on the CPU."),
-        click.option("--data", type=click.Choice(problems.data_modes()), default="official", show_default=True),
+        click.option("--data", type=click.Choice(plugs.data_modes()), default="official", show_default=True),
         click.option("--seed", type=_Seed(), default=None,
                      help="Secret seed (a non-negative integer) combined into every case seed "
                           "(default: $POPCORN_SEED, else none)."),
@@ -109,7 +109,7 @@ def prepare(specs, shapes, settings_path, timeout, seed, mode, data, workers=1, 
         variants = [resolve(s) for s in specs]
         distinct_names(variants, same_file_ok=mode == "compare")
         name = pick_problem(problem, variants)
-        plug = problems.get(name)
+        plug = plugs.get(name)
         cuda = device_facts().cuda
         if shapes == "auto":
             shapes = "benchmarks" if cuda else "smoke"
@@ -150,7 +150,7 @@ def pick_problem(option: str | None, variants) -> str:
     Raises CaseError for an unknown problem (naming the known ones), RegistryError when a variant declares
     another problem than --problem or two variants declare different ones."""
     if option is not None:
-        problems.get(option)
+        plugs.get(option)
         for v in variants:
             if v.problem and v.problem != option:
                 raise RegistryError(f"submission {v.name!r} declares problem {v.problem} ({v.path}), not "
@@ -162,7 +162,7 @@ def pick_problem(option: str | None, variants) -> str:
         raise RegistryError(f"the submissions solve different problems ({which}); a run times one problem")
     name = declared.pop()
     try:
-        problems.get(name)
+        plugs.get(name)
     except CaseError as exc:
         raise CaseError(f"submission {variants[0].name!r} (#!POPCORN leaderboard {name}): {exc}") from None
     return name

@@ -1,7 +1,7 @@
 """The phases of one case on a session: correctness call, warm-up, timed samples, the kernel-time pass, the profile.
 
-``CaseRunner`` draws each request's inputs (harness.parent.samples for nvfp4_group_gemm's arena,
-harness.parent.plain_samples for any other problem), sends it through its ``Session`` and judges every reply
+``CaseRunner`` draws each request's inputs (harness.parent.samples for a problem with sample buffers of its own,
+nvfp4_group_gemm; harness.parent.plain_samples for any other), sends it through its ``Session`` and judges every reply
 (harness.parent.judge). ``RunOptions`` says what to run; ``Observer`` is the progress and store hooks. Schedules
 (runner.run: one variant; compare: two interleaved) drive it through harness.parent.case_attempt.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-import problems
+from harness import plugs
 from harness import protocol as P
 from harness.hardware import peaks_for
 from harness.parent import judge
@@ -61,7 +61,7 @@ class CaseRunner:
     def __init__(self, session: Session, opts: RunOptions, observer: Observer, device: torch.device,
                  problem: str = DEFAULT_PROBLEM):
         self.session, self.opts, self.observer, self.device = session, opts, observer, device
-        self.problem, self.plug = problem, problems.get(problem)
+        self.problem, self.plug = problem, plugs.get(problem)
         facts = device_facts()
         self.peaks = peaks_for(facts.name) if facts.cuda else None
         self.notes: list[str] = [session.clear_note] if session.clear_note else []
@@ -74,15 +74,16 @@ class CaseRunner:
         return self._checked.get(case, 0)
 
     def _sample(self, case: Case, calls: int, slot: int) -> ArenaSample:
-        """The sample buffers of ``calls`` inputs of ``case`` in host slot ``slot``: nvfp4_group_gemm's arena
-        (samples.ArenaSample), any other problem's plan (plain_samples.PlainSample)."""
-        arena = self.problem == DEFAULT_PROBLEM
+        """The sample buffers of ``calls`` inputs of ``case`` in host slot ``slot``: the problem's own
+        (samples.ArenaSample; nvfp4_group_gemm), else a plan (plain_samples.PlainSample)."""
+        arena = self.plug.sample_buffers is not None
         key = (case.m, case.n, case.k, calls, slot) if arena else (case, calls, slot)
         if key not in self._samples:
             if len(self._samples) >= 4:  # keep the device memory of two shapes (two slots each) at most
                 self._samples.pop(next(iter(self._samples)))
             shared = self.session.shared
-            self._samples[key] = (ArenaSample(case, calls, self.opts.data, self.device, shared, slot) if arena else
+            self._samples[key] = (ArenaSample(case, calls, self.opts.data, self.device, shared, slot, self.problem)
+                                  if arena else
                                   PlainSample(self.plug, case, calls, self.opts.data, self.device, shared, slot))
         return self._samples[key]
 

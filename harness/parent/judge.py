@@ -19,12 +19,12 @@ import torch
 
 from harness import protocol as P
 from harness.parent.bracket import Bracket, Measured
-from harness.parent.samples import ArenaSample, arena_check
+from harness.parent.samples import ArenaSample
 from harness.parent.registry import shown
 from harness.results.record import MESSAGE_CHARS, TRACEBACK_HEAD, WHERE_PREFIX, Status, cut_message
 from harness.hardware import GpuPeaks, sol_ns_of
 from harness.parent.plain_samples import PlainSample
-from harness.problem import validate_outputs
+from harness.problem import ReferenceError, validate_outputs
 
 
 @dataclass(frozen=True)
@@ -178,15 +178,14 @@ def outputs(sample: ArenaSample, reply: P.RunReply) -> str | None:
     Raises ReferenceError if the reference itself is not finite."""
     if isinstance(sample, PlainSample):
         return plain_outputs(sample, reply)
-    L, case = sample.layout, sample.case
+    L, case, check = sample.layout, sample.case, sample.kit.check
     calls = len(reply.containers)
     prefix = (lambda j: f"call {j + 1} of {calls}: ") if calls > 1 else (lambda j: "")
     if calls != L.calls:
         return f"expected {L.calls} calls, the worker reported {calls}"
     for j, (container, metas) in enumerate(zip(reply.containers, reply.metas)):
-        problem = arena_check.validate_container(container_label(container),
-                                     list(metas),
-                                     case.problem_sizes, str(sample.device))
+        problem = check.validate_container(container_label(container), list(metas), case.problem_sizes,
+                                           str(sample.device))
         if problem:
             return prefix(j) + problem
         if not all(reply.copied[j]):
@@ -195,14 +194,14 @@ def outputs(sample: ArenaSample, reply: P.RunReply) -> str | None:
     # Official data's sums are exact, so a right kernel's outputs are usually bit for bit the reference's:
     # one integer comparison settles them; anything else goes through the tolerance check.
     if torch.equal(got.view(torch.int16), expected.view(torch.int16)):
-        if not arena_check.all_finite_fp16(expected):
-            raise arena_check.ReferenceError("the reference output holds NaN or inf")
+        if not check.all_finite_fp16(expected):
+            raise ReferenceError("the reference output holds NaN or inf")
         return None
-    if arena_check.compare(got, expected).ok:
+    if check.compare(got, expected).ok:
         return None
     views_got, views_exp = sample.views()
     for j in range(L.calls):
-        mismatch = arena_check.check_outputs(views_got.outputs(j), views_exp.outputs(j))
+        mismatch = check.check_outputs(views_got.outputs(j), views_exp.outputs(j))
         if mismatch:
             return prefix(j) + mismatch
     return "outputs differ from the reference"  # only reachable if the flat and per-group checks disagree
@@ -227,7 +226,7 @@ def plain_outputs(sample: PlainSample, reply: P.RunReply) -> str | None:
         got, expected = sample.call_views(j)
         for e in ([expected] if spec.container == "tensor" else expected):
             if not bool(torch.isfinite(e).all()):
-                raise arena_check.ReferenceError("the reference output holds NaN or inf")
+                raise ReferenceError("the reference output holds NaN or inf")
         if same:
             continue
         evidence = sample.plug.check(got, expected)
@@ -245,7 +244,7 @@ def reply(sample: ArenaSample, run: P.RunReply, outside: str | None = None) -> N
         raise CaseFailed(Status.FAIL, complaint)
     try:
         mismatch = outputs(sample, run)
-    except arena_check.ReferenceError as exc:
+    except ReferenceError as exc:
         raise CaseFailed(Status.ERROR, f"harness error: {exc}") from None
     if mismatch:
         raise CaseFailed(Status.FAIL, mismatch)

@@ -17,14 +17,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import problems
+from harness import plugs
 from harness.shapes import DEFAULT_PROBLEM
 
 GIB = 1024**3
 
 
 def _plug(problem: str):
-    return problems.get(problem)
+    return plugs.get(problem)
 
 
 def input_bytes(case, problem: str = DEFAULT_PROBLEM) -> int:

@@ -1,5 +1,5 @@
-"""Samples of a problem without an arena of its own (every plug but nvfp4_group_gemm, which keeps task.arena):
-inputs drawn by the plug, laid out by a harness.plan.Plan, the expected outputs from the plug's reference.
+"""Samples of a problem without sample buffers of its own (every plug but nvfp4_group_gemm; harness.problem's
+SampleBuffers): inputs drawn by the plug, laid out by a harness.plan.Plan, the expected outputs from its reference.
 
 The protection is samples.ArenaSample's: inputs drawn into the parent's own buffer, the expected outputs computed from
 that copy, then the inputs copied to the worker's buffers with canaries planted in its operand tensors (every fp4

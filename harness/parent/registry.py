@@ -1,7 +1,7 @@
 """Find kernel variants and read what they declare, without importing them.
 
 A variant is ``submissions/<name>/submission.py`` (an nvfp4_group_gemm variant unless it says otherwise),
-``submissions/<problem>/<name>/submission.py`` (a variant of ``problem``, a name ``problems.names()`` knows; given
+``submissions/<problem>/<name>/submission.py`` (a variant of ``problem``, a name ``plugs.names()`` knows; given
 as ``<problem>/<name>``), or any .py file given by path. Its problem (``Variant.problem``) is its
 ``#!POPCORN leaderboard`` line's, else its problem folder's, else nvfp4_group_gemm (``problem_of``). Header lines at the top of the file declare metadata:
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import problems
+from harness import plugs
 from harness import ROOT
 from harness.problem import DEFAULT_PROBLEM
 
@@ -170,7 +170,7 @@ def problem_of(variant: Variant) -> str:
 def _problem_folder(path: Path, root: Path) -> str:
     """``problem`` when ``path`` is ``<root>/<problem>/<name>/submission.py`` for a known problem, else ""."""
     folder = path.parent.parent
-    if path.name == ENTRY_FILE and folder.name in problems.names() and folder.parent == Path(root).resolve():
+    if path.name == ENTRY_FILE and folder.name in plugs.names() and folder.parent == Path(root).resolve():
         return folder.name
     return ""
 
@@ -305,7 +305,7 @@ def read_variant(path: Path, name: str | None = None, root: Path = SUBMISSIONS_D
 def _entry_files(root: Path) -> list[Path]:
     """``<root>/<name>/submission.py`` and ``<root>/<problem>/<name>/submission.py`` (known problems only)."""
     found = sorted(Path(root).glob(f"*/{ENTRY_FILE}"))
-    for problem in problems.names():
+    for problem in plugs.names():
         found += sorted((Path(root) / problem).glob(f"*/{ENTRY_FILE}"))
     return found
 

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 
 import torch
 
-import problems
+from harness import plugs
 from harness.parent import judge
 from harness.parent import seeds as seedlib
 from harness.parent.case_attempt import CaseAttempt
@@ -23,8 +23,6 @@ from harness.parent.case_runner import CaseRunner, Observer, RunOptions
 from harness.parent.environment import device_facts, environment
 from harness.parent.judge import CaseFailed
 from harness.parent.plain_samples import plan_of
-from harness.parent.samples import Layout
-from harness.parent.samples import warm_up_reference as warm_up
 from harness.parent.process import EXIT_WAIT_S, native_window
 from harness.parent.registry import ROOT, Variant
 from harness.parent.sandbox import plan_for
@@ -184,22 +182,24 @@ def _run_cases(cases, opts: RunOptions, runner: CaseRunner, observer: Observer, 
 
 def while_workers_start(cases, opts: RunOptions, device: torch.device, problem: str = DEFAULT_PROBLEM) -> None:
     """The parent's start-up work that needs no submission, done while its workers start (torch, CUDA, the
-    profiler, the import): for nvfp4_group_gemm the exact reference's compiles for every sample size a run of
-    ``cases`` in ``opts.mode`` checks (task.reference.warm_up; seconds on a fresh machine), and in timed modes
-    scipy.stats for the report's intervals (0.6-1.1 s to import)."""
-    if problem == DEFAULT_PROBLEM:
-        counts = {layout.calls for layout in sample_layouts(cases, opts)} | {1}
-        warm_up([(case.k, calls) for case in cases for calls in sorted(counts)], device)
+    profiler, the import): for a problem with sample buffers of its own (nvfp4_group_gemm) the exact reference's
+    compiles for every sample size a run of ``cases`` in ``opts.mode`` checks (its ``warm_up``; seconds on a fresh
+    machine), and in timed modes scipy.stats for the report's intervals (0.6-1.1 s to import)."""
+    kit = plugs.get(problem).sample_buffers
+    if kit is not None:
+        counts = {layout.calls for layout in sample_layouts(cases, opts, problem)} | {1}
+        kit.warm_up([(case.k, calls) for case in cases for calls in sorted(counts)], device)
     if opts.mode in ("benchmark", "leaderboard", "compare"):
         ranking.t_quantile(0.975, 2.0)
 
 
 def sample_layouts(cases, opts: RunOptions, problem: str = DEFAULT_PROBLEM) -> list:
     """The buffer layouts a run of ``cases`` of ``problem`` in ``opts.mode`` uses (one call per correctness check,
-    and ``calls_per_sample`` per warm-up or timed sample): task.arena.Layout for nvfp4_group_gemm, a
-    harness.plan.Plan for any other problem."""
+    and ``calls_per_sample`` per warm-up or timed sample): the layout of the problem's own sample buffers
+    (nvfp4_group_gemm), else a harness.plan.Plan."""
     calls = 1 if opts.mode in ("test", "profile") else opts.settings.calls_per_sample
-    if problem == DEFAULT_PROBLEM:
-        return [Layout.of(c, calls) for c in cases]
-    plug, device = problems.get(problem), default_device()
+    plug = plugs.get(problem)
+    if plug.sample_buffers is not None:
+        return [plug.sample_buffers.layout.of(c, calls) for c in cases]
+    device = default_device()
     return [plan_of(plug, c, calls, opts.data, device) for c in cases]

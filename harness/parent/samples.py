@@ -1,24 +1,25 @@
-"""The trusted parent's side of a case's samples: inputs drawn once and the expected outputs (judge.py judges).
+"""The trusted parent's side of a case's samples: inputs drawn once and the expected outputs (judge.py judges), for
+a problem with sample buffers of its own (harness.problem.SampleBuffers, reached through its plug; nvfp4_group_gemm).
 
-Per sample: the inputs are drawn into the parent's own device buffer (task.arena), the expected outputs are
-computed from that copy (task.reference), and only then are the inputs copied into the buffer the worker's calls
-read (on CUDA the worker's own device memory, which the parent maps: kernels read memory mapped through CUDA IPC
-more slowly, 180 against 151 us a call on g8_n4096_k7168 on an H200), with canaries: a few bytes of A and B in
-every call and group, at places and with values drawn from the OS's randomness, are wrong until ``fix`` writes the
-true ones inside the parent's bracket (harness.parent.bracket). Work on the inputs before then computes wrong
-outputs. The outputs are judged from ``snapshot``, the parent's own copy of the output buffer taken at the
-bracket's end; nothing the worker does to shared memory can change what it is judged against. harness.parent.judge
-compares every output of every call with one flat comparison on the device, through ``got``/``expected``;
-``views`` gives the evidence of the first mismatch only when there is one.
+Per sample: the inputs are drawn into the parent's own device buffer (the problem's layout), the expected outputs
+are computed from that copy (its batched reference), and only then are the inputs copied into the buffer the
+worker's calls read (on CUDA the worker's own device memory, which the parent maps: kernels read memory mapped
+through CUDA IPC more slowly, 180 against 151 us a call on g8_n4096_k7168 on an H200), with canaries: a few bytes
+of A and B in every call and group, at places and with values drawn from the OS's randomness, are wrong until
+``fix`` writes the true ones inside the parent's bracket (harness.parent.bracket). Work on the inputs before then
+computes wrong outputs. The outputs are judged from ``snapshot``, the parent's own copy of the output buffer taken
+at the bracket's end; nothing the worker does to shared memory can change what it is judged against.
+harness.parent.judge compares every output of every call with one flat comparison on the device, through
+``got``/``expected``; ``views`` gives the evidence of the first mismatch only when there is one.
 
 The host buffer (the plain scales the calls read on the CPU) has two slots, and a case has one ArenaSample per slot:
 the next sample can be prepared while the worker still finishes the previous one (harness.parent.case_runner)
 without writing anything that sample's calls read: the device inputs are copied into the worker's own memory before its
 window, the host scales are in the other slot, and the expected outputs in the other ArenaSample.
 
-Draws: the correctness call uses the official generator's order, bit for bit (task.inputs.generate_input);
-warm-up and timed samples draw the same distribution with a few kernels per group for all calls at once
-(task.arena.draw_official), or, for full-range data, generate_input per call.
+Draws: the correctness call uses the official generator's order, bit for bit (the plug's ``generate``); warm-up and
+timed samples draw the same distribution with a few kernels per group for all calls at once (``draw_official``),
+or, for full-range data, ``generate`` per call.
 """
 from __future__ import annotations
 
@@ -26,17 +27,10 @@ import secrets
 
 import torch
 
+from harness import plugs
 from harness import protocol as P
 from harness.buffers import MappedBuffer, SharedBuffer
-# The parent's one seam to nvfp4_group_gemm's own code (tests/harness/test_layering.py): its arena, generator,
-# reference and checks, which the judge and the runner reach through this module. Every other problem goes through
-# its plug (harness.parent.plain_samples).
-from task import check as arena_check  # noqa: F401 - the judge's nvfp4_group_gemm checks
-from task.arena import Layout, Views, copy_plain, draw_official, reference_inputs, write_input
-from task.inputs import generate_input
-from task.reference import ReferencePlan, ref_kernel_many
-from task.reference import warm_up as warm_up_reference  # noqa: F401 - the runner's start-up compiles
-from task.spec import Case
+from harness.problem import DEFAULT_PROBLEM
 
 
 _shuffle = secrets.SystemRandom().shuffle
@@ -69,7 +63,7 @@ class SharedSet:
         self.device_bytes = 0
         self.snapshot: torch.Tensor | None = None
 
-    def fits(self, *layouts: Layout) -> bool:
+    def fits(self, *layouts) -> bool:
         need = self._sizes(layouts)
         have = {k: b.nbytes for k, b in self.buffers.items() if isinstance(b, SharedBuffer)}
         have["device"] = self.device_bytes
@@ -80,7 +74,7 @@ class SharedSet:
         return {"device": max(x.device_bytes for x in layouts), "host": 2 * max(x.host_slot_bytes for x in layouts),
                 "output": max(x.output_bytes for x in layouts)}
 
-    def grow(self, *layouts: Layout) -> None:
+    def grow(self, *layouts) -> None:
         """New buffers as large as the largest of ``layouts`` needs (and no smaller than today's). The old ones
         are kept in ``retired`` until ``free_retired`` (call it once no worker maps them)."""
         old = {"device": self.device_bytes, **{k: b.nbytes for k, b in self.buffers.items()
@@ -138,18 +132,24 @@ class SharedSet:
 
 
 class ArenaSample:
-    """One sample of ``case`` (``calls`` inputs) prepared in ``shared``, its host scales in host slot ``slot`` (0 or
-    1): after ``prepare`` the worker's buffers hold the inputs and ``expected`` (fp16, the output buffer's layout)
-    the reference outputs. ``host_offset``: where the slot starts in the host buffer (bytes)."""
+    """One sample of ``case`` (``calls`` inputs) of ``problem`` prepared in ``shared``, its host scales in host slot
+    ``slot`` (0 or 1): after ``prepare`` the worker's buffers hold the inputs and ``expected`` (fp16, the output
+    buffer's layout) the reference outputs. ``host_offset``: where the slot starts in the host buffer (bytes).
+    ``kit``: the problem's SampleBuffers. Raises ValueError for a problem without sample buffers of its own."""
 
-    def __init__(self, case: Case, calls: int, data: str, device: torch.device, shared: SharedSet, slot: int = 0):
+    def __init__(self, case, calls: int, data: str, device: torch.device, shared: SharedSet, slot: int = 0,
+                 problem: str = DEFAULT_PROBLEM):
         self.case, self.data, self.device, self.shared, self.slot = case, data, device, shared, slot
-        self.layout = Layout.of(case, calls)
+        self.plug = plugs.get(problem)
+        self.kit = self.plug.sample_buffers
+        if self.kit is None:
+            raise ValueError(f"{problem} has no sample buffers of its own: its samples are plain_samples'")
+        self.layout = self.kit.layout.of(case, calls)
         self.host_offset = slot * self.layout.host_slot_bytes
         self._private = torch.empty(self.layout.device_bytes, dtype=torch.uint8, device=device)
         self._expected = torch.empty(self.layout.output_bytes, dtype=torch.uint8, device=device)
         self._side = torch.cuda.Stream(device) if device.type == "cuda" else None
-        self._views: tuple[int, Views, list] | None = None  # (buffer generation, views, [ReferencePlan])
+        self._views: tuple[int, object, list] | None = None  # (buffer generation, views, [reference plan])
         self._plain: list[list[torch.Tensor]] | None = None
         self._c_drawn = False
         self._secret = _secret_generator(device)
@@ -158,39 +158,38 @@ class ArenaSample:
         self._order: list[int] = []
 
     def request(self, kind: str, watch: bool = True, ahead: bool = False) -> P.Run:
-        """The Run request for this sample (its groups' sizes; the worker lays out task.arena.Layout)."""
+        """The Run request for this sample (its groups' sizes; the worker lays out the same layout from them)."""
         return P.Run(self.case.m, self.case.n, self.case.k, self.layout.calls, kind, watch=watch,
                      host_offset=self.host_offset, ahead=ahead)
 
-    def _private_views(self) -> Views:
+    def _private_views(self):
         """Views of the parent's buffers, built once per buffer generation (their Python objects cost ms)."""
         if self._views is None or self._views[0] != self.shared.generation:
-            views = Views(self.layout, self._private, self._host(), self._expected)
+            views = self.kit.views(self.layout, self._private, self._host(), self._expected)
             self._views = (self.shared.generation, views, [])
         return self._views[1]
 
     def prepare(self, seeds: list[int], official_order: bool) -> None:
         """Draw the inputs, compute the expected outputs, copy the inputs to the worker's buffers and wait for the
         device. ``seeds`` has one seed per call: with ``official_order`` (or full-range data) each input is drawn
-        from its own seed by task.inputs.generate_input; otherwise the first seeds one generator for the whole
-        sample (task.arena.draw_official)."""
-        L, sh = self.layout, self.shared.buffers
+        from its own seed by the plug's ``generate``; otherwise the first seeds one generator for the whole sample
+        (the kit's ``draw_official``)."""
+        L, sh, kit = self.layout, self.shared.buffers, self.kit
         private = self._private_views()
         if official_order or self.data != "official":
-            data = [generate_input(self.case.m, self.case.n, self.case.k, self.case.g, s, self.data, self.device)
-                    for s in seeds]
+            data = [self.plug.generate(self.case, s, self.data, self.device) for s in seeds]
             for j, x in enumerate(data):
-                write_input(private, j, x)
-            expected = ref_kernel_many(data)
+                kit.write_input(private, j, x)
+            expected = kit.ref_kernel_many(data)
         else:
             gen = torch.Generator(device=self.device).manual_seed(seeds[0])
             # c, the output buffer, is drawn once: nothing reads its initial values into a result
-            self._plain = plain = draw_official(private, gen, self._plain, fill_c=not self._c_drawn)
+            self._plain = plain = kit.draw_official(private, gen, self._plain, fill_c=not self._c_drawn)
             self._c_drawn = True
             self._copy_plain_aside(private, plain)
             cached = self._views[2]
             if not cached:  # views of the same tensors every sample, and the reference's launches: built once
-                cached.append(ReferencePlan(reference_inputs(private, plain)))
+                cached.append(kit.reference_plan(kit.reference_inputs(private, plain)))
             expected = cached[0].run()
         dst, src = [], []
         for j, outs in enumerate(expected):
@@ -253,15 +252,15 @@ class ArenaSample:
         n = self.layout.output_bytes
         return not torch.equal(self.shared.buffers["output"].tensor[:n], self.shared.snapshot[:n])
 
-    def _copy_plain_aside(self, private: Views, plain) -> None:
+    def _copy_plain_aside(self, private, plain) -> None:
         """The plain scales to the host buffer; on a GPU on a second stream, so the copy engine moves them while
         the reference computes (``plain`` stays referenced until prepare's final synchronize)."""
         if self.device.type != "cuda":
-            copy_plain(private, plain)
+            self.kit.copy_plain(private, plain)
             return
         self._side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self._side):
-            copy_plain(private, plain)
+            self.kit.copy_plain(private, plain)
 
     def _host(self) -> torch.Tensor:
         return self.shared.buffers["host"].tensor[self.host_offset:]
@@ -275,11 +274,11 @@ class ArenaSample:
         """The reference outputs ``prepare`` computed: fp16, flat, the same layout as ``got``."""
         return self._expected.view(torch.float16)
 
-    def views(self) -> tuple[Views, Views]:
+    def views(self) -> tuple:
         """(got, expected) as per-call, per-group views, for the evidence of a mismatch."""
         host = self._host()
-        return (Views(self.layout, self._private, host, self.shared.snapshot),
-                Views(self.layout, self._private, host, self._expected))
+        return (self.kit.views(self.layout, self._private, host, self.shared.snapshot),
+                self.kit.views(self.layout, self._private, host, self._expected))
 
 
-__all__ = ["Layout", "SharedSet", "ArenaSample", "arena_check", "warm_up_reference"]
+__all__ = ["SharedSet", "ArenaSample"]

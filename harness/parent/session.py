@@ -35,7 +35,7 @@ class Session:
     def __init__(self, variant: Variant, settings: Settings, device: torch.device | None = None,
                  sandbox: Sandbox = Sandbox(), worker_log: Path | None = None, profiler: bool = False,
                  problem: str = DEFAULT_PROBLEM):
-        self.variant, self.settings, self.worker_log = variant, settings, worker_log
+        self.variant, self.settings, self.worker_log, self.problem = variant, settings, worker_log, problem
         self.device = device or default_device()
         self.profiler = profiler and self.device.type == "cuda"  # kernel-time passes will run (P.Load.profiler)
         self._loading: float | None = None  # when Load was sent, until its reply is in
@@ -98,7 +98,7 @@ class Session:
                 self._calibrated(limit)  # empty windows: only a stalled machine makes them slow
         self.bracket.calibrate(self._gaps)
         self.trusted = frozenset(watch.snapshot(self.proc.proc.pid).tasks)
-        self.proc.send(P.Load(str(self.variant.path)))
+        self.proc.send(P.Load(str(self.variant.path), self.problem))
         self._loading = None
         with judge.timeout_named(f"importing the submission took over import_s = {limit:g} s"):
             reply = self._receive(limit, (P.Loaded, P.Failed))

@@ -10,7 +10,7 @@ from harness.report.figures import run_peaks
 from harness.results.ranking import Interval, geomean_ci, rank_with_ties
 from harness.results.record import RunRecord
 from harness.results.stats import geomean
-import problems
+from harness import plugs
 from harness.hardware import GpuPeaks, gpu_model, sol_ns_of
 from harness.shapes import DEFAULT_PROBLEM
 
@@ -67,13 +67,13 @@ def leaderboards(runs: Iterable[RunRecord]) -> list[Board]:
     for run in sorted(runs, key=lambda r: r.started_at):
         if not rankable(run):
             continue
-        plug = problems.get(run.problem)
+        plug = plugs.get(run.problem)
         sig = tuple(plug.case_text(c.case) for c in run.cases)
         key = (run.problem, gpu_model(run.environment.device), run.shape_set, run.data, run.mode, sig)
         groups.setdefault(key, {})[run.submission.name] = run
     boards = []
     for (problem, model, shape_set, data, mode, sig), latest in groups.items():
-        plug = problems.get(problem)
+        plug = plugs.get(problem)
         intervals = {v: geomean_ci([c.stats for c in r.cases]) for v, r in latest.items()}
         any_run = next(iter(latest.values()))
         peaks = run_peaks(any_run)

@@ -15,7 +15,7 @@ from typing import Sequence
 
 from harness.results.ranking import Comparison, Interval, geomean_ci, mean_ci
 from harness.results.record import CaseResult, Environment, RunRecord, Status
-import problems
+from harness import plugs
 from harness.hardware import GPU_PEAKS, GpuPeaks, peaks_for, sol_ns_of, tflops_of
 from harness.shapes import DEFAULT_PROBLEM
 
@@ -35,8 +35,8 @@ def shape_number(index: int) -> str:
 
 
 def plug_of(run: RunRecord):
-    """The plug of the problem ``run`` ran (problems.get)."""
-    return problems.get(run.problem)
+    """The plug of the problem ``run`` ran (plugs.get)."""
+    return plugs.get(run.problem)
 
 
 def shape_label(case, plug=None) -> str:
@@ -44,13 +44,13 @@ def shape_label(case, plug=None) -> str:
     ``G=2 M=[..] N=[..] K=[..]``)."""
     if case.name:
         return case.name
-    return (plug or problems.get(DEFAULT_PROBLEM)).label(case)
+    return (plug or plugs.get(DEFAULT_PROBLEM)).label(case)
 
 
 def sol_ns(case, peaks: GpuPeaks, plug=None, floor: bool = False) -> float:
     """Speed-of-light ns of ``case`` on ``peaks`` from its plug's FLOPs and bytes (``plug`` None:
     nvfp4_group_gemm's)."""
-    plug = plug or problems.get(DEFAULT_PROBLEM)
+    plug = plug or plugs.get(DEFAULT_PROBLEM)
     return sol_ns_of(plug.flops(case), plug.bytes_moved(case), peaks, floor)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-import problems
+from harness import plugs
 from harness.report.boards import rankable
 from harness.report.figures import run_geomean_ci, run_status
 from harness.results.ranking import Comparison, Interval, compare_geomeans
@@ -32,7 +32,7 @@ def history_rows(runs: Iterable[RunRecord]) -> list[HistoryRow]:
     out = []
     for run in sorted(runs, key=lambda r: r.started_at):
         iv = run_geomean_ci(run)
-        plug = problems.get(run.problem)
+        plug = plugs.get(run.problem)
         key = (run.problem, gpu_model(run.environment.device), run.shape_set, run.data, run.mode,
                tuple(plug.case_text(c.case) for c in run.cases))
         prev, change = None, None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import fcntl
 import os
 
-import problems
+from harness import plugs
 from harness.results.record import RunRecord
 
 
@@ -16,7 +16,7 @@ def lines(record: RunRecord) -> list[str]:
     """The key stream for ``record``: test-* keys in test mode, benchmark-* keys otherwise, then ``check``."""
     prefix = "test" if record.mode == "test" else "benchmark"
     out = [f"{prefix}-count: {len(record.cases)}"]
-    plug = problems.get(record.problem)
+    plug = plugs.get(record.problem)
     for i, c in enumerate(record.cases):
         out.append(f"{prefix}.{i}.spec: {plug.case_text(c.case)}")
         if c.stats and prefix == "benchmark":

@@ -10,7 +10,7 @@ import json
 import math
 from typing import Sequence
 
-import problems
+from harness import plugs
 from harness.report.boards import Board
 from harness.report.figures import case_figures, finite, plug_of, run_geomean_ci, run_status
 from harness.results.record import RunRecord
@@ -110,7 +110,7 @@ def leaderboard_json(boards: Sequence[Board]) -> str:
     """A JSON list of boards: their keys, cases, and entries (rank, ties, geomean and CI in ns, per-case means)."""
     return json.dumps([{
         "problem": b.problem, "gpu_model": b.gpu_model, "shape_set": b.shape_set, "data": b.data, "mode": b.mode,
-        "cases": [problems.get(b.problem).case_text(c) for c in b.cases],
+        "cases": [plugs.get(b.problem).case_text(c) for c in b.cases],
         "entries": [{"rank": e.rank, "tied_with": list(e.tied_with), "variant": e.variant,
                      "geomean_ns": e.interval.estimate,
                      "ci95_ns": [finite(e.interval.low), finite(e.interval.high)],

@@ -26,7 +26,7 @@ from harness.report.figures import (
 from harness.results.ranking import mean_ci, plural
 from harness.results.record import RunRecord, Status
 from harness.results.stats import geomean
-import problems
+from harness import plugs
 from harness.hardware import GPU_PEAKS, gpu_model
 from harness.shapes import DEFAULT_PROBLEM
 
@@ -108,7 +108,7 @@ def board_table(board: Board, ids: bool = True) -> Table:
 
 def board_shapes_table(board: Board) -> Table:
     """Per-shape mean times (us) on a board: shapes as rows, variants (in rank order) as columns."""
-    plug = problems.get(board.problem)
+    plug = plugs.get(board.problem)
     rows = [[shape_number(i), shape_label(case, plug)] + [fmt_us(e.run.cases[i].stats.mean_ns) for e in board.entries]
             for i, case in enumerate(board.cases)]
     return Table(["#", "shape"] + [f"{e.variant} us" for e in board.entries], rows,
@@ -142,7 +142,7 @@ def across_table(runs: Sequence[RunRecord], labels: Sequence[str]) -> Table:
 def sol_items(cases: Sequence, plug=None) -> list:
     """What speed of light means here, the peaks of every known GPU model, and each case's FLOPs, bytes and
     SOL per GPU model (compute- or memory-bound), from ``plug`` (the cases' problem; None: nvfp4_group_gemm)."""
-    plug = plug or problems.get(DEFAULT_PROBLEM)
+    plug = plug or plugs.get(DEFAULT_PROBLEM)
     peak_rows = []
     for p in GPU_PEAKS:
         peak_rows.append([p.model, f"{p.exact_tflops:g}", f"{p.floor_tflops:g}", f"{p.hbm_tbps:g}",

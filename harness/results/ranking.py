@@ -44,7 +44,7 @@ from typing import Iterable, Mapping, Sequence, Union
 
 from harness.results.record import RunRecord, Stats
 from harness.results.stats import geomean, summarize
-import problems
+from harness import plugs
 from harness.hardware import gpu_model
 from harness.shapes import shape_set_id
 
@@ -303,7 +303,7 @@ def compare_geomeans(a: Sequence[Stats], b: Sequence[Stats], level: float = LEVE
 def comparable_key(run: RunRecord) -> tuple:
     """What makes two runs' geomeans comparable: the problem, the GPU model, the shape set's identity (its cases,
     not its label), the data mode and the mode."""
-    set_id = run.shape_set_id or shape_set_id(problems.get(run.problem).case_text(c.case) for c in run.cases)
+    set_id = run.shape_set_id or shape_set_id(plugs.get(run.problem).case_text(c.case) for c in run.cases)
     return run.problem, gpu_model(run.environment.device), set_id, run.data, run.mode
 
 

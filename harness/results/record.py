@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from enum import Enum
 
-import problems
+from harness import plugs
 from harness.protocol import ExitCode
 from harness.shapes import DEFAULT_PROBLEM
 
@@ -158,11 +158,11 @@ class RunRecord:
     geomean_ns: float | None = None   # leaderboard/benchmark: geometric mean of per-case mean_ns, all passed
     wall_s: float = 0.0               # the whole run's wall time
     window: str = ""                  # where the timed window's marks were held: native | python
-    shape_set_id: str = ""        # task.spec.shape_set_id of the cases run ("" in records from before it)
+    shape_set_id: str = ""        # problems.nvfp4_group_gemm.spec.shape_set_id of the cases run ("" in records from before it)
     sandbox: str = ""                 # how workers were confined: "off", or what held (harness.parent.sandbox)
     notes: tuple[str, ...] = ()       # run-wide notes: timers the submission replaced, hooks refused, stray bytes
     bracket: str = ""                 # the margin the parent held every window to (harness.parent.bracket)
-    problem: str = DEFAULT_PROBLEM    # the problem run (problems.get); records from before it: nvfp4_group_gemm
+    problem: str = DEFAULT_PROBLEM    # the problem run (plugs.get); records from before it: nvfp4_group_gemm
 
     @property
     def passed(self) -> bool:
@@ -194,7 +194,7 @@ def new_run_id() -> str:
 def case_from_dict(d: dict, problem: str = DEFAULT_PROBLEM):
     """A case of ``problem`` from its dict (``dataclasses.asdict``) through its plug's ``parse_case`` (its
     ``case_fields`` and ``name``). Raises ValueError (CaseError) for a dict its plug refuses."""
-    plug = problems.get(problem)
+    plug = plugs.get(problem)
     return plug.parse_case({**{k: d[k] for k in plug.case_fields}, "name": d.get("name", "")})
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Callable
 
-import problems
+from harness import plugs
 from harness import shapes
 
 #: ``PRAGMA application_id`` of an fp4bench store: the ASCII bytes "fp4b".
@@ -62,7 +62,7 @@ def _v2(conn: sqlite3.Connection) -> None:
     """Shape-set identity: ``runs.shape_set_id``. Runs already stored complete get the id of their cases' spec
     lines (all their cases are stored); a run never finished keeps '' (its case list may be partial)."""
     conn.execute("ALTER TABLE runs ADD COLUMN shape_set_id TEXT NOT NULL DEFAULT ''")
-    plug = problems.get("nvfp4_group_gemm")  # every run stored before v5 is one of it
+    plug = plugs.get("nvfp4_group_gemm")  # every run stored before v5 is one of it
     for (run_id,) in conn.execute("SELECT run_id FROM runs WHERE complete = 1").fetchall():
         specs = [r[0] for r in conn.execute("SELECT spec FROM cases WHERE run_id = ? ORDER BY idx", (run_id,))]
         if specs:
@@ -84,7 +84,7 @@ def _v4(conn: sqlite3.Connection) -> None:
 
 
 def _v5(conn: sqlite3.Connection) -> None:
-    """Runs keyed by problem (``runs.problem``, a name ``problems.get`` knows): every run stored before is an
+    """Runs keyed by problem (``runs.problem``, a name ``plugs.get`` knows): every run stored before is an
     nvfp4_group_gemm run."""
     conn.execute("ALTER TABLE runs ADD COLUMN problem TEXT NOT NULL DEFAULT 'nvfp4_group_gemm'")
     conn.execute("CREATE INDEX runs_by_problem ON runs(problem, gpu_model, shape_set_id, mode, started_at)")

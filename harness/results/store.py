@@ -21,7 +21,7 @@ Layout (schema version in ``PRAGMA user_version``, file marked with ``PRAGMA app
 
 Records are rebuilt with ``harness.results.record.run_from_dict``, so fields added to the records later load from old
 rows through that function's defaults. ``runs.shape_set_id`` (schema v2) identifies a run's shape set by its
-content (``task.spec.shape_set_id``); ``shape_set`` is only its label. Rows are appended and never rewritten:
+content (``problems.nvfp4_group_gemm.spec.shape_set_id``); ``shape_set`` is only its label. Rows are appended and never rewritten:
 ``finish`` sets only the run row's end (time, complete, geomean, the run-wide ``notes``, schema v3). ``runs.problem``
 (schema v5) names the problem run; runs stored before it are nvfp4_group_gemm's. Schema changes
 go in harness.results.schema (``MIGRATIONS``); opening an older file applies the missing steps in order, each in
@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
-import problems
+from harness import plugs
 from harness import ROOT
 from harness.results import schema
 from harness.results.record import CaseResult, RunRecord, Status, run_from_dict
@@ -262,7 +262,7 @@ class ResultStore:
             conn.execute(
                 "INSERT INTO cases (run_id, idx, name, spec, status, message, runs, mean_ns, std_ns, err_ns,"
                 " best_ns, worst_ns, record_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (run_id, index, case.case.name, problems.get(problem).case_text(case.case), case.status.value,
+                (run_id, index, case.case.name, plugs.get(problem).case_text(case.case), case.status.value,
                  case.message,
                  s.runs if s else None, s.mean_ns if s else None, s.std_ns if s else None,
                  s.err_ns if s else None, s.best_ns if s else None, s.worst_ns if s else None, json.dumps(body)))

@@ -18,5 +18,6 @@ GPU_NAMES = {"B200": "NVIDIA B200"}
 RUNNER_MODULES = ("task", "utils", "reference")
 #: What the runner's ``task.py`` defines (``from task import ...`` may take only these).
 TASK_NAMES = ("input_t", "output_t", "TestSpec")
-#: fp4bench helpers that ``export`` inlines, by import name: they hold no state and import only torch.
-INLINED_HELPERS = {"task.formats": ROOT / "task" / "formats.py"}
+#: fp4bench helpers that ``export`` inlines, by import name (``task`` being the problem's package in fp4bench's
+#: worker, harness.worker.task_alias): they hold no state and import only torch.
+INLINED_HELPERS = {"task.formats": ROOT / "problems" / "nvfp4_group_gemm" / "formats.py"}

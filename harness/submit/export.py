@@ -18,7 +18,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-import problems
+from harness import plugs
 from harness import ROOT
 from harness.parent.registry import ENTRY_FILE, Variant, problem_of
 from harness.submit import board
@@ -178,7 +178,7 @@ def _problem_types(node: ast.Import | ast.ImportFrom) -> bool:
     if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
         return False
     parts = node.module.split(".")
-    return (len(parts) == 2 and parts[0] == "problems" and parts[1] in problems.names()
+    return (len(parts) == 2 and parts[0] == "problems" and parts[1] in plugs.names()
             and all(a.name in board.TASK_NAMES for a in node.names))
 
 
@@ -191,6 +191,10 @@ def _target_path(target: str, folder: Path) -> Path:
 
 
 def _target_shown(target: str, folder: Path) -> str:
+    """How the export names an inlined module: a helper by its import name as a path (``task/formats.py``, as the
+    submission imports it, wherever fp4bench keeps it), a sibling module by its path."""
+    if target in board.INLINED_HELPERS:
+        return target.replace(".", "/") + ".py"
     return shown(_target_path(target, folder))
 
 

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import problems
+from harness import plugs
 from harness.parent.registry import DeviceFacts, RegistryError, parse_requirement
 from harness.submit import board
 
@@ -122,14 +122,14 @@ def _directives(lines: list[str], cpp: bool, add) -> None:
             seen[key] = (number, args[2:])
     if "leaderboard" not in seen:
         add("directive", None, f"no '#!POPCORN leaderboard {board.LEADERBOARD}' (or another problem's name: "
-                               f"{', '.join(problems.names())}) in the leading comment block")
-    elif seen["leaderboard"][1][0] not in problems.names():
+                               f"{', '.join(plugs.names())}) in the leading comment block")
+    elif seen["leaderboard"][1][0] not in plugs.names():
         number, values = seen["leaderboard"]
         add("directive", number, f"leaderboard {values[0]!r}: the boards fp4bench knows are "
-                                 f"{', '.join(problems.names())}")
+                                 f"{', '.join(plugs.names())}")
     gpus = ", ".join(board.BOARD_GPUS)  # every NVFP4 board ran on B200
     named = seen.get("leaderboard", (0, [""]))[1][0]
-    which = named if named in problems.names() else board.LEADERBOARD
+    which = named if named in plugs.names() else board.LEADERBOARD
     if "gpus" not in seen:
         add("directive", None, f"no '#!POPCORN gpu' in the leading comment block (the board runs {gpus})")
     else:

@@ -19,14 +19,14 @@ import traceback
 
 from harness.worker import timing  # first: captures the measurement functions before any submission import
 from harness.worker import native, threads  # noqa: E402 - after timing
+from harness.worker.task_alias import alias_task
 from harness import plan as plan_mod
+from harness import plugs
 from harness import protocol as P
 from harness.buffers import MappedBuffer, SharedBuffer, recv_fds
 from harness.channel import Writer
-from task.arena import Layout, Views
-from harness.problem import OutputMeta
+from harness.problem import DEFAULT_PROBLEM, OutputMeta, SampleBuffers
 from harness.hardware import default_device
-from task.spec import Case
 
 import torch
 
@@ -136,14 +136,21 @@ class Worker:
         self.own_device: SharedBuffer | None = None  # the device inputs in our own memory (CUDA)
         self.flags: MappedBuffer | None = None        # the parent's flag words (CUDA)
         self.profiler_started = False
-        self._views: dict[tuple, tuple] = {}          # (layout key, host offset) -> (Views, inputs)
+        self._views: dict[tuple, tuple] = {}          # (layout key, host offset) -> (views, inputs)
+        self.problem = DEFAULT_PROBLEM                # the submission's problem (P.Load)
+        self._buffers: SampleBuffers | None = None    # its plug's sample buffers, once a Run needs them
         threads.prestart_torch_pool()
 
     # -- requests
     def load(self, req: P.Load) -> None:
+        """Import the submission, ``task`` being its problem's package; the problem's sample buffers (if any) are
+        imported first, before any submission code runs."""
         path = req.path
         sys.path.insert(0, os.path.dirname(path))
         try:
+            self.problem, self._buffers = req.problem, None
+            alias_task(req.problem)
+            self._sample_buffers()
             spec = importlib.util.spec_from_file_location("submission", path)
             module = importlib.util.module_from_spec(spec)
             sys.modules["submission"] = module
@@ -232,18 +239,28 @@ class Worker:
         del outputs, result
         self.window.release()
 
+    def _sample_buffers(self) -> SampleBuffers | None:
+        """The problem's own sample buffers (harness.problem.SampleBuffers), or None for a problem without."""
+        if self._buffers is None:
+            self._buffers = plugs.get(self.problem).sample_buffers
+        return self._buffers
+
     def _arena(self, req: P.Run):
-        """nvfp4_group_gemm's views (task.arena.Layout of the request's groups), inputs, the record of what was
-        copied back, and the copy."""
-        case = Case(req.m, req.n, req.k, len(req.m), 0)
-        layout = Layout.of(case, req.calls)
+        """The views of the problem's own sample buffers (its layout of the request's groups), inputs, the record
+        of what was copied back, and the copy."""
+        kit = self._sample_buffers()
+        if kit is None:
+            raise P.ProtocolError(f"Run.plan: expected a plan for {self.problem} (it has no sample buffers of its "
+                                  f"own), got none")
+        layout = kit.layout_of_sizes(req.m, req.n, req.k, req.calls)
         host = self.buffers["host"].tensor
         if req.host_offset < 0 or req.host_offset + layout.host_bytes > host.numel() or req.host_offset % 4096:
             raise P.ProtocolError(f"Run.host_offset: expected a 4096-byte multiple with {layout.host_bytes} bytes "
                                   f"after it in the {host.numel()}-byte host buffer, got {req.host_offset}")
         key = (req.m, req.n, req.k, req.calls, req.host_offset)
         if key not in self._views:  # the views' Python objects cost ms; the buffers stay until the next Map
-            views = Views(layout, self.buffers["device"].tensor, host[req.host_offset:], self.buffers["output"].tensor)
+            views = kit.views(layout, self.buffers["device"].tensor, host[req.host_offset:],
+                              self.buffers["output"].tensor)
             self._views[key] = (views, views.inputs())
         views, inputs = self._views[key]
         copied = [[False] * len(req.m) for _ in range(req.calls)]
@@ -296,7 +313,7 @@ class Worker:
 
         return copy_out
 
-    def _copier(self, layout: Layout, views: Views, copied: list[list[bool]]):
+    def _copier(self, layout, views, copied: list[list[bool]]):
         """``copy_out(outputs)`` for run_window: the plain fp16 [M, N, 1] tensors on our device that each call
         returned go to the output buffer; ``copied`` records which. Its host work runs inside the parent's bracket
         (between the worker's end flags), so the checks are kept to attribute reads."""

@@ -7,7 +7,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from harness.problem import CaseError, OutputSpec, TensorSpec, TimingLoop
+from harness.problem import CaseError, OutputSpec, SampleBuffers, TensorSpec, TimingLoop
 
 #: e4m3fn scales cover 16 values, two values a byte, and the blocked layout groups 4 scale columns: K must be a
 #: multiple of 64 (the official sets use multiples of 256).
@@ -61,6 +61,8 @@ class DenseProblem:
     case_fields: tuple[str, ...] = ()
     data_modes: tuple[str, ...] = ("official", "full-range")
     timing: TimingLoop
+    #: No buffers of their own: the harness lays their inputs out through harness.plan.
+    sample_buffers: SampleBuffers | None = None
     #: The largest |partial sum| full-range data may reach (fp16's 65504 unless the output multiplies two sums).
     full_range_bound: float = 65504.0
 
@@ -115,7 +117,7 @@ class DenseProblem:
         return OutputSpec("tensor", (TensorSpec((case.m, case.n, case.l), "torch.float16"),))
 
     def check(self, got, expected):
-        """task.check.compare: elementwise with rtol = atol = 1e-3, NaN/inf where the reference has none a
+        """problems.nvfp4_group_gemm.check.compare: elementwise with rtol = atol = 1e-3, NaN/inf where the reference has none a
         mismatch. Raises ValueError when the shapes differ, ReferenceError for a non-finite reference."""
         from problems._nvfp4.formats import compare
 

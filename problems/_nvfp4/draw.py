@@ -15,7 +15,7 @@ import torch
 
 from problems._nvfp4.formats import ATOM_BYTES, BLOCKED_PERMUTE, blocked_index, blocked_rest
 
-#: Full-range data: every partial sum of one output stays below ``bound`` (task.inputs' argument): per 16-block
+#: Full-range data: every partial sum of one output stays below ``bound`` (problems.nvfp4_group_gemm.inputs' argument): per 16-block
 #: the scales' product is at most 2^S * (15/8)^2, and |e2m1| <= 6, so with
 #: S = floor(log2(bound / (36 * (15/8)^2 * K))), |sum| <= K * 36 * 2^S * (15/8)^2 <= bound.
 _FULL_RANGE_PRODUCT = 36.0 * (15.0 / 8.0) ** 2
@@ -25,7 +25,7 @@ FP16_MAX = 65504.0
 E_MIN, E_MAX = -9, 8
 E_NORMAL_MIN = -6
 #: One scale in this many becomes zero, one a random subnormal m * 2^-9 (m in 1..7; only where the drawn exponent
-#: is normal, so the bound holds), as in task.inputs.
+#: is normal, so the bound holds), as in problems.nvfp4_group_gemm.inputs.
 SCALE_CLASSES = 16
 #: The smallest S: both sides' exponents t - 1 and S - t - 1 must stay >= E_MIN.
 _MIN_S = 2 * (E_MIN + 1)

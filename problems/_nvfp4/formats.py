@@ -6,8 +6,8 @@ Re-exported from ``task`` (the group_gemm problem's modules, unchanged) until st
 """
 import torch
 
-from task.check import Evidence, compare
-from task.formats import (
+from problems.nvfp4_group_gemm.check import Evidence, compare
+from problems.nvfp4_group_gemm.formats import (
     ATOM_BYTES,
     ATOM_COLS,
     ATOM_K,
@@ -26,7 +26,7 @@ from task.formats import (
     e4m3fn_value,
     unblock,
 )
-from task.reference import round_to_fp16
+from problems.nvfp4_group_gemm.reference import round_to_fp16
 
 __all__ = [
     "ATOM_BYTES", "ATOM_COLS", "ATOM_K", "ATOM_ROWS", "BLOCKED_PERMUTE", "E2M1_VALUES", "E4M3FN_MAX", "SF_VEC",

@@ -7,7 +7,7 @@ task's published SOL (18.833, 10.667, 2.406, 1.525 us for the four benchmarks).
 from __future__ import annotations
 
 from harness.hardware import GPU_PEAKS, GpuPeaks, gpu_model, peaks_for, sol_ns_of, tflops_of
-from task.spec import Case
+from problems.nvfp4_group_gemm.spec import Case
 
 
 #: The machine facts live in the harness (harness.hardware); kept importable from here for the task's users.

@@ -14,9 +14,9 @@ from typing import Literal, Sequence
 
 import torch
 
-from task import input_t
-from task.formats import BLOCKED_PERMUTE, SF_VEC, blocked_index, blocked_shape
-from task.spec import DATA_MODES, K_MULTIPLE
+from problems.nvfp4_group_gemm import input_t
+from problems.nvfp4_group_gemm.formats import BLOCKED_PERMUTE, SF_VEC, blocked_index, blocked_shape
+from problems.nvfp4_group_gemm.spec import DATA_MODES, K_MULTIPLE
 
 DataMode = Literal["official", "full-range"]
 #: The official generator keeps each nibble's sign bit and two low bits: codes 0..3 and 8..11
@@ -65,7 +65,7 @@ _FULL_RANGE_MIN_S = 2 * (E4M3FN_MIN_EXP + 1)
 
 
 def full_range_max_k() -> int:
-    """The largest K (a multiple of task.spec.K_MULTIPLE) for which full-range scales can keep the fp16 output
+    """The largest K (a multiple of spec.K_MULTIPLE) for which full-range scales can keep the fp16 output
     bounded: 529,920 (S = -10). Larger K would need scales below e4m3fn's normal range."""
     k = int(FP16_MAX / (_FULL_RANGE_PRODUCT * 2.0**_FULL_RANGE_MIN_S)) // K_MULTIPLE * K_MULTIPLE
     while full_range_scale_exponent(k) < _FULL_RANGE_MIN_S:  # float rounding at the boundary
@@ -117,7 +117,7 @@ def _full_range_scales(rows_a: int, rows_b: int, sf_cols: int, k: int, device: t
 
 def generate_input(m: Sequence[int], n: Sequence[int], k: Sequence[int], g: int, seed: int,
                    data: DataMode = "official", device: torch.device | str | None = None) -> input_t:
-    """Build one nvfp4_group_gemm input (see task.input_t for shapes, dtypes and devices).
+    """Build one nvfp4_group_gemm input (see the package's input_t for shapes, dtypes and devices).
 
     ``data="official"`` reproduces the official generator draw for draw (bit-identical on CUDA for the same
     seed); ``data="full-range"`` draws all 16 e2m1 codes and scales over e4m3fn's range, zeros and subnormals

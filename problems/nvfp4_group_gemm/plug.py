@@ -1,22 +1,23 @@
-"""The nvfp4_group_gemm plug: today's ``task`` package (task.spec, task.inputs, task.reference, task.check,
-task.cost, harness.parent.memory's figures) adapted to harness/problem.py's contract, with no change in
-behaviour. Facts: reference-kernels problems/nvidia/nvfp4_group_gemm and eval_better_bench_grouped_gemm.py.
-Loads without torch (task.spec and task.cost are torch-free)."""
+"""The nvfp4_group_gemm plug: this package's spec, inputs, reference, check and cost behind harness/problem.py's
+contract, and its own sample buffers (``sample_buffers``, the optional capability). Facts: reference-kernels
+problems/nvidia/nvfp4_group_gemm and eval_better_bench_grouped_gemm.py. Loads without torch (spec and cost are
+torch-free; the capability imports torch on first use)."""
 from __future__ import annotations
 
 import hashlib
+from functools import cached_property
 from typing import Any, Mapping
 
-from harness.problem import CaseError, OutputSpec, TensorSpec, TimingLoop
-from task import cost
-from task.spec import DATA_MODES, Case, SpecError, case_from_mapping
+from harness.problem import CaseError, OutputSpec, SampleBuffers, TensorSpec, TimingLoop
+from problems.nvfp4_group_gemm import cost
+from problems.nvfp4_group_gemm.spec import DATA_MODES, Case, SpecError, case_from_mapping
 
 #: Bytes an exact-reference decode element takes (fp64), as harness.parent.memory counts it.
 _REF_ELEMENT = 8
 
 
 class GroupGemm:
-    """C_g = (A_g * SFA_g) @ (B_g * SFB_g)^T for every group; cases ``m, n, k, g, seed`` (task.spec.Case)."""
+    """C_g = (A_g * SFA_g) @ (B_g * SFB_g)^T for every group; cases ``m, n, k, g, seed`` (spec.Case)."""
 
     name = "nvfp4_group_gemm"
     case_fields = ("m", "n", "k", "g", "seed")
@@ -27,15 +28,26 @@ class GroupGemm:
                         source="reference-kernels problems/nvidia/eval_better_bench_grouped_gemm.py (task.yml's "
                                "eval.py; its clear_l2_cache is utils.py's clear_l2_cache_large)")
 
+    @cached_property
+    def sample_buffers(self) -> SampleBuffers:
+        """This problem's sample buffers (sample_buffers.py), batched reference (reference.ReferencePlan,
+        ref_kernel_many, warm_up) and check module, as harness.problem.SampleBuffers. Imports torch (first use)."""
+        from problems.nvfp4_group_gemm import check, reference, sample_buffers as sb
+
+        return SampleBuffers(layout=sb.Layout, layout_of_sizes=sb.layout_of_sizes, views=sb.Views,
+                             write_input=sb.write_input, draw_official=sb.draw_official, copy_plain=sb.copy_plain,
+                             reference_inputs=sb.reference_inputs, reference_plan=reference.ReferencePlan,
+                             ref_kernel_many=reference.ref_kernel_many, warm_up=reference.warm_up, check=check)
+
     def parse_case(self, mapping: Mapping[str, Any], where: str = "") -> Case:
-        """task.spec.case_from_mapping; its SpecError becomes CaseError (same message)."""
+        """spec.case_from_mapping; its SpecError becomes CaseError (same message)."""
         try:
             return case_from_mapping(mapping, where=where)
         except SpecError as exc:
             raise CaseError(str(exc)) from None
 
     def case_text(self, case: Case) -> str:
-        """task.spec.Case.text(): ``m: [..]; n: [..]; k: [..]; g: G; seed: S``."""
+        """spec.Case.text(): ``m: [..]; n: [..]; k: [..]; g: G; seed: S``."""
         return case.text()
 
     def case_id(self, case: Case) -> str:
@@ -47,11 +59,11 @@ class GroupGemm:
         return f"G={case.g} M={short(case.m)} N={short(case.n)} K={short(case.k)}"
 
     def check_drawable(self, case: Case, data: str) -> None:
-        """An unknown mode, or full-range data with a K above task.inputs.full_range_max_k, raises CaseError."""
+        """An unknown mode, or full-range data with a K above inputs.full_range_max_k, raises CaseError."""
         if data not in self.data_modes:
             raise CaseError(f"data mode must be one of {', '.join(self.data_modes)}, got {data!r}")
         if data == "full-range":
-            from task.inputs import check_full_range_k
+            from problems.nvfp4_group_gemm.inputs import check_full_range_k
 
             for k in case.k:
                 try:
@@ -60,22 +72,22 @@ class GroupGemm:
                     raise CaseError(str(exc)) from None
 
     def generate(self, case: Case, seed: int, data: str = "official", device=None):
-        """task.inputs.generate_input."""
-        from task.inputs import generate_input
+        """inputs.generate_input."""
+        from problems.nvfp4_group_gemm.inputs import generate_input
 
         return generate_input(case.m, case.n, case.k, case.g, seed, data, device)
 
     def reference(self, data):
-        """task.reference.ref_kernel (exact; the plain scales)."""
-        from task.reference import ref_kernel
+        """reference.ref_kernel (exact; the plain scales)."""
+        from problems.nvfp4_group_gemm.reference import ref_kernel
 
         return ref_kernel(data)
 
     def check(self, got, expected):
-        """task.check.compare per group, summed into one Evidence: mismatches and elements over all groups, the
+        """check.compare per group, summed into one Evidence: mismatches and elements over all groups, the
         first mismatches' indices prefixed with their group (``(g, i, j, 0)``). Raises ValueError when the numbers
         of outputs or a group's shapes differ."""
-        from task.check import SHOW_MISMATCHES, Evidence, compare
+        from problems.nvfp4_group_gemm.check import SHOW_MISMATCHES, Evidence, compare
 
         if len(got) != len(expected):
             raise ValueError(f"{len(got)} outputs vs {len(expected)} expected")

@@ -9,13 +9,13 @@ Two paths that give the same bits wherever both apply:
   through fp32 with round-to-odd, which makes it a single correct rounding (fp32 keeps 13 more bits than fp16).
 - ``ref_kernel``: per group, when ``exact_in_fp32`` holds, an exact decode into bf16 and a GEMM with fp32
   accumulation, rounded once to fp16 (CUDA: one Triton GEMM for every group that decodes in registers,
-  task.reference_triton; the torch table decode and a GEMM with fp32 output where triton does not import; on the
+  reference_triton; the torch table decode and a GEMM with fp32 output where triton does not import; on the
   CPU an int8 decode and an integer GEMM where the elements fit int8 and ``torch._int_mm`` is the faster on the
   host, else fp32); otherwise the fp64 path.
 
-Where the rest lives: the bound and its proof in task.reference_bound, the fast paths in task.reference_paths,
-where the scale bytes are read in task.reference_scales, the compile warm-up in task.reference_warm (``warm_up``,
-re-exported here), the Triton kernels in task.reference_triton. This module holds the fp64 ground truth and the
+Where the rest lives: the bound and its proof in reference_bound, the fast paths in reference_paths,
+where the scale bytes are read in reference_scales, the compile warm-up in reference_warm (``warm_up``,
+re-exported here), the Triton kernels in reference_triton. This module holds the fp64 ground truth and the
 dispatch: per input, the bound is read after one sync and each group takes the fast or the fp64 path; inputs are
 batched (``ref_kernel_many``, ``ReferencePlan``) to keep launches and syncs few.
 """
@@ -27,12 +27,12 @@ from typing import Literal, Sequence
 
 import torch
 
-from task import input_t, output_t
-from task.formats import SF_VEC, decode_e2m1, decode_e4m3fn
-from task.reference_bound import _group_exact, _key_table, _read_stats, _scale_stats, exact_in_fp32
-from task.reference_paths import _fast, _fast_cpu, _queue_triton_many, _triton_decoder, _triton_groups, dequantize_lut
-from task.reference_scales import Scales, _load_codes, _scale_sources
-from task.reference_warm import warm_up
+from problems.nvfp4_group_gemm import input_t, output_t
+from problems.nvfp4_group_gemm.formats import SF_VEC, decode_e2m1, decode_e4m3fn
+from problems.nvfp4_group_gemm.reference_bound import _group_exact, _key_table, _read_stats, _scale_stats, exact_in_fp32
+from problems.nvfp4_group_gemm.reference_paths import _fast, _fast_cpu, _queue_triton_many, _triton_decoder, _triton_groups, dequantize_lut
+from problems.nvfp4_group_gemm.reference_scales import Scales, _load_codes, _scale_sources
+from problems.nvfp4_group_gemm.reference_warm import warm_up
 
 __all__ = ["ReferencePlan", "dequantize", "dequantize_lut", "exact_in_fp32", "ref_kernel", "ref_kernel_fp64",
            "ref_kernel_many", "round_to_fp16", "warm_up"]
@@ -100,10 +100,10 @@ def ref_kernel(data: input_t, *, scales: Scales = "plain", decode: Decode = "aut
 
     ``scales="plain"`` reads the plain scales (sfasfb_tensors, CPU), as the official reference does;
     ``"reordered"`` reads the blocked copies already on the GPU (sfasfb_reordered_tensors), valid only when both
-    hold the same scales, as task.inputs draws them.
+    hold the same scales, as inputs draws them.
 
     ``decode="auto"``: on CUDA with triton importable, one Triton launch takes the scale statistics and one runs
-    every group's GEMM, decoding in registers (task.reference_triton.grouped_gemm); elsewhere the torch decode (a
+    every group's GEMM, decoding in registers (reference_triton.grouped_gemm); elsewhere the torch decode (a
     65536-entry table gathered by an int32 index per byte, one gather for the statistics). ``"torch"`` forces the
     torch decode, ``"triton"`` the Triton GEMM. Raises ValueError for an unknown ``scales`` or ``decode``,
     ``decode="triton"`` without CUDA inputs or triton, or inconsistent shapes.
@@ -186,15 +186,15 @@ class ReferencePlan:
     before each ``run`` (their contents change, not their addresses, shapes, strides or devices). On CUDA with
     triton, where every scale byte lies in place on the device (the plain scales as device tensors, as the
     parent's draw leaves them), the checks and the Triton launch descriptors are built once
-    (task.reference_triton.PreparedGemm), so a run is two launches, one sync and the bound per group; anything else
+    (reference_triton.PreparedGemm), so a run is two launches, one sync and the bound per group; anything else
     runs ``ref_kernel_many`` each time. It holds references to every tensor of ``inputs``. ``decoder``: the
-    task.reference_triton module to use (default: the imported one, for CUDA inputs). Raises as ref_kernel_many
+    reference_triton module to use (default: the imported one, for CUDA inputs). Raises as ref_kernel_many
     does, at construction."""
 
     def __init__(self, inputs: Sequence[input_t], *, scales: Scales = "plain", decoder=None):
         self.inputs, self.scales = list(inputs), scales
         checked = [_checked(x, scales, "auto") for x in self.inputs]
-        if decoder is None:  # tests pass the interpreted task.reference_triton, which runs on CPU tensors
+        if decoder is None:  # tests pass the interpreted reference_triton, which runs on CPU tensors
             decoder = checked[0] if checked and all(d is checked[0] for d in checked) else None
         self._gemm, self._codes = None, []
         if decoder is None or not all(x[0] for x in self.inputs):

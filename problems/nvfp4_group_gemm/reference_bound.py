@@ -29,14 +29,14 @@ Why the fast path is exact. Work in integer units:
 
 Official data (values 0, +-0.5, +-1, +-1.5, scales 1 or 2: ``mu = 9``, ``Q = 1024``) passes up to
 ``K = 2^22 / 144 = 29127`` with ``H = 12`` assumed, and up to ``K = 466033`` with the ``H = 3`` present; full-range
-data (task.inputs ``data="full-range"``) mixes scale exponents and mantissas and falls back to fp64."""
+data (inputs ``data="full-range"``) mixes scale exponents and mantissas and falls back to fp64."""
 from __future__ import annotations
 
 from typing import Sequence
 
 import torch
 
-from task.formats import E2M1_VALUES, e4m3fn_value
+from problems.nvfp4_group_gemm.formats import E2M1_VALUES, e4m3fn_value
 
 #: Largest |e2m1| in halves (6 = 12 / 2): what ``exact_in_fp32`` assumes when the data is not looked at.
 E2M1_MAX_HALVES = 12

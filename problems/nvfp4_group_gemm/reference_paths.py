@@ -1,23 +1,23 @@
-"""The fast paths of the exact reference, each exact wherever task.reference_bound's bound holds:
+"""The fast paths of the exact reference, each exact wherever reference_bound's bound holds:
 
 - the torch decode (``_decode``: a 65536-entry table gathered by one int32 index per byte) then one GEMM per group
   with fp32 output (``_fast``, ``_gemms``): bf16 operands on CUDA, fp32 on the CPU;
 - the CPU's integer path (``_fast_int8``): an int8 table decode and ``torch._int_mm``, taken where the elements
   fit int8 and ``_int_mm_pays`` finds it the faster on the host (``_fast_cpu`` chooses);
 - on CUDA, one Triton launch for the scale statistics and one GEMM over every group that decodes in registers
-  (task.reference_triton.grouped_gemm, reached through ``_queue_triton_many``).
+  (reference_triton.grouped_gemm, reached through ``_queue_triton_many``).
 
 The CPU's integer path. Where the bound holds, ``x = e * 2^(mu - 10)`` with ``e = h * (q >> mu)`` an integer (every
 nonzero ``q`` of the operand is a multiple of ``2^mu``). When ``H * (Q >> mu) <= 127`` for both operands every ``e``
 is an int8, an int32-accumulating GEMM (``torch._int_mm``) returns ``S = sum e_A e_B`` exactly, and
-task.reference_bound's bound is ``|S| <= 2^24``: ``S`` converts to fp32 exactly, the scaling by
+reference_bound's bound is ``|S| <= 2^24``: ``S`` converts to fp32 exactly, the scaling by
 ``2^(mu_A + mu_B - 20)`` is exact, and the fp16 conversion is the one rounding. Official data has ``e`` in -6..6
 (``Q >> mu = 2``, ``H <= 12`` assumed: 24).
 
 The H200 measurement behind the fast path (docs/hardware.md, 2026-11-30): bf16 operands with fp32 output
 (``torch.mm(a, b, out_dtype=torch.float32)``) matched the fp64 reference bit for bit, and the decode into wide
 dtypes cost more than the GEMM, hence the table decode here; on CUDA the Triton GEMM writes no decoded operand
-at all (task.reference_triton.grouped_gemm; its tensor-core sums are covered by task.reference_bound's argument).
+at all (reference_triton.grouped_gemm; its tensor-core sums are covered by reference_bound's argument).
 cuBLAS's reduced-precision reductions (``allow_bf16_reduced_precision_reduction``) only apply when the output type is
 narrower than the fp32 compute type, never with fp32 output; bf16 is used rather than fp16 so
 ``allow_fp16_accumulation`` cannot apply either.
@@ -29,10 +29,10 @@ from typing import Sequence
 
 import torch
 
-from task import input_t
-from task.formats import E2M1_VALUES, SF_VEC, e4m3fn_value
-from task.reference_bound import E2M1_MAX_HALVES, SCALE_UNIT_EXP, _NAN_KEY, _codes, _key_table, _q
-from task.reference_scales import Scales, _scale_bytes_on
+from problems.nvfp4_group_gemm import input_t
+from problems.nvfp4_group_gemm.formats import E2M1_VALUES, SF_VEC, e4m3fn_value
+from problems.nvfp4_group_gemm.reference_bound import E2M1_MAX_HALVES, SCALE_UNIT_EXP, _NAN_KEY, _codes, _key_table, _q
+from problems.nvfp4_group_gemm.reference_scales import Scales, _scale_bytes_on
 
 
 #: A pair of decoded values read as one integer: how the table is gathered.
@@ -242,10 +242,10 @@ _TRITON: list = []
 
 
 def _triton_decoder():
-    """task.reference_triton, or None where triton does not import (imported once, on first use)."""
+    """reference_triton, or None where triton does not import (imported once, on first use)."""
     if not _TRITON:
         try:
-            from task import reference_triton
+            from problems.nvfp4_group_gemm import reference_triton
         except ImportError:
             reference_triton = None
         _TRITON.append(reference_triton)
@@ -262,14 +262,14 @@ def _triton_operands(data: input_t, scales: Scales, device: torch.device):
 
 def _triton_groups(data: input_t, scales: Scales, device: torch.device):
     """(uint8 [R, K/16] scale bytes per operand, (A packed, A scales, B packed, B scales) per group) of one input,
-    as task.reference_triton.grouped_gemm takes them."""
+    as reference_triton.grouped_gemm takes them."""
     codes, operands = _triton_operands(data, scales, device)
     return codes, [(*operands[2 * g], *operands[2 * g + 1]) for g in range(len(operands) // 2)]
 
 
 def _fast_triton(decoder, data: input_t, scales: Scales, device: torch.device):
     """The CUDA fast path of one input: its scale statistics and every group's GEMM, decoded in registers, by
-    task.reference_triton.grouped_gemm (two launches). Returns (uint8 [R, K/16] scale bytes per operand, int32
+    reference_triton.grouped_gemm (two launches). Returns (uint8 [R, K/16] scale bytes per operand, int32
     [operands, 2] statistics, fp16 [M, N, 1] outputs)."""
     _data, stats, codes, fast = _queue_triton_many(decoder, [data], scales, device)[0]
     return codes, stats, fast

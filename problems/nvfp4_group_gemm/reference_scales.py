@@ -6,14 +6,14 @@ from typing import Literal, Sequence
 
 import torch
 
-from task import input_t
-from task.formats import SF_VEC
+from problems.nvfp4_group_gemm import input_t
+from problems.nvfp4_group_gemm.formats import SF_VEC
 
 Scales = Literal["plain", "reordered"]
 
 
 def _unblocked(reordered: torch.Tensor, rows: int, blocks: int) -> torch.Tensor:
-    """The [rows, blocks] scales held in a blocked view [32, 4, rest_mn, 4, rest_k, 1] (task.formats.BLOCKED_PERMUTE
+    """The [rows, blocks] scales held in a blocked view [32, 4, rest_mn, 4, rest_k, 1] (formats.BLOCKED_PERMUTE
     of the storage), as a slice of one copy: the view's dims (r%32, (r%128)//32, r//128, j%4, j//4) permuted to
     (r//128, (r%128)//32, r%32, j//4, j%4), so that row-major order is (r, j)."""
     _, _, rest_mn, _, rest_k, _ = reordered.shape

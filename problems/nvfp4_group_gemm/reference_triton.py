@@ -2,7 +2,7 @@
 
 It reads each operand's packed e2m1 bytes [R, K/2] and e4m3fn scale bytes [R, K/16] once and writes the decoded
 products (value x scale) as bf16 [R, K] once, two bf16 per byte read (one int32 store); on the way it folds the
-scale bytes into ``task.reference``'s scale statistics (one (max key, max key) pair per operand, from the same
+scale bytes into ``reference``'s scale statistics (one (max key, max key) pair per operand, from the same
 256-entry key table ``exact_in_fp32`` reads), so no index tensor and no separate statistics pass exist.
 
 Decoding (exact, integer and fp32 operations only): a packed byte becomes two fp16 patterns worth its two e2m1
@@ -11,7 +11,7 @@ Each product is exact in fp32 (at most 6 significant bits, in [2^-10, 2688]), so
 the bf16 pattern of the same number. NaN scales (0x7F, 0xFF) give NaN products, as the torch table decode does.
 
 Under ``TRITON_INTERPRET=1`` (set before this module is imported) the kernel runs on CPU tensors; otherwise it
-needs CUDA tensors. ``task.reference.ref_kernel`` uses it on CUDA when triton imports.
+needs CUDA tensors. ``reference.ref_kernel`` uses it on CUDA when triton imports.
 """
 from __future__ import annotations
 
@@ -152,7 +152,7 @@ def decode_operands(operands: Sequence[tuple[torch.Tensor, torch.Tensor]], keys:
     ``operands``: per operand (packed, scales): uint8 [R, K/2] e2m1 pairs (element 2i the low nibble) and uint8
     [R, K/16] e4m3fn bytes, both with unit column stride (any row stride), on ``keys``' device. ``keys``: int32
     [256], entry c the int16 pair (low half, high half) of scale byte c whose maxima are wanted
-    (``task.reference``'s key table); entry 0x00 must lose both maxima. ``block_rows``, ``block_bytes``,
+    (``reference``'s key table); entry 0x00 must lose both maxima. ``block_rows``, ``block_bytes``,
     ``num_warps``: the tile (powers of two; ``block_bytes`` at least 8).
 
     Returns (values, stats): per operand a bf16 [R, K] tensor of value x scale (views of one buffer), and int32
@@ -388,7 +388,7 @@ def grouped_gemm(groups: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor
     (no decoded operand is ever written to memory; bf16 operands on a GPU, fp32 under the interpreter, whose dot
     does not take bf16): two launches queued on the current stream, no sync. The first takes the scale statistics
     (``scale_stats``), the second runs the GEMMs of all groups, tiled BLOCK_N x BLOCK_M; the same bits as
-    ``decode_operands`` followed by a GEMM with fp32 output wherever ``task.reference.exact_in_fp32`` holds (the
+    ``decode_operands`` followed by a GEMM with fp32 output wherever ``reference.exact_in_fp32`` holds (the
     caller checks it with the statistics and discards the rest). ``PreparedGemm`` does the same for groups whose
     tensors are refilled and run again.
 

@@ -6,10 +6,10 @@ from typing import Sequence
 
 import torch
 
-from task.reference_bound import _key_table
-from task.reference_paths import _int_mm_pays, _triton_decoder, _triton_groups
+from problems.nvfp4_group_gemm.reference_bound import _key_table
+from problems.nvfp4_group_gemm.reference_paths import _int_mm_pays, _triton_decoder, _triton_groups
 
-#: Rows of A and B per group of ``warm_up``'s inputs: small, a multiple of task.spec.MN_MULTIPLE.
+#: Rows of A and B per group of ``warm_up``'s inputs: small, a multiple of spec.MN_MULTIPLE.
 WARM_ROWS = 128
 
 
@@ -17,14 +17,14 @@ def warm_up(kinds: Sequence[tuple[Sequence[int], int]], device: torch.device | s
     """Compile and load what ``ReferencePlan`` and ``ref_kernel_many`` will launch on ``device`` for samples of
     these ``kinds``: (K per group, inputs per sample). On CUDA the Triton kernels are specialised by the
     sample's total group count (n inputs x G, rounded up to a power of two), by whether every K/2 is a multiple
-    of task.reference_triton.GEMM_BYTES and by alignment, so each kind's launches are built over official inputs
+    of reference_triton.GEMM_BYTES and by alignment, so each kind's launches are built over official inputs
     of WARM_ROWS rows per group and compiled, all kinds at once on a thread pool where triton allows
-    (task.reference_triton.compiling); the first kind is then run once, which builds triton's launchers. A fresh
+    (reference_triton.compiling); the first kind is then run once, which builds triton's launchers. A fresh
     H200 spent 3.4 s on the reference's first compile (2026-12-02, docs/journal.md), and 8.0 s compiling
     the benchmarks' kinds one after another; triton then caches them on disk. On the CPU only the integer path's
     choice (``_int_mm_pays``) is made. For a caller with time to spare (the parent while its worker
     starts). Raises what ``ref_kernel_many`` raises."""
-    from task.inputs import generate_many
+    from problems.nvfp4_group_gemm.inputs import generate_many
 
     device = torch.device(device)
     decoder = _triton_decoder() if device.type == "cuda" else None

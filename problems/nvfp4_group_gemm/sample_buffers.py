@@ -12,7 +12,7 @@ sfa (and sfb) of all calls are one contiguous block, so the copy of the plain sc
 transfer per group and operand. Either way one view with a leading ``calls`` dimension covers a tensor of every
 call: a draw or a copy costs one kernel per group and tensor, not per call. Device regions start on ALIGN-byte
 boundaries (kernels may load 16-byte vectors or use TMA); the host and output regions are packed. The views have the strides the official generator gives (a and b K-major permuted views of
-[1, M, K/2], c of [1, M, N], the reordered scales the blocked view, task.formats).
+[1, M, K/2], c of [1, M, N], the reordered scales the blocked view, formats).
 """
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ from typing import Sequence
 
 import torch
 
-from task import input_t
-from task.formats import ATOM_COLS, ATOM_ROWS, BLOCKED_PERMUTE, SF_VEC
-from task.inputs import OFFICIAL_NIBBLE_MASK
-from task.spec import Case
+from problems.nvfp4_group_gemm import input_t
+from problems.nvfp4_group_gemm.formats import ATOM_COLS, ATOM_ROWS, BLOCKED_PERMUTE, SF_VEC
+from problems.nvfp4_group_gemm.inputs import OFFICIAL_NIBBLE_MASK
+from problems.nvfp4_group_gemm.spec import Case
 
 #: Byte alignment of every device region.
 ALIGN = 256
@@ -122,6 +122,12 @@ class Layout:
         return cls(case, calls, tuple(groups), max(dev, ALIGN), max(host, 1), max(out, 2))
 
 
+def layout_of_sizes(m: Sequence[int], n: Sequence[int], k: Sequence[int], calls: int) -> Layout:
+    """``Layout.of`` a case known only by its per-group sizes (the worker's Run request; the seed, 0, is not
+    part of a layout). Raises ValueError for calls < 1."""
+    return Layout.of(Case(m, n, k, len(m), 0), calls)
+
+
 def _batched(buf: torch.Tensor, stride: int, offset: int, shape: tuple[int, ...], calls: int) -> torch.Tensor:
     """A [calls, *shape] contiguous-per-call view of uint8 ``buf`` at ``offset`` (from ``buf``'s first element, which
     may be a slice of a larger buffer), calls ``stride`` bytes apart."""
@@ -183,7 +189,7 @@ class Views:
 
 
 def write_input(views: Views, call: int, data: input_t) -> None:
-    """Copy one input_t (e.g. from task.inputs.generate_input) into ``call``'s regions, every byte of it: the
+    """Copy one input_t (e.g. from inputs.generate_input) into ``call``'s regions, every byte of it: the
     reordered scales' padding too."""
     (abc, sfs, sfs_r, _sizes) = data
     for i, ((a, b, c), (sfa, sfb), (ra, rb)) in enumerate(zip(abc, sfs, sfs_r)):
@@ -212,7 +218,7 @@ def draw_official(views: Views, gen: torch.Generator, into: Sequence[Sequence[to
     """Fill every call of ``views`` with fresh data of the official distribution, drawn from ``gen`` alone (on
     the device buffer's device), a few kernels per group for all calls at once.
 
-    The distribution is the official generator's (task.inputs) but for one byte value: bytes uniform over 0..255
+    The distribution is the official generator's (inputs) but for one byte value: bytes uniform over 0..255
     (official: 0..254, one fewer preimage of 0xBB) masked with OFFICIAL_NIBBLE_MASK, so the same 64 values with
     frequencies 1/64 (official: 4/255 or 3/255); c standard normal fp16; every scale (padding included) 1.0 or 2.0
     with probability 1/2. Bytes are drawn 8 at a time as int64 words, scales 64 at a time, one bit each (8x and
@@ -220,7 +226,7 @@ def draw_official(views: Views, gen: torch.Generator, into: Sequence[Sequence[to
     enter no result, so a caller refilling the same buffers draws it once (on a 2-core CPU the normals were
     1.2-2.5 ms of a smoke sample's 2.6-3.7 ms draw). The draw order is
     not (the official order draws the plain scales on the CPU generator, which costs about
-    20 ms per million scales; task.inputs.generate_input keeps that order bit for bit). Returns, per group, the
+    20 ms per million scales; inputs.generate_input keeps that order bit for bit). Returns, per group, the
     plain scales sfa and sfb as contiguous [calls, rows, K/16] uint8 tensors on the device: the reference reads
     them there, and ``copy_plain`` puts them into the host buffer. ``into``: tensors of that form (an earlier
     return value) to write them to, so views of them built once stay valid; they are returned.
@@ -243,7 +249,7 @@ def draw_official(views: Views, gen: torch.Generator, into: Sequence[Sequence[to
             padded = torch.empty((views.layout.calls, rest_mn * ATOM_ROWS, rest_k * ATOM_COLS), dtype=torch.uint8,
                                  device=dev)
             _random_bits(padded, gen).mul_(E4M3FN_TWO - E4M3FN_ONE).add_(E4M3FN_ONE)
-            # padded[r, j] = storage[r // 128, j // 4, r % 32, (r % 128) // 32, j % 4] (task.formats.blocked_offset)
+            # padded[r, j] = storage[r // 128, j // 4, r % 32, (r % 128) // 32, j % 4] (formats.blocked_offset)
             reordered.view(-1, rest_mn, rest_k, 32, 4, 4).copy_(
                 padded.view(-1, rest_mn, 4, 32, rest_k, 4).permute(0, 1, 4, 3, 2, 5))
             part = padded[:, :rows, :g.sf_cols]

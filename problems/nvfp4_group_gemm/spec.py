@@ -19,7 +19,7 @@ from typing import Iterable, Mapping
 
 import yaml
 
-from harness import shapes as _shapes
+import harness.shapes as _shapes
 from harness.problem import CaseError
 
 #: Every case's K must be a multiple of this (one e4m3fn scale per 16 e2m1 values, two values a byte, and the
@@ -28,9 +28,9 @@ K_MULTIPLE = 64
 #: M and N must be multiples of this (the official benchmarks use M in steps of 4, e.g. 76 and 148).
 MN_MULTIPLE = 4
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "shapes"
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "shapes"
 #: How a case's inputs are drawn: ``official`` (the official generator) or ``full-range`` (all 16 e2m1 codes,
-#: scales over e4m3fn's range; task.inputs). Kept here, free of torch, so the command line can offer them.
+#: scales over e4m3fn's range; inputs). Kept here, free of torch, so the command line can offer them.
 DATA_MODES: tuple[str, ...] = ("official", "full-range")
 #: Hex digits of a shape set's id (``shape_set_id``): 48 bits, short enough to type, and two sets in one store
 #: collide with odds of about n^2 / 2^49.

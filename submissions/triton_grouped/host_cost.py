@@ -26,9 +26,11 @@ sys.path.insert(0, str(HERE.parent.parent))
 
 import torch  # noqa: E402
 
-from task.inputs import generate_many  # noqa: E402
-from task.spec import load_shapes  # noqa: E402
+from harness.worker.task_alias import alias_task  # noqa: E402
+from problems.nvfp4_group_gemm.inputs import generate_many  # noqa: E402
+from problems.nvfp4_group_gemm.spec import load_shapes  # noqa: E402
 
+alias_task("nvfp4_group_gemm")  # submission.py's ``from task import``, as the worker resolves it
 _spec = importlib.util.spec_from_file_location("triton_grouped_submission", HERE / "submission.py")
 sub = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = sub

@@ -1,7 +1,7 @@
 """Standalone check and timing bench for submissions/wgmma_sm90 on a Hopper GPU (final numbers: the harness).
 
     python3 submissions/wgmma_sm90/bench.py --check            # every tests.yml and benchmarks.yml shape, both
-                                                               # data modes, against task.reference
+                                                               # data modes, against problems.nvfp4_group_gemm.reference
     python3 submissions/wgmma_sm90/bench.py --time --out DIR   # benchmark shapes: kernels alone and official-style
     python3 submissions/wgmma_sm90/bench.py --inspect          # no GPU: nvcc + ptxas report (registers, spills)
     WGMMA_SM90_NVCC_EXTRA=-DWG_TRACE python3 .../bench.py --trace   # per-CTA phase times of one call
@@ -28,13 +28,16 @@ sys.path.insert(0, str(HERE))
 
 import torch  # noqa: E402
 
+from harness.worker.task_alias import alias_task  # noqa: E402
+
+alias_task("nvfp4_group_gemm")  # the variant's ``task`` imports, as the worker resolves them
 import wgmma_sm90_host as host  # noqa: E402
 from harness.worker.timing import L2Flush, measure  # noqa: E402
-from task.check import check_outputs  # noqa: E402
-from task.cost import flops  # noqa: E402
-from task.inputs import generate_input  # noqa: E402
-from task.reference import ref_kernel  # noqa: E402
-from task.spec import load_shapes  # noqa: E402
+from problems.nvfp4_group_gemm.check import check_outputs  # noqa: E402
+from problems.nvfp4_group_gemm.cost import flops  # noqa: E402
+from problems.nvfp4_group_gemm.inputs import generate_input  # noqa: E402
+from problems.nvfp4_group_gemm.reference import ref_kernel  # noqa: E402
+from problems.nvfp4_group_gemm.spec import load_shapes  # noqa: E402
 
 BF16_DENSE_TFLOPS = 989.4
 #: ``alone``: GPU clock cycles the calls are queued behind (about 20 ms), longer than the host takes to queue them.

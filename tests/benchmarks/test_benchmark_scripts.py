@@ -66,7 +66,7 @@ def _official_style():
 def test_official_style_draws_inputs_as_each_problems_loop_does():
     """nvfp4_group_gemm: 15 inputs, seed + 42, 84, ...; gemv: its case seed alone, and in the leaderboard a new
     input before every sample, seed + 13, 26, 39 (reference-kernels eval.py), one call each."""
-    import problems
+    from harness import plugs
 
     official_style = _official_style()
 
@@ -82,7 +82,7 @@ def test_official_style_draws_inputs_as_each_problems_loop_does():
         def generate(self, case, seed):
             return seed
 
-    group, gemv = (Drawn(problems.get(p)) for p in ("nvfp4_group_gemm", "nvfp4_gemv"))
+    group, gemv = (Drawn(plugs.get(p)) for p in ("nvfp4_group_gemm", "nvfp4_gemv"))
     case = type("C", (), {"seed": 1000})()
     assert official_style._official_inputs(group, case) == [1000 + 42 * j for j in range(1, 16)]
     assert official_style._official_inputs(gemv, case) == [1000]

@@ -7,7 +7,7 @@ from harness.channel import MAGIC, MAX_HEADER, ChannelClosed, ChannelTimeout, Re
 from harness.protocol import ExitCode
 from harness.report.popcorn import lines, write_stream
 from harness.results.record import CaseResult, Environment, RunRecord, Stats, Status, SubmissionInfo, exit_code
-from task.spec import Case
+from problems.nvfp4_group_gemm.spec import Case
 
 
 def test_channel_skips_strays_and_delivers_any_frame_as_a_claim():

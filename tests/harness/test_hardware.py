@@ -1,8 +1,8 @@
-"""harness/hardware.py: GPU models by device name, and the roofline figures; task.cost keeps them importable."""
+"""harness/hardware.py: GPU models by device name, and the roofline figures; problems.nvfp4_group_gemm.cost keeps them importable."""
 from __future__ import annotations
 
 from harness.hardware import GPU_PEAKS, gpu_model, peaks_for, sol_ns_of, tflops_of
-from task import cost
+from problems.nvfp4_group_gemm import cost
 
 
 def test_gpu_model_names_a_known_model_or_keeps_the_device_name():

@@ -5,7 +5,7 @@ import pytest
 
 from harness import protocol as P
 from harness.protocol import BufferRef
-from task.returned import OutputMeta
+from harness.problem import OutputMeta
 
 
 def test_round_trip_keeps_types():

@@ -5,7 +5,7 @@ import pytest
 
 from harness import shapes
 from harness.problem import CaseError
-from task import spec as task_spec
+from problems.nvfp4_group_gemm import spec as task_spec
 
 
 def test_group_gemm_sets_are_the_task_sets_with_the_same_ids():
@@ -24,13 +24,13 @@ def test_group_gemm_sets_are_the_task_sets_with_the_same_ids():
     ("nvfp4_dual_gemm", "m: 1536; n: 512; k: 7168; l: 1; seed: 1111"),
 ])
 def test_a_problem_finds_its_own_official_sets(problem, first):
-    import problems
+    from harness import plugs
 
     tests = shapes.load_shapes("tests", problem)
-    plug = problems.get(problem)
+    plug = plugs.get(problem)
     assert tests.problem == problem and len(tests.cases) == 10 and plug.case_text(tests.cases[0]) == first
-    assert tests.cases == problems.load_cases(problem, "tests")
-    assert shapes.load_shapes("benchmarks", problem).cases == problems.load_cases(problem, "benchmarks")
+    assert tests.cases == plugs.load_cases(problem, "tests")
+    assert shapes.load_shapes("benchmarks", problem).cases == plugs.load_cases(problem, "benchmarks")
 
 
 def test_inline_and_text_cases_go_through_the_plug(tmp_path):
@@ -57,10 +57,10 @@ def test_an_unknown_set_names_the_problem_its_sets_and_an_example():
 
 
 def test_smoke_sets_are_small_enough_for_a_cpu():
-    import problems
+    from harness import plugs
 
     for problem in ("nvfp4_gemm", "nvfp4_gemv", "nvfp4_dual_gemm"):
-        plug = problems.get(problem)
+        plug = plugs.get(problem)
         for case in shapes.load_shapes("smoke", problem).cases:
             assert plug.flops(case) <= 2 * 256 * 256 * 256
 

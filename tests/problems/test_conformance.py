@@ -1,5 +1,6 @@
 """Every plug in problems/ satisfies harness/problem.py's contract, and the layers hold: harness/problem.py imports
-neither task nor problems nor torch; problems import from harness only harness.problem; plugs load without torch."""
+neither task nor problems nor torch; problems import from harness only its facts (harness.problem,
+harness.hardware, harness.shapes); plugs load without torch."""
 from __future__ import annotations
 
 import ast
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import problems
+from harness import plugs
 from harness import problem as contract
 from harness.problem import CaseError, OutputSpec, TensorSpec, TimingLoop, validate_outputs
 
@@ -19,21 +20,21 @@ METHODS = [n for n, v in vars(contract.Problem).items() if callable(v) and not n
 
 
 def test_the_four_problems_are_found():
-    assert problems.names() == ("nvfp4_dual_gemm", "nvfp4_gemm", "nvfp4_gemv", "nvfp4_group_gemm")
+    assert plugs.names() == ("nvfp4_dual_gemm", "nvfp4_gemm", "nvfp4_gemv", "nvfp4_group_gemm")
     with pytest.raises(CaseError, match="unknown problem 'nvfp4_x': expected one of nvfp4_dual_gemm, nvfp4_gemm"):
-        problems.get("nvfp4_x")
+        plugs.get("nvfp4_x")
 
 
-@pytest.mark.parametrize("name", problems.names())
+@pytest.mark.parametrize("name", plugs.names())
 def test_plug_satisfies_the_contract(name):
-    plug = problems.get(name)
+    plug = plugs.get(name)
     assert isinstance(plug, contract.Problem) and plug.name == name
     for method in METHODS:  # same parameter names as the contract
         want = list(inspect.signature(getattr(contract.Problem, method)).parameters)[1:]
         assert list(inspect.signature(getattr(plug, method)).parameters) == want, method
     assert isinstance(plug.timing, TimingLoop) and plug.data_modes[0] == "official"
     for shape_set in ("tests", "benchmarks"):
-        cases = problems.load_cases(name, shape_set)
+        cases = plugs.load_cases(name, shape_set)
         for case in cases:
             assert isinstance(case, contract.Case) and case.seed == 1111
             again = plug.parse_case(dict(zip(plug.case_fields, (getattr(case, f) for f in plug.case_fields))))
@@ -47,14 +48,14 @@ def test_plug_satisfies_the_contract(name):
 
 
 def test_official_timing_loops():
-    loops = {n: problems.get(n).timing for n in problems.names()}
+    loops = {n: plugs.get(n).timing for n in plugs.names()}
     assert {n: (t.calls_per_sample, t.fresh_inputs_each_sample, t.seed_step) for n, t in loops.items()} == {
         "nvfp4_gemv": (1, True, 13), "nvfp4_gemm": (50, False, 42), "nvfp4_dual_gemm": (50, False, 42),
         "nvfp4_group_gemm": (15, False, 42)}
 
 
 def test_case_ids_and_texts_are_stable():
-    gemm = problems.get("nvfp4_gemm")
+    gemm = plugs.get("nvfp4_gemm")
     case = gemm.parse_case({"m": 128, "n": 256, "k": 256, "l": 1, "seed": 1111})
     assert gemm.case_text(case) == "m: 128; n: 256; k: 256; l: 1; seed: 1111"
     assert gemm.case_id(case) == "fbf81e18287a" and gemm.label(case) == "M=128 N=256 K=256 L=1"
@@ -93,15 +94,16 @@ def _imports(path: Path) -> list[str]:
 def test_layers():
     banned = ("task", "problems", "torch")
     assert not [m for m in _imports(ROOT / "harness" / "problem.py") if m.split(".")[0] in banned]
+    facts = ("harness.problem", "harness.hardware", "harness.shapes")
     for path in (ROOT / "problems").rglob("*.py"):
-        bad = [m for m in _imports(path) if m.startswith("harness") and m != "harness.problem"]
+        bad = [m for m in _imports(path) if m.startswith("harness") and m not in facts]
         assert not bad, f"{path}: {bad}"
 
 
 def test_plugs_load_without_torch():
-    code = ("import sys, problems\n"
-            "for n in problems.names():\n"
-            "    p = problems.get(n); p.label(problems.load_cases(n, 'tests')[0])\n"
+    code = ("import sys\nfrom harness import plugs\n"
+            "for n in plugs.names():\n"
+            "    p = plugs.get(n); p.label(plugs.load_cases(n, 'tests')[0])\n"
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})

@@ -69,12 +69,12 @@ def test_canaries_go_into_the_fp4_operands_only_and_fix_restores_the_drawn_bytes
     inside them (at most CANARIES bytes each, per call) until ``fix``."""
     import torch
 
-    import problems
+    from harness import plugs
     from harness import shapes
     from harness.parent.plain_samples import PlainSample
     from harness.parent.samples import CANARIES, SharedSet
 
-    plug = problems.get("nvfp4_gemm")
+    plug = plugs.get("nvfp4_gemm")
     case = shapes.load_shapes("smoke", "nvfp4_gemm").cases[0]
     shared = SharedSet(torch.device("cpu"))
     sample = PlainSample(plug, case, 2, "official", torch.device("cpu"), shared)

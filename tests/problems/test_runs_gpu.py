@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-import problems
+from harness import plugs
 from harness.cli.commands import main
 from harness.results.store import ResultStore
 
@@ -30,7 +30,7 @@ def test_a_benchmark_runs_the_problems_own_loop(tmp_path, problem):
     result = CliRunner().invoke(main, ["run", "--submission", f"{problem}/triton", "--shapes", "smoke",
                                        "--mode", "benchmark", "--db", str(db)])
     assert result.exit_code == 0, result.output
-    loop = problems.get(problem).timing
+    loop = plugs.get(problem).timing
     with ResultStore(db) as store:
         (run,) = store.runs(problem=problem)
     for case in run.cases:

@@ -16,7 +16,7 @@ from harness.parent.hostinfo import nvidia_gpu_present
 from harness.results.record import CaseResult, Environment, RunRecord, Status, SubmissionInfo
 from harness.results.stats import summarize
 from harness.results.store import ResultStore
-from task.spec import K_MULTIPLE, MN_MULTIPLE, load_shapes
+from problems.nvfp4_group_gemm.spec import K_MULTIPLE, MN_MULTIPLE, load_shapes
 
 sys.path.insert(0, str(ROOT / "tools"))
 import install_torch  # noqa: E402

@@ -20,7 +20,7 @@ from harness.parent.sandbox import Sandbox
 from harness.parent.settings import Settings
 from harness.results.record import Status
 from harness.results.store import ResultStore, StoreRecorder
-from task.spec import Case, ShapeSet
+from problems.nvfp4_group_gemm.spec import Case, ShapeSet
 
 TWO_GROUPS = ShapeSet("t", (Case((64, 40), (128, 256), (256, 512), 2, 7),))
 TWO_CASES = ShapeSet("t2", (Case((64, 40), (128, 256), (256, 512), 2, 7), Case((32,), (128,), (128,), 1, 8)))
@@ -303,8 +303,8 @@ def test_time_below_the_physical_floor_fails_with_both_numbers(monkeypatch):
     """A reported time below max(FLOPs at the fastest MMA, bytes at HBM bandwidth) of the GPU is impossible:
     the case fails naming the time, the floor and the peaks it came from (here the H200's, a benchmark shape)."""
     from harness.parent.runner import CaseFailed, CaseRunner, Observer, Session
-    from task.cost import peaks_for, sol_ns
-    from task.spec import load_shapes
+    from problems.nvfp4_group_gemm.cost import peaks_for, sol_ns
+    from problems.nvfp4_group_gemm.spec import load_shapes
 
     case = load_shapes("benchmarks").cases[3]  # g2_n4096_k1536
     runner = CaseRunner(Session(read_variant(SHARED_CASES / "honest_torch.py"), FAST),

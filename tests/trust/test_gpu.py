@@ -11,10 +11,10 @@ from tests.trust.test_cases import FAST, TWO_CASES, TWO_GROUPS
 from harness.parent.registry import read_variant, resolve
 from harness.parent.runner import RunOptions, run
 from harness.results.record import Status
-from task.formats import BLOCKED_PERMUTE, blocked_index
-from task.inputs import generate_input
-from task.reference import ref_kernel
-from task.spec import Case, ShapeSet, load_shapes
+from problems.nvfp4_group_gemm.formats import BLOCKED_PERMUTE, blocked_index
+from problems.nvfp4_group_gemm.inputs import generate_input
+from problems.nvfp4_group_gemm.reference import ref_kernel
+from problems.nvfp4_group_gemm.spec import Case, ShapeSet, load_shapes
 
 pytestmark = pytest.mark.gpu
 

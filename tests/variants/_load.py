@@ -1,4 +1,5 @@
-"""Load a variant's entry file by path, as the worker does: its folder first on sys.path, then import.
+"""Load a variant's entry file by path, as the worker does: ``task`` its problem's package (nvfp4_group_gemm's:
+these are its variants), its folder first on sys.path, then import.
 
 Helper modules beside a submission.py are imported by plain name, so each variant names its helpers distinctly
 (two variants' ``host.py`` would otherwise share one ``sys.modules`` entry).
@@ -9,6 +10,8 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+
+from harness.worker.task_alias import alias_task
 
 ROOT = Path(__file__).resolve().parents[2]
 SUBMISSIONS = ROOT / "submissions"
@@ -23,11 +26,13 @@ def variant_dir(name: str) -> Path:
 
 
 def put_first_on_path(folder: Path) -> None:
-    """Make ``folder`` (and the repo root, for ``task``) importable, ``folder`` first."""
+    """Make ``folder`` (and the repo root, for ``problems``) importable, ``folder`` first; ``task`` is
+    nvfp4_group_gemm's package."""
     for path in (str(ROOT), str(folder)):
         if path in sys.path:
             sys.path.remove(path)
         sys.path.insert(0, path)
+    alias_task("nvfp4_group_gemm")
 
 
 def load_module(name: str, module: str = "submission") -> ModuleType:

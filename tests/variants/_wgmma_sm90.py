@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from task.spec import load_shapes
+from problems.nvfp4_group_gemm.spec import load_shapes
 
 from ._load import load_submission, variant_dir
 

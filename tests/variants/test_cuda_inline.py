@@ -17,11 +17,11 @@ import pytest
 import torch
 
 from harness.parent.registry import read_variant
-from task.check import compare
-from task.formats import ATOM_BYTES, ATOM_ROWS, SF_VEC, blocked_offset, unblock
-from task.inputs import generate_input
-from task.reference import dequantize, ref_kernel, round_to_fp16
-from task.spec import load_shapes
+from problems.nvfp4_group_gemm.check import compare
+from problems.nvfp4_group_gemm.formats import ATOM_BYTES, ATOM_ROWS, SF_VEC, blocked_offset, unblock
+from problems.nvfp4_group_gemm.inputs import generate_input
+from problems.nvfp4_group_gemm.reference import dequantize, ref_kernel, round_to_fp16
+from problems.nvfp4_group_gemm.spec import load_shapes
 
 from ._load import load_submission, variant_dir
 
@@ -190,7 +190,7 @@ def test_sfb_tmem_column_selects_the_rows_of_the_tile():
                                      (4096, 256)])
 def test_scale_offsets_match_blocked_layout(rows, k):
     """For every row of every tile and every scale column of every K block: the byte the kernel's bulk copy brings
-    to the place the MMA step reads is the byte task.formats puts scale (r, j) at."""
+    to the place the MMA step reads is the byte problems.nvfp4_group_gemm.formats puts scale (r, j) at."""
     rest_k = k // 64
     storage_bytes = -(-rows // 128) * rest_k * 512
     j = torch.arange(k // 16)

@@ -10,11 +10,11 @@ import sys
 import pytest
 import torch
 
-from task.check import check_outputs
-from task.formats import SF_VEC, blocked_offset, blocked_rest
-from task.inputs import generate_input
-from task.reference import ref_kernel
-from task.spec import load_shapes
+from problems.nvfp4_group_gemm.check import check_outputs
+from problems.nvfp4_group_gemm.formats import SF_VEC, blocked_offset, blocked_rest
+from problems.nvfp4_group_gemm.inputs import generate_input
+from problems.nvfp4_group_gemm.reference import ref_kernel
+from problems.nvfp4_group_gemm.spec import load_shapes
 
 from ._load import load_submission, put_first_on_path, variant_dir
 
@@ -249,7 +249,7 @@ def test_the_epilogue_is_predicated(compiled):
 @pytest.mark.slow
 def test_cute_scale_layout_addresses_the_blocked_layout():
     """The SFA/SFB layout the kernel builds (tile_atom_to_shape_SF), evaluated by CuTe on the CPU, against
-    task.formats.blocked_offset."""
+    problems.nvfp4_group_gemm.formats.blocked_offset."""
     import cutlass.cute as cute
     import cutlass.utils.blockscaled_layout as blockscaled_utils
 

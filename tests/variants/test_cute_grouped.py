@@ -11,11 +11,11 @@ import sys
 import pytest
 import torch
 
-from task.check import check_outputs
-from task.formats import SF_VEC, blocked_offset, blocked_rest
-from task.inputs import generate_input
-from task.reference import ref_kernel
-from task.spec import load_shapes
+from problems.nvfp4_group_gemm.check import check_outputs
+from problems.nvfp4_group_gemm.formats import SF_VEC, blocked_offset, blocked_rest
+from problems.nvfp4_group_gemm.inputs import generate_input
+from problems.nvfp4_group_gemm.reference import ref_kernel
+from problems.nvfp4_group_gemm.spec import load_shapes
 from ._load import load_submission, put_first_on_path, variant_dir
 
 VARIANT = "cute_grouped"
@@ -359,7 +359,7 @@ def test_group_count_changes_the_compiled_code(compiled):
 @pytest.mark.slow
 def test_cute_scale_layout_addresses_the_blocked_layout():
     """The layout the kernel builds for SFA/SFB (tile_atom_to_shape_SF) evaluated by CuTe itself, against
-    task.formats.blocked_offset; traced for a CPU-only compile of a host function."""
+    problems.nvfp4_group_gemm.formats.blocked_offset; traced for a CPU-only compile of a host function."""
     import cutlass.cute as cute
     import cutlass.utils.blockscaled_layout as blockscaled_utils
 

@@ -1,5 +1,5 @@
 """submissions/cute_wgmma_sm90: the decode's bit arithmetic (the very functions the kernel traces) against
-task.formats, the scale layout, grid bookkeeping, validation, the caches, the sm_90a compile on the CPU, and on a
+problems.nvfp4_group_gemm.formats, the scale layout, grid bookkeeping, validation, the caches, the sm_90a compile on the CPU, and on a
 Hopper GPU every official test and benchmark shape in both data modes against the exact reference."""
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from harness.parent.registry import read_variant
-from task.check import check_outputs
-from task.formats import E2M1_VALUES, blocked_offset, blocked_rest, e4m3fn_value
-from task.inputs import generate_input
-from task.reference import ref_kernel
-from task.spec import load_shapes
+from problems.nvfp4_group_gemm.check import check_outputs
+from problems.nvfp4_group_gemm.formats import E2M1_VALUES, blocked_offset, blocked_rest, e4m3fn_value
+from problems.nvfp4_group_gemm.inputs import generate_input
+from problems.nvfp4_group_gemm.reference import ref_kernel
+from problems.nvfp4_group_gemm.spec import load_shapes
 
 from ._load import ROOT, load_submission, variant_dir
 
@@ -64,7 +64,7 @@ def test_without_the_dsl_the_import_names_the_package_and_the_tool():
     assert "tools/dsl_to_device.py" in done.stderr
 
 
-# --- the decode: exact against task.formats -------------------------------------------------------------------
+# --- the decode: exact against problems.nvfp4_group_gemm.formats -------------------------------------------------------------------
 def test_decode_word_gives_every_code_times_2_to_the_minus_14_in_every_position():
     for code in range(16):
         for pos in range(8):  # nibble pos of the word = K element pos (element 2i the low nibble of byte i)
@@ -78,7 +78,7 @@ def test_decode_word_gives_every_code_times_2_to_the_minus_14_in_every_position(
 
 
 def test_decode_word_on_random_words_matches_decode_e2m1():
-    from task.formats import decode_e2m1
+    from problems.nvfp4_group_gemm.formats import decode_e2m1
 
     rng = np.random.default_rng(5)
     words = rng.integers(0, 2**32, size=2000, dtype=np.uint64)
@@ -343,7 +343,7 @@ import json, sys, time
 t0 = time.perf_counter()
 sys.path.insert(0, {root!r})
 from tests.variants._load import load_submission
-from task.inputs import generate_input
+from problems.nvfp4_group_gemm.inputs import generate_input
 import torch
 sub = load_submission("cute_wgmma_sm90")
 t1 = time.perf_counter()

@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from task.check import compare
-from task.inputs import generate_input
-from task.reference import ref_kernel
-from task.spec import load_shapes
+from harness.worker.task_alias import alias_task
+from problems.nvfp4_group_gemm.check import compare
+from problems.nvfp4_group_gemm.inputs import generate_input
+from problems.nvfp4_group_gemm.reference import ref_kernel
+from problems.nvfp4_group_gemm.spec import load_shapes
 
 ROOT = Path(__file__).resolve().parents[2]
 ENTRY = ROOT / "submissions" / "triton_grouped" / "submission.py"
@@ -27,6 +28,7 @@ def _load():
     """submission.py by path under a private module name (imports triton, launches nothing)."""
     name = "fp4bench_triton_grouped_submission"
     if name not in sys.modules:
+        alias_task("nvfp4_group_gemm")
         spec = importlib.util.spec_from_file_location(name, ENTRY)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
@@ -38,7 +40,7 @@ sub = _load()
 
 
 def mismatches(out, ref) -> list[int]:
-    """Per group: elements outside the official tolerance (task.check.compare)."""
+    """Per group: elements outside the official tolerance (problems.nvfp4_group_gemm.check.compare)."""
     return [compare(o, r).mismatches for o, r in zip(out, ref)]
 
 
@@ -48,9 +50,11 @@ def mismatches(out, ref) -> list[int]:
 INTERPRETER_SCRIPT = r"""
 import importlib.util, json, sys
 import torch
-from task.check import compare
-from task.inputs import generate_input
-from task.reference import ref_kernel
+from problems.nvfp4_group_gemm.check import compare
+from problems.nvfp4_group_gemm.inputs import generate_input
+from problems.nvfp4_group_gemm.reference import ref_kernel
+from harness.worker.task_alias import alias_task
+alias_task("nvfp4_group_gemm")
 spec = importlib.util.spec_from_file_location("tg_interp", sys.argv[1])
 sub = importlib.util.module_from_spec(spec); sys.modules["tg_interp"] = sub; spec.loader.exec_module(sub)
 TC = sub.TileClass

@@ -9,7 +9,7 @@
   every half is scaled by the scale of its own 16-value K block.
 - The pre-pass (fp4_predecode_a): emulated on a full-range input (every e2m1 code, scales down to subnormals and
   zero), its scratch holds, at every (K step, row, slice, position) of the B fragments, the fp16 pattern of the
-  logical K's value x scale x 2^-14 (values from task.formats on the plain scales, not the blocked copy the kernel
+  logical K's value x scale x 2^-14 (values from problems.nvfp4_group_gemm.formats on the plain scales, not the blocked copy the kernel
   reads), through the swizzle, rows past M zero; and its thread's stores match ADecoder's placement.
 
 The emulation mirrors kernel.cu's code; the test also checks that kernel.cu still has the lines it mirrors.
@@ -281,8 +281,8 @@ def test_kernel_cu_has_the_mirrored_pre_pass():
 
 @pytest.mark.parametrize("m, k", [(200, 256), (40, 128)])
 def test_pre_pass_scratch_is_the_decoded_buffer_image_of_every_step(m, k):
-    from task.formats import decode_e2m1, decode_e4m3fn
-    from task.inputs import generate_input
+    from problems.nvfp4_group_gemm.formats import decode_e2m1, decode_e4m3fn
+    from problems.nvfp4_group_gemm.inputs import generate_input
 
     sizes_m = [m]
     data = generate_input(sizes_m, [128], [k], 1, seed=11, data="full-range", device="cpu")
@@ -401,8 +401,8 @@ def test_ws_stage_holds_value_times_scale_where_the_descriptor_reads_it_in_as_k_
     0..127 of N, or A's rows, both written by ws_decode_row from the blocked scales the loader gathers), slice and
     position, the element the SS descriptor reads is the fp16 pattern of value x scale x 2^-14 of the logical K that
     A's placement (a_placement: ADecoder, the pre-pass) puts there, so both operands pair the same K."""
-    from task.formats import decode_e2m1, decode_e4m3fn
-    from task.inputs import generate_input
+    from problems.nvfp4_group_gemm.formats import decode_e2m1, decode_e4m3fn
+    from problems.nvfp4_group_gemm.inputs import generate_input
 
     data = generate_input([64], [rows], [k], 1, seed=13, data="full-range", device="cpu")
     (_, b_t, _), (_, sfb_plain), (_, sfb_blocked) = data[0][0], data[1][0], data[2][0]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from task.check import check_outputs
-from task.inputs import generate_input
-from task.reference import ref_kernel
+from problems.nvfp4_group_gemm.check import check_outputs
+from problems.nvfp4_group_gemm.inputs import generate_input
+from problems.nvfp4_group_gemm.reference import ref_kernel
 
 from ._wgmma_sm90 import BENCHMARK_CASES, TEST_CASES, host, sub
 
@@ -61,7 +61,7 @@ def _s8_plan_call(case, seed, edit=None):
 
 def _set_scale(data, g: int, which: int, row: int, col: int, code: int) -> None:
     """Scale (row, col) of group g's sfa (which = 0) or sfb (1) to e4m3fn ``code``, in the plain and the blocked
-    copy (task.formats' layout: storage (rest_mn, rest_k, 32, 4, 4))."""
+    copy (problems.nvfp4_group_gemm.formats' layout: storage (rest_mn, rest_k, 32, 4, 4))."""
     plain, blocked = data[1][g][which], data[2][g][which]
     plain.view(torch.uint8)[row, col, 0] = code
     blocked.view(torch.uint8)[row % 32, (row // 32) % 4, row // 128, col % 4, col // 4, 0] = code

@@ -7,7 +7,7 @@ import ctypes
 import pytest
 import torch
 
-from task.inputs import generate_input
+from problems.nvfp4_group_gemm.inputs import generate_input
 
 from ._wgmma_sm90 import BENCHMARK_CASES, host, sub
 

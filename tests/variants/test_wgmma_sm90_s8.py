@@ -179,8 +179,8 @@ def _storage(blocked: torch.Tensor) -> np.ndarray:
 
 @pytest.mark.parametrize("m, bm, m0", [(200, 128, 0), (200, 96, 128), (40, 64, 0)])
 def test_int8_pre_pass_times_b_fragments_is_four_c_exactly(m, bm, m0):
-    from task.inputs import generate_input
-    from task.reference import ref_kernel
+    from problems.nvfp4_group_gemm.inputs import generate_input
+    from problems.nvfp4_group_gemm.reference import ref_kernel
 
     n, k = 128, 256
     data = generate_input([m], [n], [k], 1, seed=5, device="cpu")
@@ -203,7 +203,7 @@ def test_int8_pre_pass_times_b_fragments_is_four_c_exactly(m, bm, m0):
 
 
 def test_int8_pre_pass_flags_full_range_scales():
-    from task.inputs import generate_input
+    from problems.nvfp4_group_gemm.inputs import generate_input
 
     m, k = 40, 128
     data = generate_input([m], [128], [k], 1, seed=5, data="full-range", device="cpu")

@@ -9,7 +9,7 @@ dequantised fp32 copies of A, B1 and B2 to memory. Self-contained: nothing but t
 """
 import torch
 
-from problems.nvfp4_dual_gemm import input_t, output_t
+from task import input_t, output_t
 
 SF_VEC = 16
 #: e2m1 code -> value (sign bit 3, two exponent bits with bias 1, one mantissa bit).

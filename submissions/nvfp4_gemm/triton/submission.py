@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from problems.nvfp4_gemm import input_t, output_t
+from task import input_t, output_t
 
 #: Tile: BM rows of A by BN rows of B, BKB bytes (2 * BKB values) of K per step.
 BM, BN, BKB = 128, 128, 32

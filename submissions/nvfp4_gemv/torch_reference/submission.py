@@ -9,7 +9,7 @@ a dequantised fp32 copy of A to memory. Self-contained: nothing but torch and th
 """
 import torch
 
-from problems.nvfp4_gemv import input_t, output_t
+from task import input_t, output_t
 
 SF_VEC = 16
 #: e2m1 code -> value (sign bit 3, two exponent bits with bias 1, one mantissa bit).

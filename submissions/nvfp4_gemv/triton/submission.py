@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from problems.nvfp4_gemv import input_t, output_t
+from task import input_t, output_t
 
 #: BM rows of A per program, BKB bytes (2 * BKB values) of K per step.
 BM, BKB = 32, 128

@@ -17,7 +17,7 @@ import time
 import torch
 
 from honest_torch import custom_kernel as _honest
-from task.arena import Layout, Views
+from task.sample_buffers import Layout, Views
 from task.spec import Case
 
 _shared: dict = {}

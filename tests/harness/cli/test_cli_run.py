@@ -64,7 +64,7 @@ def test_ctrl_c_kills_the_worker_at_once_instead_of_waiting_for_it(monkeypatch):
     from harness.parent.session import Session
     from harness.parent.process import EXIT_WAIT_S
     from harness.parent.registry import resolve
-    from task.spec import load_shapes
+    from problems.nvfp4_group_gemm.spec import load_shapes
 
     waits = []
     monkeypatch.setattr(Session, "release", lambda self, wait_s=EXIT_WAIT_S: waits.append(wait_s))

@@ -19,8 +19,8 @@ from harness.parent.samples import ArenaSample
 from harness.parent.session import Session
 from harness.parent.settings import Settings
 from harness.results.record import Status
-from task.arena import Layout
-from task.spec import Case, ShapeSet
+from problems.nvfp4_group_gemm.sample_buffers import Layout
+from problems.nvfp4_group_gemm.spec import Case, ShapeSet
 
 CASE = Case((64, 40), (128, 256), (256, 512), 2, 7)
 SETTINGS = Settings(import_s=60, first_call_s=60, call_s=60, calls_per_sample=15, warmup_samples=1, warmup_max=1,
@@ -156,13 +156,17 @@ def test_start_calibrates_then_load_sends_load_and_waits_for_its_reply(monkeypat
 
 @pytest.mark.parametrize("mode, counts", [("test", [1]), ("leaderboard", [1, 15])])
 def test_the_reference_is_warmed_for_every_sample_size_while_the_worker_starts(monkeypatch, mode, counts):
-    """run() hands task.reference.warm_up every case's K with each sample size the mode checks (1 input for a
-    correctness call, calls_per_sample for warm-up and timed samples) before it waits for the worker."""
+    """run() hands the plug's reference warm_up (SampleBuffers.warm_up) every case's K with each sample size the
+    mode checks (1 input for a correctness call, calls_per_sample for warm-up and timed samples) before it waits
+    for the worker."""
+    from harness import plugs
     from harness.parent import runner
 
     other = Case((128,), (256,), (1024,), 1, 3)
     seen = []
-    monkeypatch.setattr(runner, "warm_up", lambda kinds, device: seen.append((list(kinds), device.type)))
+    plug = plugs.get("nvfp4_group_gemm")
+    monkeypatch.setattr(plug, "sample_buffers", replace(
+        plug.sample_buffers, warm_up=lambda kinds, device: seen.append((list(kinds), device.type))))
     real_load = runner.load_failure
     monkeypatch.setattr(runner, "load_failure", lambda s: (seen.append("load"), real_load(s))[1])
     record = run(read_variant(HONEST), ShapeSet("two", (CASE, other)),

@@ -6,10 +6,10 @@ from __future__ import annotations
 import torch
 
 from harness.parent.samples import CANARIES, SharedSet, ArenaSample
-from task.arena import Layout, Views
-from task.check import compare
-from task.reference import ref_kernel
-from task.spec import Case
+from problems.nvfp4_group_gemm.sample_buffers import Layout, Views
+from problems.nvfp4_group_gemm.check import compare
+from problems.nvfp4_group_gemm.reference import ref_kernel
+from problems.nvfp4_group_gemm.spec import Case
 
 CASE = Case((64, 40), (128, 256), (256, 512), 2, 7)
 

@@ -20,7 +20,7 @@ from harness.parent.runner import RunOptions, run
 from harness.parent.sandbox import Sandbox
 from harness.parent.settings import Settings
 from harness.results.record import Status
-from task.spec import Case, ShapeSet
+from problems.nvfp4_group_gemm.spec import Case, ShapeSet
 
 #: 50 MiB of numbered 10-byte lines.
 LINES = 5 << 20

@@ -21,7 +21,7 @@ from harness.report.figures import fmt_us
 from harness.results.ranking import compare_geomeans, compare_samples
 from harness.results.record import Status
 from harness.results.store import ResultStore, StoreRecorder
-from task.spec import Case, ShapeSet
+from problems.nvfp4_group_gemm.spec import Case, ShapeSet
 
 #: Few samples, short limits (as tests/trust/test_cases.py's FAST): every shape gets exactly max_runs pairs on a CPU.
 FAST = Settings(import_s=60, first_call_s=60, call_s=60, calls_per_sample=15, warmup_samples=1, warmup_max=1,

@@ -10,7 +10,7 @@ from harness.parent import judge
 from harness.parent.judge import CaseFailed
 from harness.protocol import ExitCode
 from harness.results.record import CaseResult, Environment, RunRecord, Status, SubmissionInfo, exit_code
-from task.spec import Case
+from problems.nvfp4_group_gemm.spec import Case
 
 CASE = Case((64,), (128,), (256,), 1, 1)
 
@@ -98,9 +98,9 @@ def test_outputs_equal_to_a_non_finite_reference_are_a_harness_error():
     import torch
 
     from harness.parent.samples import ArenaSample, SharedSet
-    from task.arena import Layout
-    from task.check import ReferenceError
-    from task.returned import OutputMeta
+    from problems.nvfp4_group_gemm.sample_buffers import Layout
+    from problems.nvfp4_group_gemm.check import ReferenceError
+    from harness.problem import OutputMeta
 
     cpu = torch.device("cpu")
     shared = SharedSet(cpu)

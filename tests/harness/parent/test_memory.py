@@ -6,7 +6,7 @@ import pytest
 
 from harness.parent import memory
 from harness.parent.memory import Need, case_need, check_fits, fmt_gib, input_bytes, output_bytes, reference_bytes
-from task.spec import Case
+from problems.nvfp4_group_gemm.spec import Case
 
 ONE = Case((128,), (128,), (256,), 1, 1)
 

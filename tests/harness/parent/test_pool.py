@@ -21,7 +21,7 @@ from harness.parent.sandbox import Sandbox
 from harness.parent.settings import load_settings
 from harness.results.record import Status
 from harness.results.store import ResultStore
-from task.spec import load_shapes
+from problems.nvfp4_group_gemm.spec import load_shapes
 
 SMOKE = load_shapes("smoke")
 #: A submission that passes every case but the second (M = 128), where it hangs: before hanging it writes its

@@ -178,7 +178,7 @@ import cutlass.pipeline as pipeline
 from cutlass.cute.nvgpu import cpasync, tcgen05
 import cutlass.utils.blackwell_helpers as sm100_utils
 import torch
-from task import input_t, output_t
+from problems.nvfp4_group_gemm import input_t, output_t
 """
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from harness.parent.samples import ArenaSample, SharedSet
-from task.arena import Layout, Views
-from task.reference import ref_kernel
-from task.spec import Case
+from problems.nvfp4_group_gemm.sample_buffers import Layout, Views
+from problems.nvfp4_group_gemm.reference import ref_kernel
+from problems.nvfp4_group_gemm.spec import Case
 
 
 def _expected_match_the_shared_inputs(sample: ArenaSample, shared: SharedSet) -> None:

@@ -24,11 +24,11 @@ from harness.parent.sandbox import Launch, Sandbox, SandboxError, plan_for
 from harness.parent.settings import Settings, SettingsError, load_settings
 from harness.results.record import RunRecord, Status, run_from_dict
 from harness.results.store import ResultStore, StoreRecorder
-from task.spec import Case, ShapeSet
+from problems.nvfp4_group_gemm.spec import Case, ShapeSet
 
 ONE = ShapeSet("t", (Case((64, 40), (128, 256), (256, 512), 2, 7),))
 FAST = Settings(import_s=60, first_call_s=60, call_s=60)
-ATTEMPTS = ("write task/", "write store", "read parent environ", "open parent mem", "connect 127.0.0.1")
+ATTEMPTS = ("write problems/", "write store", "read parent environ", "open parent mem", "connect 127.0.0.1")
 #: A machine with nothing to confine a worker with: no bwrap, no Landlock, no namespaces, caps not droppable.
 BARE = sandbox.Offer(root=True, bwrap="", bwrap_error="not installed", bwrap_pid_ipc=False, landlock_abi=0,
                      unshare_net=False, unshare_pid_ipc=False, unshare_error="not installed", user_namespaces=False,
@@ -107,7 +107,7 @@ def test_escape_is_blocked_under_strict_and_nothing_lands(offer, tmp_path, monke
               RunOptions("test", settings=FAST, sandbox=Sandbox("strict", writable=(logs,))), StoreRecorder(store))
     assert [c.status for c in rec.cases] == [Status.PASS]
     assert _report(logs / "report.txt") == {a: "blocked" for a in ATTEMPTS}
-    assert not (ROOT / "task" / "ESCAPED.txt").exists() and _tree(default_store.parent) == before
+    assert not (ROOT / "problems" / "ESCAPED.txt").exists() and _tree(default_store.parent) == before
     abi = offer.landlock_abi
     how = f"landlock{abi}" if offer.mechanism == "landlock" else "bwrap" + (f"+landlock{abi}" if abi else "")
     assert rec.sandbox == f"strict via {how}: held {', '.join(sandbox.PROTECTIONS)}"
@@ -118,7 +118,7 @@ def test_escape_succeeds_with_the_sandbox_off(tmp_path, monkeypatch, listener):
     """The control: unconfined, the same attempts work (so the strict test can fail). The target checkout is a
     copy's skeleton in tmp_path, so the real one stays clean."""
     fake = tmp_path / "checkout"
-    (fake / "task").mkdir(parents=True)
+    (fake / "problems").mkdir(parents=True)
     (fake / "results").mkdir()
     monkeypatch.setenv("ESCAPE_ROOT", str(fake))
     monkeypatch.setenv("ESCAPE_REPORT", str(tmp_path / "report.txt"))
@@ -129,7 +129,7 @@ def test_escape_succeeds_with_the_sandbox_off(tmp_path, monkeypatch, listener):
     if os.geteuid() != 0:  # a non-root worker cannot read a parent made non-dumpable by an earlier sandboxed run
         report.pop("read parent environ"), report.pop("open parent mem")
     assert set(report.values()) == {"ok"}
-    assert (fake / "task" / "ESCAPED.txt").read_text() == "written by a submission\n"
+    assert (fake / "problems" / "ESCAPED.txt").read_text() == "written by a submission\n"
     with sqlite3.connect(fake / "results" / "fp4bench.sqlite") as con:
         assert con.execute("select name from sqlite_master").fetchall() == [("escaped",)]
 
@@ -423,7 +423,7 @@ def test_doctor_reports_what_this_machine_offers():
 
 # --- on the H200 (the device tool): CUDA inside the sandbox ------------------------------------------------------
 #: Which protection stops each of escape.py's attempts.
-STOPPED_BY = {"write task/": "writes", "write store": "reads", "read parent environ": "parent",
+STOPPED_BY = {"write problems/": "writes", "write store": "reads", "read parent environ": "parent",
               "open parent mem": "parent", "connect 127.0.0.1": "network"}
 
 
@@ -433,7 +433,7 @@ def test_gpu_variants_pass_inside_the_sandbox(name):
     """CUDA, CUDA IPC of the sample buffers, and the JIT caches (Triton, nvcc output, torch extensions) work
     inside: every official test shape passes, and the record says what held."""
     from harness.parent.registry import resolve
-    from task.spec import load_shapes
+    from problems.nvfp4_group_gemm.spec import load_shapes
 
     rec = run(resolve(name), load_shapes("tests"), RunOptions("test"))
     assert [c.status for c in rec.cases] == [Status.PASS] * len(rec.cases), [c.message for c in rec.cases]
@@ -452,7 +452,7 @@ def test_gpu_escape_is_blocked_where_the_protection_holds(tmp_path, monkeypatch,
     rec = run(read_variant(escape_beside_store[0]), ONE, RunOptions("test", sandbox=Sandbox(writable=(logs,))))
     assert [c.status for c in rec.cases] == [Status.PASS]
     held = rec.sandbox.split(": held ")[1].split(";")[0].split(", ") if ": held " in rec.sandbox else []
-    escaped = ROOT / "task" / "ESCAPED.txt"
+    escaped = ROOT / "problems" / "ESCAPED.txt"
     landed = escaped.exists()
     escaped.unlink(missing_ok=True)
     assert _report(logs / "report.txt") == {a: "blocked" if p in held else "ok" for a, p in STOPPED_BY.items()}

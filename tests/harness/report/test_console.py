@@ -36,7 +36,7 @@ from harness.results.ranking import NoRatio, compare_geomeans, compare_samples
 from harness.results.record import CaseResult, Environment, RunRecord, Stats, Status, SubmissionInfo
 from harness.results.stats import geomean, summarize
 from harness.results.store import ResultStore
-from task.spec import load_shapes
+from problems.nvfp4_group_gemm.spec import load_shapes
 
 WIDTHS = (80, 160)
 H200 = Environment("NVIDIA H200", "sm_90", "580.159", "2.11.0+cu130", "3.6.0", "not installed", "3.12.3",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-import problems
+from harness import plugs
 from harness.cli.commands import main
 from harness.hardware import peaks_for, sol_ns_of
 from harness.report.boards import leaderboards
@@ -15,7 +15,7 @@ from harness.results.stats import geomean, summarize
 from harness.results.store import ResultStore
 from tests.harness.report.test_report import H200, make_run
 
-GEMM = problems.get("nvfp4_gemm")
+GEMM = plugs.get("nvfp4_gemm")
 CASES = (GEMM.parse_case({"m": 128, "n": 7168, "k": 16384, "l": 1, "seed": 1111}),
          GEMM.parse_case({"m": 128, "n": 4096, "k": 7168, "l": 1, "seed": 1111, "name": "second"}))
 

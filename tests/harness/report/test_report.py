@@ -32,8 +32,8 @@ from harness.results.ranking import SpeedVerdict, compare_geomeans, compare_samp
 from harness.results.record import CaseResult, Environment, RunRecord, Status, SubmissionInfo, run_from_dict
 from harness.results.stats import geomean, summarize
 from harness.results.store import ResultStore
-from task.cost import GPU_PEAKS, sol_ns, tflops_at
-from task.spec import Case
+from problems.nvfp4_group_gemm.cost import GPU_PEAKS, sol_ns, tflops_at
+from problems.nvfp4_group_gemm.spec import Case
 
 H200 = Environment("NVIDIA H200", "sm_90", "580.159", "2.11.0+cu130", "3.6.0", "not installed", "3.12.3",
                    "dev-box", "cuda-events")

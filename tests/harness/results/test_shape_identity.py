@@ -1,4 +1,4 @@
-"""Shape-set identity: a set is its cases (task.spec.shape_set_id), its name only a label. Every run stores the
+"""Shape-set identity: a set is its cases (problems.nvfp4_group_gemm.spec.shape_set_id), its name only a label. Every run stores the
 id; the report commands take the same --shapes forms as run and match by content; the leaderboard ranks each
 variant by its best comparable run. Records built by hand, except one real run end to end."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ from harness.results.ranking import best_runs, comparable_key
 from harness.results.record import CaseResult, Environment, RunRecord, Status, SubmissionInfo, run_from_dict
 from harness.results.stats import geomean, summarize
 from harness.results.store import ResultStore
-from task.spec import Case, ShapeSet, load_shapes, shape_set_id
+from problems.nvfp4_group_gemm.spec import Case, ShapeSet, load_shapes, shape_set_id
 
 H200 = Environment("NVIDIA H200", "sm_90", "580.159", "2.11.0+cu130", "3.6.0", "not installed", "3.12.3",
                    "dev-box", "cuda-events")

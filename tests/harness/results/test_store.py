@@ -30,7 +30,7 @@ from harness.results.store import (
     StoreRecorder,
     resolve_db_path,
 )
-from task.spec import Case
+from problems.nvfp4_group_gemm.spec import Case
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -437,9 +437,9 @@ def test_a_v4_store_migrates_its_runs_to_nvfp4_group_gemm(tmp_path, monkeypatch)
 
 
 def test_a_run_of_another_problem_round_trips_with_its_own_cases(db):
-    import problems
+    from harness import plugs
 
-    gemv = problems.get("nvfp4_gemv")
+    gemv = plugs.get("nvfp4_gemv")
     case = gemv.parse_case({"m": 128, "k": 256, "l": 1, "seed": 1111, "name": "tiny"})
     run = dataclasses.replace(make_run("g1"), problem="nvfp4_gemv", cases=(
         case_result(case, [100.0, 110.0], Status.PASS),))

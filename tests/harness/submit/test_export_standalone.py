@@ -18,7 +18,7 @@ import torch
 
 from harness.parent.registry import resolve
 from harness.submit.export import export_variant
-from task.inputs import generate_input
+from problems.nvfp4_group_gemm.inputs import generate_input
 from tests.variants._load import load_module
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from task.formats import (
+from problems.nvfp4_group_gemm.formats import (
     ATOM_BYTES,
     ATOM_K,
     E2M1_VALUES,
@@ -18,7 +18,7 @@ from task.formats import (
     e4m3fn_value,
     unblock,
 )
-from task.inputs import generate_input
+from problems.nvfp4_group_gemm.inputs import generate_input
 
 
 def test_e2m1_decode_agrees_with_ml_dtypes_from_bits():

@@ -5,20 +5,20 @@ from __future__ import annotations
 import pytest
 import torch
 
-import problems
+from harness import plugs
 from harness.parent import memory
 from harness.problem import CaseError
-from task import cost
-from task.inputs import generate_input
-from task.reference import ref_kernel
-from task.spec import load_shapes
+from problems.nvfp4_group_gemm import cost
+from problems.nvfp4_group_gemm.inputs import generate_input
+from problems.nvfp4_group_gemm.reference import ref_kernel
+from problems.nvfp4_group_gemm.spec import load_shapes
 
-P = problems.get("nvfp4_group_gemm")
+P = plugs.get("nvfp4_group_gemm")
 CASE = P.parse_case({"m": [72, 128], "n": [128, 256], "k": [256, 512], "g": 2, "seed": 1111})
 
 
 def test_cases_match_task_spec():
-    assert problems.load_cases("nvfp4_group_gemm", "tests") == load_shapes("tests").cases
+    assert plugs.load_cases("nvfp4_group_gemm", "tests") == load_shapes("tests").cases
     assert P.case_text(CASE) == "m: [72, 128]; n: [128, 256]; k: [256, 512]; g: 2; seed: 1111"
     assert P.label(CASE) == "G=2 M=[72,128] N=[128,256] K=[256,512]"
     with pytest.raises(CaseError, match="k must be a multiple of 64, got 100"):
@@ -47,7 +47,7 @@ def test_check_sums_the_groups_evidence():
 
 
 def test_memory_and_cost_are_the_harness_figures():
-    for case in problems.load_cases("nvfp4_group_gemm", "benchmarks"):
+    for case in plugs.load_cases("nvfp4_group_gemm", "benchmarks"):
         assert P.input_bytes(case) == memory.input_bytes(case)
         assert P.reference_bytes(case) == memory.reference_bytes(case)
         assert (P.flops(case), P.bytes_moved(case)) == (cost.flops(case), cost.bytes_moved(case))

@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from task.formats import SF_VEC, blocked_offset, decode_e2m1, decode_e4m3fn, unblock
-from task.inputs import (
+from problems.nvfp4_group_gemm.formats import SF_VEC, blocked_offset, decode_e2m1, decode_e4m3fn, unblock
+from problems.nvfp4_group_gemm.inputs import (
     FULL_RANGE_SUBNORMAL_SHARE,
     FULL_RANGE_ZERO_SHARE,
     check_full_range_k,

@@ -10,11 +10,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import task.inputs
-from task.formats import unblock
-from task.inputs import generate_input
-from task import reference_paths
-from task.reference import (
+import problems.nvfp4_group_gemm.inputs
+from problems.nvfp4_group_gemm.formats import unblock
+from problems.nvfp4_group_gemm.inputs import generate_input
+from problems.nvfp4_group_gemm import reference_paths
+from problems.nvfp4_group_gemm.reference import (
     dequantize_lut,
     exact_in_fp32,
     ref_kernel,
@@ -23,10 +23,10 @@ from task.reference import (
     round_to_fp16,
     warm_up,
 )
-from task.reference_bound import _read_stats, _scale_stats
-from task.reference_paths import _fast, _fast_cpu, _int8_shift, _int8_table
-from task.reference_scales import _unblocked
-from task.spec import K_MULTIPLE, MN_MULTIPLE, load_shapes
+from problems.nvfp4_group_gemm.reference_bound import _read_stats, _scale_stats
+from problems.nvfp4_group_gemm.reference_paths import _fast, _fast_cpu, _int8_shift, _int8_table
+from problems.nvfp4_group_gemm.reference_scales import _unblocked
+from problems.nvfp4_group_gemm.spec import K_MULTIPLE, MN_MULTIPLE, load_shapes
 
 ONE, TWO, NAN = 0x38, 0x40, 0x7F  # e4m3fn bytes of 1.0, 2.0 and NaN
 
@@ -427,6 +427,6 @@ def test_cpu_fast_path_equals_fp64_wherever_the_bound_holds(m, n, k, mask, low_c
 def test_warm_up_on_the_cpu_only_chooses_the_integer_path(monkeypatch):
     monkeypatch.setattr(reference_paths, "_INT_MM", [])
     monkeypatch.setattr(reference_paths, "_int_mm_faster", lambda: "chosen")
-    monkeypatch.setattr(task.inputs, "generate_many", lambda *a, **k: pytest.fail("no inputs drawn on the CPU"))
+    monkeypatch.setattr(problems.nvfp4_group_gemm.inputs, "generate_many", lambda *a, **k: pytest.fail("no inputs drawn on the CPU"))
     warm_up([((256, 512), 15)], "cpu")
     assert reference_paths._INT_MM == ["chosen"]

@@ -1,4 +1,4 @@
-"""The Triton kernels of the fast reference (task.reference_triton) on the CPU, through Triton's interpreter: decoded
+"""The Triton kernels of the fast reference (problems.nvfp4_group_gemm.reference_triton) on the CPU, through Triton's interpreter: decoded
 bf16 bits against the torch table decode and ml_dtypes for every (byte, scale code) pair, the same pairs through the
 fused GEMM, the folded scale statistics against the torch gather, the whole CUDA fast path against the fp64
 reference. TRITON_INTERPRET must be set before
@@ -17,16 +17,16 @@ import numpy as np
 import pytest
 import torch
 
-from task.inputs import generate_input
-from task.reference import _Pending, _finish, ReferencePlan, dequantize_lut, ref_kernel_fp64
-from task.reference_bound import _key_table, _read_stats, _scale_stats
-from task.reference_paths import _fast, _fast_triton, _queue_triton_many
-from task.spec import load_shapes
+from problems.nvfp4_group_gemm.inputs import generate_input
+from problems.nvfp4_group_gemm.reference import _Pending, _finish, ReferencePlan, dequantize_lut, ref_kernel_fp64
+from problems.nvfp4_group_gemm.reference_bound import _key_table, _read_stats, _scale_stats
+from problems.nvfp4_group_gemm.reference_paths import _fast, _fast_triton, _queue_triton_many
+from problems.nvfp4_group_gemm.spec import load_shapes
 
 triton = pytest.importorskip("triton")
 
 CPU = torch.device("cpu")
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 interpreted_only = pytest.mark.skipif(not INTERPRETED, reason="runs in test_kernel_under_the_interpreter's child")
 #: Tests this module runs in the child (every test marked interpreted_only, parametrizations counted).
@@ -46,7 +46,7 @@ def test_kernel_under_the_interpreter():
 
 @pytest.fixture(scope="module")
 def interpreted():
-    from task import reference_triton
+    from problems.nvfp4_group_gemm import reference_triton
     return reference_triton
 
 
@@ -176,7 +176,7 @@ def test_kernel_compiles_for_hopper_without_a_gpu(aligned):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from task import reference_triton as rt
+    from problems.nvfp4_group_gemm import reference_triton as rt
 
     signature = {"meta_ptr": "*i64", "keys_ptr": "*i32", "out_ptr": "*i32", "stats_ptr": "*i32", "n_ops": "i32",
                  "OPS": "constexpr", "BLOCK_ROWS": "constexpr", "BLOCK_BYTES": "constexpr", "ALIGNED": "constexpr",
@@ -197,7 +197,7 @@ def test_fused_gemm_compiles_to_wgmma_for_hopper_without_a_gpu():
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from task import reference_triton as rt
+    from problems.nvfp4_group_gemm import reference_triton as rt
 
     signature = {"meta_ptr": "*i64", "out_ptr": "*fp16", "n_groups": "i32", "GROUPS": "constexpr",
                  "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BYTES": "constexpr", "ALIGNED": "constexpr",

@@ -1,10 +1,10 @@
-"""task.arena: the sample layout reproduces input_t exactly, and the batched draw has the official distribution."""
+"""problems.nvfp4_group_gemm.sample_buffers: the sample layout reproduces input_t exactly, and the batched draw has the official distribution."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from task.arena import (
+from problems.nvfp4_group_gemm.sample_buffers import (
     ALIGN,
     E4M3FN_ONE,
     E4M3FN_TWO,
@@ -15,10 +15,10 @@ from task.arena import (
     reference_inputs,
     write_input,
 )
-from task.formats import unblock
-from task.inputs import OFFICIAL_NIBBLE_MASK, generate_input
-from task.reference import ref_kernel
-from task.spec import Case, load_shapes
+from problems.nvfp4_group_gemm.formats import unblock
+from problems.nvfp4_group_gemm.inputs import OFFICIAL_NIBBLE_MASK, generate_input
+from problems.nvfp4_group_gemm.reference import ref_kernel
+from problems.nvfp4_group_gemm.spec import Case, load_shapes
 
 CASES = list(load_shapes("tests").cases[:4]) + [Case((4, 76), (128, 256), (64, 128), 2, 3)]
 
