@@ -18,7 +18,6 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import plugs
 from harness import ROOT
 from harness.parent.registry import ENTRY_FILE, Variant, problem_of
 from harness.submit import board
@@ -89,13 +88,6 @@ def _collect(module: Module, folder: Path, modules: dict, order: list[Module], v
                 raise ExportError(f"{module.where(node)}: a __future__ import not at the top of the module")
             module.futures.update(a.name for a in node.names)
             remove_statement(module, node)
-            continue
-        if _problem_types(node):  # from problems.<name> import input_t, ...: the runner's task.py has them
-            if id(node) not in top_level:
-                raise ExportError(f"{module.where(node)}: imports {node.module} inside a function or block; "
-                                  f"export rewrites only top-level imports of a problem's types")
-            names = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in node.names)
-            remove_statement(module, node, f"from task import {names}")
             continue
         targets = _targets(module, node, folder)
         if not targets:
@@ -170,16 +162,6 @@ def _targets(module: Module, node: ast.Import | ast.ImportFrom, folder: Path) ->
                 raise ExportError(f"{module.where(node)}: imports {name} from the module {top}.py")
             found.append((alias, top))
     return found
-
-
-def _problem_types(node: ast.Import | ast.ImportFrom) -> bool:
-    """Whether ``node`` is ``from problems.<a problem> import ...`` of names the runner's task.py defines
-    (board.TASK_NAMES): a variant of that problem imports its types so, the official runner has them in task."""
-    if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
-        return False
-    parts = node.module.split(".")
-    return (len(parts) == 2 and parts[0] == "problems" and parts[1] in plugs.names()
-            and all(a.name in board.TASK_NAMES for a in node.names))
 
 
 def _helper_leaves() -> set[str]:

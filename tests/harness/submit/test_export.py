@@ -16,7 +16,8 @@ from harness.submit.export import ExportError, export_variant, literal
 
 ROOT = Path(__file__).resolve().parents[3]
 SHIPPED = ["cuda_inline", "cute_dense_per_group", "cute_grouped", "cute_wgmma_sm90", "torch_reference", "triton_grouped",
-           "wgmma_sm90"]
+           "wgmma_sm90"] + [f"{p}/{v}" for p in ("nvfp4_gemm", "nvfp4_gemv", "nvfp4_dual_gemm")
+                            for v in ("torch_reference", "triton")]
 #: Built for sm_90a (the H200): the check says the B200 board would fail them, and nothing else.
 FOR_SM90 = ("cute_wgmma_sm90", "wgmma_sm90")
 HEAD = "#!POPCORN leaderboard nvfp4_group_gemm\n#!POPCORN gpu B200\n"
@@ -177,8 +178,9 @@ def test_export_command_refusals_are_one_line_with_exit_113(tmp_path):
 
 
 def test_a_problem_variant_exports_for_its_own_board_with_the_runners_task_types():
-    """nvfp4_gemm/torch_reference imports its types from problems.nvfp4_gemm; the official runner has them in
-    task.py: export rewrites the import and writes the problem's leaderboard directive, and the check passes."""
+    """nvfp4_gemm/torch_reference imports its types from task, as the official runner's task.py gives them (the
+    worker makes task problems.nvfp4_gemm): export keeps the import, writes the problem's leaderboard directive,
+    and the check passes."""
     from harness.parent.registry import resolve
     from harness.submit.check import check
     from harness.submit.export import export_variant
