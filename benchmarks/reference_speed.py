@@ -1,8 +1,8 @@
 """How fast is the exact reference? (issue 15, "Fast samples")
 
-Per shape: 15 inputs drawn with problems.nvfp4_group_gemm.inputs.generate_many (the official calls of one sample: seed + 42 * (1 + j)),
-then, interleaved per repeat (one repeat of every path, then the next), each path over all 15 inputs between one pair
-of CUDA events, L2 cleared first (a monotonic clock on a CPU):
+Per shape: 15 inputs drawn with problems.nvfp4_group_gemm.inputs.generate_many (the official calls of one sample: seed +
+42 * (1 + j)), then, interleaved per repeat (one repeat of every path, then the next), each path over all 15 inputs
+between one pair of CUDA events, L2 cleared first (a monotonic clock on a CPU):
 
     triton   ref_kernel(decode="triton"): the Triton decode with the folded scale statistics, then the GEMMs
     torch    ref_kernel(decode="torch"): the torch table decode (int32 index per byte, gathers, amax)
@@ -12,8 +12,8 @@ The window holds the host too: ref_kernel syncs once per input to read its bound
 queues the next input. ``--profile`` adds, per path, one more pass under torch.profiler: the sum of the device time
 of every kernel and copy (the "GPU time" the issue's 20 ms and <= 6 ms figures count) and the top operators.
 Every output of the fast paths is checked bit for bit against ref_kernel_fp64 (``exact`` per path).
-``--sweep`` also times the Triton decode alone (problems.nvfp4_group_gemm.reference_triton.decode_operands on every operand of the first
-shape's 15 inputs) for a few tiles.
+``--sweep`` also times the Triton decode alone (problems.nvfp4_group_gemm.reference_triton.decode_operands on every
+operand of the first shape's 15 inputs) for a few tiles.
 
     python benchmarks/reference_speed.py --out reference_speed.json                  # benchmarks, all paths
     python benchmarks/reference_speed.py --shapes tests --paths triton,fp64 --profile --sweep --out r.json

@@ -12,8 +12,8 @@ from harness.worker.task_alias import alias_task
 
 def load_submission(spec: str) -> tuple[Variant, object]:
     """``--submission`` value (a name under submissions/, a folder or a .py path) -> (its Variant, the imported
-    module), its folder first on sys.path and ``task`` its problem's package, as the worker has them. Exits with the registry's one-line message for a
-    submission that does not exist; raises whatever the import raises."""
+    module), its folder first on sys.path and ``task`` its problem's package, as the worker has them. Exits with the
+    registry's one-line message for a submission that does not exist; raises whatever the import raises."""
     try:
         variant = resolve(spec)
     except RegistryError as exc:

@@ -158,7 +158,7 @@ class RunRecord:
     geomean_ns: float | None = None   # leaderboard/benchmark: geometric mean of per-case mean_ns, all passed
     wall_s: float = 0.0               # the whole run's wall time
     window: str = ""                  # where the timed window's marks were held: native | python
-    shape_set_id: str = ""        # problems.nvfp4_group_gemm.spec.shape_set_id of the cases run ("" in records from before it)
+    shape_set_id: str = ""            # harness.shapes.shape_set_id of the cases run ("" in records from before it)
     sandbox: str = ""                 # how workers were confined: "off", or what held (harness.parent.sandbox)
     notes: tuple[str, ...] = ()       # run-wide notes: timers the submission replaced, hooks refused, stray bytes
     bracket: str = ""                 # the margin the parent held every window to (harness.parent.bracket)

@@ -21,9 +21,9 @@ Layout (schema version in ``PRAGMA user_version``, file marked with ``PRAGMA app
 
 Records are rebuilt with ``harness.results.record.run_from_dict``, so fields added to the records later load from old
 rows through that function's defaults. ``runs.shape_set_id`` (schema v2) identifies a run's shape set by its
-content (``problems.nvfp4_group_gemm.spec.shape_set_id``); ``shape_set`` is only its label. Rows are appended and never rewritten:
-``finish`` sets only the run row's end (time, complete, geomean, the run-wide ``notes``, schema v3). ``runs.problem``
-(schema v5) names the problem run; runs stored before it are nvfp4_group_gemm's. Schema changes
+content (``harness.shapes.shape_set_id``); ``shape_set`` is only its label. Rows are appended and never
+rewritten: ``finish`` sets only the run row's end (time, complete, geomean, the run-wide ``notes``, schema v3).
+``runs.problem`` (schema v5) names the problem run; runs stored before it are nvfp4_group_gemm's. Schema changes
 go in harness.results.schema (``MIGRATIONS``); opening an older file applies the missing steps in order, each in
 its own transaction; a newer or foreign file is refused with ``StoreError``.
 """

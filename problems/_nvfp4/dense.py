@@ -117,8 +117,8 @@ class DenseProblem:
         return OutputSpec("tensor", (TensorSpec((case.m, case.n, case.l), "torch.float16"),))
 
     def check(self, got, expected):
-        """problems.nvfp4_group_gemm.check.compare: elementwise with rtol = atol = 1e-3, NaN/inf where the reference has none a
-        mismatch. Raises ValueError when the shapes differ, ReferenceError for a non-finite reference."""
+        """problems.nvfp4_group_gemm.check.compare: elementwise with rtol = atol = 1e-3, NaN/inf where the reference has
+        none a mismatch. Raises ValueError when the shapes differ, ReferenceError for a non-finite reference."""
         from problems._nvfp4.formats import compare
 
         return compare(got, expected)

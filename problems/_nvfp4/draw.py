@@ -15,8 +15,8 @@ import torch
 
 from problems._nvfp4.formats import ATOM_BYTES, BLOCKED_PERMUTE, blocked_index, blocked_rest
 
-#: Full-range data: every partial sum of one output stays below ``bound`` (problems.nvfp4_group_gemm.inputs' argument): per 16-block
-#: the scales' product is at most 2^S * (15/8)^2, and |e2m1| <= 6, so with
+#: Full-range data: every partial sum of one output stays below ``bound`` (problems.nvfp4_group_gemm.inputs' argument):
+#: per 16-block the scales' product is at most 2^S * (15/8)^2, and |e2m1| <= 6, so with
 #: S = floor(log2(bound / (36 * (15/8)^2 * K))), |sum| <= K * 36 * 2^S * (15/8)^2 <= bound.
 _FULL_RANGE_PRODUCT = 36.0 * (15.0 / 8.0) ** 2
 FP16_MAX = 65504.0

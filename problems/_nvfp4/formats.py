@@ -1,8 +1,8 @@
 """e2m1 / e4m3fn decoding, the blocked 32x4x4 scale layout, fp4 packing, the one rounding to fp16 and the
 elementwise check, shared by the NVFP4 problems.
 
-Re-exported from ``task`` (the group_gemm problem's modules, unchanged) until stage 2 of issue 43 moves
-``task/formats.py`` here; the names stay.
+Re-exported from nvfp4_group_gemm's modules (``formats``, ``check``, ``reference``), where they were written first
+and where that problem's variants import them (``task.formats``); the names stay.
 """
 import torch
 

@@ -30,7 +30,8 @@ import torch
 from problems.nvfp4_group_gemm import input_t, output_t
 from problems.nvfp4_group_gemm.formats import SF_VEC, decode_e2m1, decode_e4m3fn
 from problems.nvfp4_group_gemm.reference_bound import _group_exact, _key_table, _read_stats, _scale_stats, exact_in_fp32
-from problems.nvfp4_group_gemm.reference_paths import _fast, _fast_cpu, _queue_triton_many, _triton_decoder, _triton_groups, dequantize_lut
+from problems.nvfp4_group_gemm.reference_paths import (_fast, _fast_cpu, _queue_triton_many, _triton_decoder,
+                                                      _triton_groups, dequantize_lut)
 from problems.nvfp4_group_gemm.reference_scales import Scales, _load_codes, _scale_sources
 from problems.nvfp4_group_gemm.reference_warm import warm_up
 

@@ -9,7 +9,8 @@ Timing: per shape, ``--inputs`` freshly generated inputs (seed + 42 i, the offic
 harness.worker.timing.measure's official loop (L2 cleared with a buffer the size of the L2, then every input
 back to back between one pair of CUDA events, divided by the count). Reports mean and median us per call and
 TFLOP/s, against the bf16 roofline (989.4 TFLOP/s dense). Each config is checked against
-problems.nvfp4_group_gemm.reference.ref_kernel on the first input (problems.nvfp4_group_gemm.check's tolerance) before it is timed.
+problems.nvfp4_group_gemm.reference.ref_kernel on the first input (problems.nvfp4_group_gemm.check's tolerance) before
+it is timed.
 """
 import argparse
 import importlib.util

@@ -1,4 +1,5 @@
-"""harness/hardware.py: GPU models by device name, and the roofline figures; problems.nvfp4_group_gemm.cost keeps them importable."""
+"""harness/hardware.py: GPU models by device name, and the roofline figures; problems.nvfp4_group_gemm.cost keeps them
+importable."""
 from __future__ import annotations
 
 from harness.hardware import GPU_PEAKS, gpu_model, peaks_for, sol_ns_of, tflops_of

@@ -161,7 +161,8 @@ def test_the_harness_imports_no_problem():
      "harness.report.extra:2 imports problems.nvfp4_gemm.plug"),
     ("harness/cli/extra.py", "import importlib\nP = importlib.import_module('problems.nvfp4_gemm.plug')\n",
      "harness.cli.extra:2 calls import_module('problems.nvfp4_gemm.plug')"),
-    ("harness/cli/extra.py", "def f(n):\n    return __import__(f'task.{n}')\n", "harness.cli.extra:2 calls __import__('task.')"),
+    ("harness/cli/extra.py", "def f(n):\n    return __import__(f'task.{n}')\n",
+     "harness.cli.extra:2 calls __import__('task.')"),
 ])
 def test_a_planted_problem_import_is_reported(tmp_path, where, line, expected):
     (tmp_path / where).parent.mkdir(parents=True)

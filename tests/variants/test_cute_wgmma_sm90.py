@@ -1,6 +1,6 @@
 """submissions/cute_wgmma_sm90: the decode's bit arithmetic (the very functions the kernel traces) against
-problems.nvfp4_group_gemm.formats, the scale layout, grid bookkeeping, validation, the caches, the sm_90a compile on the CPU, and on a
-Hopper GPU every official test and benchmark shape in both data modes against the exact reference."""
+problems.nvfp4_group_gemm.formats, the scale layout, grid bookkeeping, validation, the caches, the sm_90a compile on the
+CPU, and on a Hopper GPU every official test and benchmark shape in both data modes against the exact reference."""
 from __future__ import annotations
 
 import json
@@ -64,7 +64,7 @@ def test_without_the_dsl_the_import_names_the_package_and_the_tool():
     assert "tools/dsl_to_device.py" in done.stderr
 
 
-# --- the decode: exact against problems.nvfp4_group_gemm.formats -------------------------------------------------------------------
+# --- the decode: exact against problems.nvfp4_group_gemm.formats ------------------------------------------------
 def test_decode_word_gives_every_code_times_2_to_the_minus_14_in_every_position():
     for code in range(16):
         for pos in range(8):  # nibble pos of the word = K element pos (element 2i the low nibble of byte i)

@@ -9,8 +9,8 @@
   every half is scaled by the scale of its own 16-value K block.
 - The pre-pass (fp4_predecode_a): emulated on a full-range input (every e2m1 code, scales down to subnormals and
   zero), its scratch holds, at every (K step, row, slice, position) of the B fragments, the fp16 pattern of the
-  logical K's value x scale x 2^-14 (values from problems.nvfp4_group_gemm.formats on the plain scales, not the blocked copy the kernel
-  reads), through the swizzle, rows past M zero; and its thread's stores match ADecoder's placement.
+  logical K's value x scale x 2^-14 (values from problems.nvfp4_group_gemm.formats on the plain scales, not the blocked
+  copy the kernel reads), through the swizzle, rows past M zero; and its thread's stores match ADecoder's placement.
 
 The emulation mirrors kernel.cu's code; the test also checks that kernel.cu still has the lines it mirrors.
 """

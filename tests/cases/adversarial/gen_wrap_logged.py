@@ -1,6 +1,6 @@
 """gen_precompute.py, counting: wraps the input generators it can find in the worker (task.inputs.generate_input
-and generate_many, task.sample_buffers.draw_official) at import, and writes to WRAP_LOG how often any of them ran in this
-process. The worker draws nothing (the parent does), so the count must stay 0."""
+and generate_many, task.sample_buffers.draw_official) at import, and writes to WRAP_LOG how often any of them ran in
+this process. The worker draws nothing (the parent does), so the count must stay 0."""
 import os
 
 import task.sample_buffers as _ta

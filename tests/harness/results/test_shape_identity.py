@@ -1,6 +1,6 @@
-"""Shape-set identity: a set is its cases (problems.nvfp4_group_gemm.spec.shape_set_id), its name only a label. Every run stores the
-id; the report commands take the same --shapes forms as run and match by content; the leaderboard ranks each
-variant by its best comparable run. Records built by hand, except one real run end to end."""
+"""Shape-set identity: a set is its cases (problems.nvfp4_group_gemm.spec.shape_set_id), its name only a label. Every
+run stores the id; the report commands take the same --shapes forms as run and match by content; the leaderboard ranks
+each variant by its best comparable run. Records built by hand, except one real run end to end."""
 from __future__ import annotations
 
 import dataclasses

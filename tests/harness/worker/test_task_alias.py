@@ -49,7 +49,8 @@ def test_a_second_problem_replaces_the_first():
     task_alias.alias_task("nvfp4_gemm")
     assert importlib.import_module("task") is gemm and "task.formats" not in sys.modules
     assert importlib.import_module("task.inputs") is importlib.import_module("problems.nvfp4_gemm.inputs")
-    with pytest.raises(ModuleNotFoundError, match=r"^No module named 'task\.formats' \(task is problems\.nvfp4_gemm\)$"):
+    missing = r"^No module named 'task\.formats' \(task is problems\.nvfp4_gemm\)$"
+    with pytest.raises(ModuleNotFoundError, match=missing):
         importlib.import_module("task.formats")
 
 

@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from problems.nvfp4_group_gemm.check import OutputMeta, ReferenceError, all_finite_fp16, check_outputs, compare, describe, validate_container
+from problems.nvfp4_group_gemm.check import (OutputMeta, ReferenceError, all_finite_fp16, check_outputs, compare,
+                                            describe, validate_container)
 
 SIZES = [(4, 8, 64, 1), (2, 8, 64, 1)]
 

@@ -1,5 +1,5 @@
-"""The nvfp4_group_gemm plug is today's task/ behind the contract: the same cases, inputs, reference, memory and
-cost figures; its check sums the per-group evidence."""
+"""The nvfp4_group_gemm plug puts its package's modules behind the contract: the same cases, inputs, reference,
+memory and cost figures; its check sums the per-group evidence; its sample buffers are the package's own."""
 from __future__ import annotations
 
 import pytest
@@ -53,3 +53,18 @@ def test_memory_and_cost_are_the_harness_figures():
         assert (P.flops(case), P.bytes_moved(case)) == (cost.flops(case), cost.bytes_moved(case))
         spec = P.output_spec(case)
         assert spec.container == "list" and spec.nbytes == memory.output_bytes(case)
+
+
+def test_its_sample_buffers_are_the_packages_own_and_the_dense_plugs_have_none():
+    from problems.nvfp4_group_gemm import check, reference, sample_buffers as sb
+    from problems.nvfp4_group_gemm.spec import Case
+
+    kit = plugs.get("nvfp4_group_gemm").sample_buffers
+    assert (kit.layout, kit.views, kit.draw_official, kit.write_input, kit.copy_plain, kit.reference_inputs) == (
+        sb.Layout, sb.Views, sb.draw_official, sb.write_input, sb.copy_plain, sb.reference_inputs)
+    assert (kit.reference_plan, kit.ref_kernel_many, kit.warm_up, kit.check) == (
+        reference.ReferencePlan, reference.ref_kernel_many, reference.warm_up, check)
+    layout = kit.layout_of_sizes((96, 128), (256, 128), (512, 256), 15)  # the worker's: sizes alone, seed 0
+    assert layout == sb.Layout.of(Case((96, 128), (256, 128), (512, 256), 2, 0), 15)
+    assert layout.device_bytes == sb.Layout.of(Case((96, 128), (256, 128), (512, 256), 2, 1111), 15).device_bytes
+    assert [plugs.get(n).sample_buffers for n in ("nvfp4_dual_gemm", "nvfp4_gemm", "nvfp4_gemv")] == [None] * 3

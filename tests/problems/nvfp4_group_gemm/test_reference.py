@@ -427,6 +427,7 @@ def test_cpu_fast_path_equals_fp64_wherever_the_bound_holds(m, n, k, mask, low_c
 def test_warm_up_on_the_cpu_only_chooses_the_integer_path(monkeypatch):
     monkeypatch.setattr(reference_paths, "_INT_MM", [])
     monkeypatch.setattr(reference_paths, "_int_mm_faster", lambda: "chosen")
-    monkeypatch.setattr(problems.nvfp4_group_gemm.inputs, "generate_many", lambda *a, **k: pytest.fail("no inputs drawn on the CPU"))
+    monkeypatch.setattr(problems.nvfp4_group_gemm.inputs, "generate_many",
+                        lambda *a, **k: pytest.fail("no inputs drawn on the CPU"))
     warm_up([((256, 512), 15)], "cpu")
     assert reference_paths._INT_MM == ["chosen"]

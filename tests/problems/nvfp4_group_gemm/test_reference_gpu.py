@@ -14,7 +14,8 @@ import torch
 
 from problems.nvfp4_group_gemm.sample_buffers import Layout, Views, draw_official, reference_inputs
 from problems.nvfp4_group_gemm.inputs import generate_input
-from problems.nvfp4_group_gemm.reference import dequantize_lut, exact_in_fp32, ref_kernel, ref_kernel_fp64, ref_kernel_many, ReferencePlan
+from problems.nvfp4_group_gemm.reference import (ReferencePlan, dequantize_lut, exact_in_fp32, ref_kernel,
+                                                ref_kernel_fp64, ref_kernel_many)
 from problems.nvfp4_group_gemm.reference_bound import _key_table, _scale_stats
 from problems.nvfp4_group_gemm.reference_paths import _fast, _fast_triton, _operand_dtype, _triton_decoder
 from problems.nvfp4_group_gemm.spec import load_shapes
@@ -131,9 +132,9 @@ def test_fused_gemm_decodes_every_byte_under_every_scale_code():
 
 @pytest.mark.parametrize("shapes", ["tests", "benchmarks"])
 def test_plan_over_a_samples_buffers_matches_fp64_after_each_draw(shapes):
-    """ReferencePlan over one sample's buffers (problems.nvfp4_group_gemm.sample_buffers: 4 calls, plain scales on the device, as the parent's
-    prepare builds them), built once and run after each of three draws into the same buffers: prepared (its
-    launches built once) and bit for bit the fp64 reference of what the buffers hold at each run."""
+    """ReferencePlan over one sample's buffers (problems.nvfp4_group_gemm.sample_buffers: 4 calls, plain scales on the
+    device, as the parent's prepare builds them), built once and run after each of three draws into the same buffers:
+    prepared (its launches built once) and bit for bit the fp64 reference of what the buffers hold at each run."""
     dev = _cuda()
     for case in load_shapes(shapes).cases:
         layout = Layout.of(case, 4)
@@ -175,9 +176,9 @@ print(len(before), sorted(f for d in set(os.listdir(cache)) - before for f in os
 
 
 def test_warm_up_compiles_every_kernel_a_samples_reference_launches(tmp_path):
-    """After problems.nvfp4_group_gemm.reference.warm_up for the benchmarks' kinds (1 and 15 inputs), the reference over real sample
-    buffers of those kinds compiles nothing new, kernels or launchers: Triton's cache (a fresh directory) gains
-    no entry (the files of any new one are printed)."""
+    """After problems.nvfp4_group_gemm.reference.warm_up for the benchmarks' kinds (1 and 15 inputs), the reference over
+    real sample buffers of those kinds compiles nothing new, kernels or launchers: Triton's cache (a fresh directory)
+    gains no entry (the files of any new one are printed)."""
     root = Path(__file__).resolve().parents[3]
     proc = subprocess.run([sys.executable, "-c", _WARM_CHECK], cwd=root, capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, TRITON_CACHE_DIR=str(tmp_path), PYTHONPATH=str(root)))

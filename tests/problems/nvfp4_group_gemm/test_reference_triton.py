@@ -1,7 +1,7 @@
-"""The Triton kernels of the fast reference (problems.nvfp4_group_gemm.reference_triton) on the CPU, through Triton's interpreter: decoded
-bf16 bits against the torch table decode and ml_dtypes for every (byte, scale code) pair, the same pairs through the
-fused GEMM, the folded scale statistics against the torch gather, the whole CUDA fast path against the fp64
-reference. TRITON_INTERPRET must be set before
+"""The Triton kernels of the fast reference (problems.nvfp4_group_gemm.reference_triton) on the CPU, through Triton's
+interpreter: decoded bf16 bits against the torch table decode and ml_dtypes for every (byte, scale code) pair, the same
+pairs through the fused GEMM, the folded scale statistics against the torch gather, the whole CUDA fast path against the
+fp64 reference. TRITON_INTERPRET must be set before
 triton is imported, so these tests run in a child pytest with it set (test_kernel_under_the_interpreter) and never
 reach other tests. The same kernel compiled for the GPU is tested in test_reference_gpu.py."""
 from __future__ import annotations

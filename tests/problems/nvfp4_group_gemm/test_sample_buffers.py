@@ -1,4 +1,5 @@
-"""problems.nvfp4_group_gemm.sample_buffers: the sample layout reproduces input_t exactly, and the batched draw has the official distribution."""
+"""problems.nvfp4_group_gemm.sample_buffers: the sample layout reproduces input_t exactly, and the batched draw has the
+official distribution."""
 from __future__ import annotations
 
 import pytest

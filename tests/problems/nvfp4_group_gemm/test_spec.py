@@ -1,7 +1,8 @@
 """Shape specs: the official text format, YAML shape sets, inline cases, and their error messages."""
 import pytest
 
-from problems.nvfp4_group_gemm.spec import CONFIG_DIR, DEFAULT_SEED, Case, SpecError, load_shapes, parse_case_line, parse_text
+from problems.nvfp4_group_gemm.spec import (CONFIG_DIR, DEFAULT_SEED, Case, SpecError, load_shapes, parse_case_line,
+                                           parse_text)
 
 
 def test_parse_official_line():
