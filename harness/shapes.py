@@ -8,7 +8,7 @@ shape file is ``{cases: [{key: value, ...}, ...]}`` or an official task.yml (its
 lists). After a source, ``#`` picks a task.yml's list and then one case by number from 1 or by name
 (``task.yml#benchmarks``, ``benchmarks#2``, ``tests#3``).
 A shape set's problem is named, not held, so a set pickles to a pool worker as plain data; the registry
-(``problems``) is imported only where a plug is needed, so ``task`` may import this module.
+(harness.plugs) is imported only where a plug is needed, so a problem may import this module.
 """
 from __future__ import annotations
 

@@ -25,6 +25,9 @@ def test_round_trip_keeps_types():
     cal = P.Calibrate(3, BufferRef("cuda", 16, 0, "cd" * 64), profiler=True)
     assert P.decode(P.encode(cal), (P.Calibrate,)) == cal
     assert P.decode('{"msg": "Calibrate", "seq": 1}', (P.Calibrate,)).flags == P.NO_BUFFER
+    load = P.Load("/x/submission.py", "nvfp4_gemm")  # the worker's ``task`` is that problem's package
+    assert P.decode(P.encode(load), (P.Load,)) == load
+    assert P.decode('{"msg": "Load", "path": "s.py"}', (P.Load,)).problem == "nvfp4_group_gemm"
 
 
 @pytest.mark.parametrize("line, message", [
