@@ -131,8 +131,11 @@ class SampleBuffers:
     problem's own code (nvfp4_group_gemm: problems/nvfp4_group_gemm/sample_buffers.py and its reference and check).
 
     ``layout``: a class; ``layout.of(case, calls)`` lays out ``calls`` inputs of ``case`` (bytes: ``device_bytes``,
-    ``host_slot_bytes``, ``host_bytes``, ``output_bytes``; ``calls``, ``device_stride``, ``groups``).
-    ``layout_of_sizes(m, n, k, calls)``: the same layout from a Run request's sizes alone (the worker's side).
+    ``host_slot_bytes``, ``host_bytes``, ``output_bytes``; ``calls``, ``device_stride``; ``output_shapes``: each
+    output's shape, in order; ``operand_regions``: (offset, bytes) of one call's operands in the device buffer,
+    where the parent plants canaries).
+    ``sizes_of(case)``: the sizes a layout depends on, a tuple of int tuples (what a Run request carries);
+    ``layout_of_sizes(sizes, calls)``: the same layout from them alone (the worker's side).
     ``views``: a class; ``views(layout, device, host, output)`` gives tensor views of three flat uint8 buffers,
     ``.inputs()`` the calls' inputs, ``.outputs(call)`` / ``.out`` the output regions.
     ``write_input(views, call, data)``, ``draw_official(views, generator, into, fill_c)``, ``copy_plain(views,
@@ -140,12 +143,15 @@ class SampleBuffers:
     ``generate`` where it promises so).
     ``reference_plan``: a class; ``reference_plan(inputs).run()`` the expected outputs of the same buffers,
     launches built once. ``ref_kernel_many(inputs)``: the expected outputs of a list of inputs.
-    ``warm_up(kinds, device)``: compile what ``reference_plan`` and ``ref_kernel_many`` launch, for (K, calls)
-    pairs. ``check``: the module judging its outputs (``validate_container``, ``all_finite_fp16``, ``compare``,
-    ``check_outputs``).
+    ``warm_up(cases, calls, device)``: compile what ``reference_plan`` and ``ref_kernel_many`` launch for samples
+    of these cases with each of these numbers of calls. ``validate_outputs(container, metas, case, device)``: None
+    if a call's returned container (its type's name) and items (harness.problem.OutputMeta) are what ``case``
+    expects on ``device``, else what is wrong. ``check``: the module comparing outputs (``all_finite_fp16``,
+    ``compare``, ``check_outputs``).
     """
 
     layout: Any
+    sizes_of: Any
     layout_of_sizes: Any
     views: Any
     write_input: Any
@@ -155,6 +161,7 @@ class SampleBuffers:
     reference_plan: Any
     ref_kernel_many: Any
     warm_up: Any
+    validate_outputs: Any
     check: Any
 
 

@@ -97,18 +97,17 @@ class Map:
 
 @dataclass(frozen=True)
 class Run:
-    """``m``/``n``/``k`` per group (the worker lays out the buffers with its problem's sample buffers,
-    harness.problem.SampleBuffers.layout_of_sizes); ``watch``: report
+    """``sizes``: what the problem's sample buffers lay a sample out from (harness.problem.SampleBuffers
+    ``sizes_of`` / ``layout_of_sizes``; nvfp4_group_gemm: (M, N, K) per group), opaque to the harness;
+    ``watch``: report
     hooks left outside the window (timed samples); ``host_offset``: where this sample's host scales start in the
     host buffer (bytes; the parent fills two slots in turn); ``seq``: this request's number in the flag words
     (CUDA: the worker writes it to ``ready`` before its window, waits until ``go`` holds it, and writes it to
     ``end_calls`` after its end mark and to ``end_copy`` once its outputs are in the output buffer); ``ahead``:
     kept for compatibility, every timed run is answered ``Closed`` first. ``plan``: for a problem without an arena
-    (every one but nvfp4_group_gemm), a harness.plan.Plan as JSON, and ``m``/``n``/``k`` empty."""
+    (every one but nvfp4_group_gemm), a harness.plan.Plan as JSON, and ``sizes`` empty."""
 
-    m: tuple[int, ...]
-    n: tuple[int, ...]
-    k: tuple[int, ...]
+    sizes: tuple[tuple[int, ...], ...]
     calls: int
     kind: str
     watch: bool = True
@@ -230,7 +229,7 @@ def _readable(exc: msgspec.ValidationError) -> tuple[str, str]:
 def from_dict(d, expect: tuple = ()):
     """The message in ``d`` (a decoded JSON object), checked field by field against its class's type hints by
     msgspec (strict: no bool for a number, no str for an int); ``expect``: the classes allowed here. Raises
-    ProtocolError naming what was expected and what came, and where (``Run.m[0]: expected int, got float``)."""
+    ProtocolError naming what was expected and what came, and where (``Run.sizes[0][0]: expected int, got float``)."""
     if not isinstance(d, dict) or not isinstance(d.get("msg"), str):
         raise ProtocolError(f"expected a message object with a 'msg' name, got {str(d)[:80]!r}")
     body = dict(d)

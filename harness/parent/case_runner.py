@@ -76,8 +76,9 @@ class CaseRunner:
     def _sample(self, case: Case, calls: int, slot: int) -> ArenaSample:
         """The sample buffers of ``calls`` inputs of ``case`` in host slot ``slot``: the problem's own
         (samples.ArenaSample; nvfp4_group_gemm), else a plan (plain_samples.PlainSample)."""
-        arena = self.plug.sample_buffers is not None
-        key = (case.m, case.n, case.k, calls, slot) if arena else (case, calls, slot)
+        kit = self.plug.sample_buffers
+        arena = kit is not None
+        key = (kit.sizes_of(case), calls, slot) if arena else (case, calls, slot)
         if key not in self._samples:
             if len(self._samples) >= 4:  # keep the device memory of two shapes (two slots each) at most
                 self._samples.pop(next(iter(self._samples)))

@@ -178,13 +178,13 @@ def outputs(sample: ArenaSample, reply: P.RunReply) -> str | None:
     Raises ReferenceError if the reference itself is not finite."""
     if isinstance(sample, PlainSample):
         return plain_outputs(sample, reply)
-    L, case, check = sample.layout, sample.case, sample.kit.check
+    L, case, kit, check = sample.layout, sample.case, sample.kit, sample.kit.check
     calls = len(reply.containers)
     prefix = (lambda j: f"call {j + 1} of {calls}: ") if calls > 1 else (lambda j: "")
     if calls != L.calls:
         return f"expected {L.calls} calls, the worker reported {calls}"
     for j, (container, metas) in enumerate(zip(reply.containers, reply.metas)):
-        problem = check.validate_container(container_label(container), list(metas), case.problem_sizes,
+        problem = kit.validate_outputs(container_label(container), list(metas), case,
                                            str(sample.device))
         if problem:
             return prefix(j) + problem

@@ -79,7 +79,7 @@ class PlainSample(ArenaSample):
 
     def request(self, kind: str, watch: bool = True, ahead: bool = False) -> P.Run:
         """The Run request for this sample."""
-        return P.Run((), (), (), self.plan.calls, kind, watch=watch, host_offset=self.host_offset, ahead=ahead,
+        return P.Run((), self.plan.calls, kind, watch=watch, host_offset=self.host_offset, ahead=ahead,
                      plan=self.plan.to_json())
 
     def prepare(self, seeds: list[int], official_order: bool = True) -> None:

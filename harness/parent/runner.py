@@ -188,7 +188,7 @@ def while_workers_start(cases, opts: RunOptions, device: torch.device, problem: 
     kit = plugs.get(problem).sample_buffers
     if kit is not None:
         counts = {layout.calls for layout in sample_layouts(cases, opts, problem)} | {1}
-        kit.warm_up([(case.k, calls) for case in cases for calls in sorted(counts)], device)
+        kit.warm_up(cases, sorted(counts), device)
     if opts.mode in ("benchmark", "leaderboard", "compare"):
         ranking.t_quantile(0.975, 2.0)
 

@@ -158,8 +158,8 @@ class ArenaSample:
         self._order: list[int] = []
 
     def request(self, kind: str, watch: bool = True, ahead: bool = False) -> P.Run:
-        """The Run request for this sample (its groups' sizes; the worker lays out the same layout from them)."""
-        return P.Run(self.case.m, self.case.n, self.case.k, self.layout.calls, kind, watch=watch,
+        """The Run request for this sample (the sizes its layout depends on, SampleBuffers.sizes_of; the worker lays out the same layout from them)."""
+        return P.Run(self.kit.sizes_of(self.case), self.layout.calls, kind, watch=watch,
                      host_offset=self.host_offset, ahead=ahead)
 
     def _private_views(self):
@@ -203,14 +203,14 @@ class ArenaSample:
             torch.cuda.synchronize(self.device)
 
     def _canary_regions(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(start, length) in bytes of every call's and group's A and B in the device buffer."""
+        """(start, length) in bytes of every call's operands (the layout's ``operand_regions``) in the device
+        buffer."""
         L = self.layout
         starts, lengths = [], []
         for j in range(L.calls):
-            for g in L.groups:
-                for off, size in ((g.a, g.m * g.k // 2), (g.b, g.n * g.k // 2)):
-                    starts.append(j * L.device_stride + off)
-                    lengths.append(size)
+            for off, size in L.operand_regions:
+                starts.append(j * L.device_stride + off)
+                lengths.append(size)
         as_t = lambda v: torch.tensor(v, dtype=torch.int64, device=self.device).repeat_interleave(CANARIES)  # noqa
         return as_t(starts), as_t(lengths)
 

@@ -252,18 +252,21 @@ class Worker:
         if kit is None:
             raise P.ProtocolError(f"Run.plan: expected a plan for {self.problem} (it has no sample buffers of its "
                                   f"own), got none")
-        layout = kit.layout_of_sizes(req.m, req.n, req.k, req.calls)
+        try:
+            layout = kit.layout_of_sizes(req.sizes, req.calls)
+        except ValueError as exc:
+            raise P.ProtocolError(f"Run.sizes: {exc}") from None
         host = self.buffers["host"].tensor
         if req.host_offset < 0 or req.host_offset + layout.host_bytes > host.numel() or req.host_offset % 4096:
             raise P.ProtocolError(f"Run.host_offset: expected a 4096-byte multiple with {layout.host_bytes} bytes "
                                   f"after it in the {host.numel()}-byte host buffer, got {req.host_offset}")
-        key = (req.m, req.n, req.k, req.calls, req.host_offset)
+        key = (req.sizes, req.calls, req.host_offset)
         if key not in self._views:  # the views' Python objects cost ms; the buffers stay until the next Map
             views = kit.views(layout, self.buffers["device"].tensor, host[req.host_offset:],
                               self.buffers["output"].tensor)
             self._views[key] = (views, views.inputs())
         views, inputs = self._views[key]
-        copied = [[False] * len(req.m) for _ in range(req.calls)]
+        copied = [[False] * len(layout.output_shapes) for _ in range(req.calls)]
         return views, inputs, copied, self._copier(layout, views, copied)
 
     def _plain(self, req: P.Run):
@@ -314,10 +317,10 @@ class Worker:
         return copy_out
 
     def _copier(self, layout, views, copied: list[list[bool]]):
-        """``copy_out(outputs)`` for run_window: the plain fp16 [M, N, 1] tensors on our device that each call
-        returned go to the output buffer; ``copied`` records which. Its host work runs inside the parent's bracket
-        (between the worker's end flags), so the checks are kept to attribute reads."""
-        expect = [torch.Size((g.m, g.n, 1)) for g in layout.groups]
+        """``copy_out(outputs)`` for run_window: the plain fp16 tensors of the layout's output shapes on our device
+        that each call returned go to the output buffer; ``copied`` records which. Its host work runs inside the
+        parent's bracket (between the worker's end flags), so the checks are kept to attribute reads."""
+        expect = [torch.Size(shape) for shape in layout.output_shapes]
         groups = len(expect)
         where = self.device.index if self.device.type == "cuda" else -1
         if where is None:

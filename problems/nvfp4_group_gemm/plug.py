@@ -34,10 +34,17 @@ class GroupGemm:
         ref_kernel_many, warm_up) and check module, as harness.problem.SampleBuffers. Imports torch (first use)."""
         from problems.nvfp4_group_gemm import check, reference, sample_buffers as sb
 
-        return SampleBuffers(layout=sb.Layout, layout_of_sizes=sb.layout_of_sizes, views=sb.Views,
-                             write_input=sb.write_input, draw_official=sb.draw_official, copy_plain=sb.copy_plain,
-                             reference_inputs=sb.reference_inputs, reference_plan=reference.ReferencePlan,
-                             ref_kernel_many=reference.ref_kernel_many, warm_up=reference.warm_up, check=check)
+        def validate_outputs(container: str, metas, case: Case, device: str) -> str | None:
+            return check.validate_container(container, metas, case.problem_sizes, device)
+
+        def warm_up(cases, calls, device) -> None:
+            reference.warm_up([(case.k, n) for case in cases for n in calls], device)
+
+        return SampleBuffers(layout=sb.Layout, sizes_of=sb.sizes_of, layout_of_sizes=sb.layout_of_sizes,
+                             views=sb.Views, write_input=sb.write_input, draw_official=sb.draw_official,
+                             copy_plain=sb.copy_plain, reference_inputs=sb.reference_inputs,
+                             reference_plan=reference.ReferencePlan, ref_kernel_many=reference.ref_kernel_many,
+                             warm_up=warm_up, validate_outputs=validate_outputs, check=check)
 
     def parse_case(self, mapping: Mapping[str, Any], where: str = "") -> Case:
         """spec.case_from_mapping; its SpecError becomes CaseError (same message)."""

@@ -94,6 +94,17 @@ class Layout:
         return self.output_stride * self.calls
 
     @property
+    def output_shapes(self) -> tuple[tuple[int, int, int], ...]:
+        """The shape a right call returns for each output, in order: fp16 [M_g, N_g, 1] per group."""
+        return tuple((g.m, g.n, 1) for g in self.groups)
+
+    @property
+    def operand_regions(self) -> tuple[tuple[int, int], ...]:
+        """(offset, bytes) of one call's e2m1 operands (each group's A and B) in the device buffer; call j's lie
+        ``j * device_stride`` further: where the parent plants its canaries."""
+        return tuple(r for g in self.groups for r in ((g.a, g.m * g.k // 2), (g.b, g.n * g.k // 2)))
+
+    @property
     def host_slot_bytes(self) -> int:
         """The host bytes of one sample rounded up to 4 KiB: the stride of the host buffer's two slots (the parent
         fills one while the worker's calls read the other)."""
@@ -122,9 +133,17 @@ class Layout:
         return cls(case, calls, tuple(groups), max(dev, ALIGN), max(host, 1), max(out, 2))
 
 
-def layout_of_sizes(m: Sequence[int], n: Sequence[int], k: Sequence[int], calls: int) -> Layout:
-    """``Layout.of`` a case known only by its per-group sizes (the worker's Run request; the seed, 0, is not
-    part of a layout). Raises ValueError for calls < 1."""
+def sizes_of(case: Case) -> tuple[tuple[int, int, int], ...]:
+    """(M, N, K) per group: all a layout depends on (what the parent's Run request carries)."""
+    return tuple(zip(case.m, case.n, case.k))
+
+
+def layout_of_sizes(sizes: Sequence[Sequence[int]], calls: int) -> Layout:
+    """``Layout.of`` a case known only by its (M, N, K) per group (``sizes_of``; the worker's Run request; the
+    seed, 0, is not part of a layout). Raises ValueError for calls < 1 or a row that is not three sizes."""
+    if not sizes or any(len(row) != 3 for row in sizes):
+        raise ValueError(f"expected (M, N, K) per group, got {sizes!r}")
+    m, n, k = (tuple(col) for col in zip(*sizes))
     return Layout.of(Case(m, n, k, len(m), 0), calls)
 
 

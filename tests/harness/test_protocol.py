@@ -19,7 +19,7 @@ def test_round_trip_keeps_types():
     assert P.decode(P.encode(failed), (P.Failed,)) == failed
     m = P.Map(BufferRef("cuda", 10, 0, "ab" * 64), BufferRef("memfd", 5), BufferRef("memfd", 2))
     assert P.decode(P.encode(m)) == m
-    run = P.Run((64, 40), (128, 256), (256, 512), 15, "time", watch=False, host_offset=8192, ahead=True, seq=7)
+    run = P.Run(((64, 128, 256), (40, 256, 512)), 15, "time", watch=False, host_offset=8192, ahead=True, seq=7)
     assert P.decode(P.encode(run), (P.Run,)) == run and P.encode(P.Closed(2.5)) == '{"msg":"Closed","elapsed_ns":2.5}'
     assert P.decode('{"msg": "Closed"}', (P.Closed,)) == P.Closed(0.0)
     cal = P.Calibrate(3, BufferRef("cuda", 16, 0, "cd" * 64), profiler=True)
@@ -31,9 +31,8 @@ def test_round_trip_keeps_types():
 
 
 @pytest.mark.parametrize("line, message", [
-    ('{"msg": "Run", "m": [1], "n": [8], "k": [64], "calls": "15", "kind": "time"}',
-     "Run.calls: expected int, got str"),
-    ('{"msg": "Run", "m": [1], "n": [8], "k": [64], "kind": "time"}', "Run: object missing required field calls"),
+    ('{"msg": "Run", "sizes": [[1, 8, 64]], "calls": "15", "kind": "time"}', "Run.calls: expected int, got str"),
+    ('{"msg": "Run", "sizes": [[1, 8, 64]], "kind": "time"}', "Run: object missing required field calls"),
     ('{"msg": "Load", "path": "x", "evil": 1}', "Load: unknown field(s) ['evil']"),
     ('{"msg": "Calibrate", "seq": 1, "profiler": "yes"}', "Calibrate.profiler: expected bool, got str"),
     ('{"msg": "Nope"}', "expected one of Calibrate, Load, Map, Run, Exit, Loaded, Failed, Mapped, Closed, RunReply, "
@@ -56,8 +55,8 @@ def test_a_nested_field_is_checked_where_it_is():
     with pytest.raises(P.ProtocolError, match=r"^RunReply.metas\[0\]\[0\].type_name: expected str, got int$"):
         P.from_dict({"msg": "RunReply", "elapsed_ns": 1.0, "calls": 1, "containers": [],
                      "metas": [[{"type_name": 3, "plain_tensor": True}]], "copied": []})
-    with pytest.raises(P.ProtocolError, match=r"^Run.m\[0\]: expected int, got float$"):
-        P.decode('{"msg": "Run", "m": [1.5], "n": [8], "k": [64], "calls": 15, "kind": "time"}')
+    with pytest.raises(P.ProtocolError, match=r"^Run.sizes\[0\]\[0\]: expected int, got float$"):
+        P.decode('{"msg": "Run", "sizes": [[1.5, 8, 64]], "calls": 15, "kind": "time"}')
 
 
 def test_a_bool_is_not_a_number():

@@ -91,7 +91,7 @@ def session():
 
 
 def _run_req(**kw) -> P.Run:
-    return P.Run(CASE.m, CASE.n, CASE.k, 15, **{"kind": "time", "watch": False, **kw})
+    return P.Run(tuple(zip(CASE.m, CASE.n, CASE.k)), 15, **{"kind": "time", "watch": False, **kw})
 
 
 def test_the_worker_refuses_a_host_offset_outside_its_buffer(session):
@@ -166,7 +166,8 @@ def test_the_reference_is_warmed_for_every_sample_size_while_the_worker_starts(m
     seen = []
     plug = plugs.get("nvfp4_group_gemm")
     monkeypatch.setattr(plug, "sample_buffers", replace(
-        plug.sample_buffers, warm_up=lambda kinds, device: seen.append((list(kinds), device.type))))
+        plug.sample_buffers, warm_up=lambda cases, calls, device: seen.append(([(c.k, n) for c in cases
+                                                                                for n in calls], device.type))))
     real_load = runner.load_failure
     monkeypatch.setattr(runner, "load_failure", lambda s: (seen.append("load"), real_load(s))[1])
     record = run(read_variant(HONEST), ShapeSet("two", (CASE, other)),

@@ -62,9 +62,19 @@ def test_its_sample_buffers_are_the_packages_own_and_the_dense_plugs_have_none()
     kit = plugs.get("nvfp4_group_gemm").sample_buffers
     assert (kit.layout, kit.views, kit.draw_official, kit.write_input, kit.copy_plain, kit.reference_inputs) == (
         sb.Layout, sb.Views, sb.draw_official, sb.write_input, sb.copy_plain, sb.reference_inputs)
-    assert (kit.reference_plan, kit.ref_kernel_many, kit.warm_up, kit.check) == (
-        reference.ReferencePlan, reference.ref_kernel_many, reference.warm_up, check)
-    layout = kit.layout_of_sizes((96, 128), (256, 128), (512, 256), 15)  # the worker's: sizes alone, seed 0
+    assert (kit.reference_plan, kit.ref_kernel_many, kit.check) == (reference.ReferencePlan,
+                                                                     reference.ref_kernel_many, check)
+    case = Case((96, 128), (256, 128), (512, 256), 2, 1111)
+    assert kit.sizes_of(case) == ((96, 256, 512), (128, 128, 256))
+    layout = kit.layout_of_sizes(kit.sizes_of(case), 15)  # the worker's: sizes alone, seed 0
     assert layout == sb.Layout.of(Case((96, 128), (256, 128), (512, 256), 2, 0), 15)
-    assert layout.device_bytes == sb.Layout.of(Case((96, 128), (256, 128), (512, 256), 2, 1111), 15).device_bytes
+    assert layout.device_bytes == sb.Layout.of(case, 15).device_bytes
+    assert layout.output_shapes == ((96, 256, 1), (128, 128, 1))
+    g0, g1 = layout.groups  # A and B of each group, e2m1: K/2 bytes a row
+    assert layout.operand_regions == ((g0.a, 96 * 256), (g0.b, 256 * 256), (g1.a, 128 * 128), (g1.b, 128 * 128))
+    with pytest.raises(ValueError, match=r"expected \(M, N, K\) per group, got \(\(96, 256\),\)"):
+        kit.layout_of_sizes(((96, 256),), 15)
+    good = [check.describe(torch.zeros(m, n, 1, dtype=torch.float16)) for m, n in ((96, 256), (128, 128))]
+    assert kit.validate_outputs("builtins.list", good, case, "cpu") is None
+    assert kit.validate_outputs("builtins.list", good[:1], case, "cpu") == "expected 2 outputs (one per group), got 1"
     assert [plugs.get(n).sample_buffers for n in ("nvfp4_dual_gemm", "nvfp4_gemm", "nvfp4_gemv")] == [None] * 3
