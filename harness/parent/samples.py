@@ -158,7 +158,8 @@ class ArenaSample:
         self._order: list[int] = []
 
     def request(self, kind: str, watch: bool = True, ahead: bool = False) -> P.Run:
-        """The Run request for this sample (the sizes its layout depends on, SampleBuffers.sizes_of; the worker lays out the same layout from them)."""
+        """The Run request for this sample (the sizes its layout depends on, SampleBuffers.sizes_of; the worker
+        lays out the same layout from them)."""
         return P.Run(self.kit.sizes_of(self.case), self.layout.calls, kind, watch=watch,
                      host_offset=self.host_offset, ahead=ahead)
 
