@@ -3,8 +3,7 @@
 A problem lives in ``problems/<name>/`` with ``plug.py`` defining ``PROBLEM`` (harness/problem.py states the
 contract a plug satisfies); ``<name>`` is what a submission's ``#!POPCORN leaderboard <name>`` line says. Folders
 of ``problems/`` starting with ``_`` hold shared code, not problems. A problem's official shape sets are
-``configs/shapes/<name>/{tests,benchmarks}.yml`` (nvfp4_group_gemm's are still ``configs/shapes/{tests,
-benchmarks}.yml``).
+``configs/shapes/<name>/{tests,benchmarks}.yml``, beside fp4bench's own small ``smoke.yml``.
 
 This is the harness's only way to a problem (tests/harness/test_layering.py): no harness module imports
 ``problems`` or ``task`` by an import statement. Nothing here imports torch.
@@ -42,8 +41,6 @@ def data_modes() -> tuple[str, ...]:
 
 def shapes_file(name: str, shape_set: str) -> Path:
     """Where problem ``name``'s official set ``shape_set`` (``tests``, ``benchmarks``) lives."""
-    if name == "nvfp4_group_gemm":
-        return SHAPES / f"{shape_set}.yml"
     return SHAPES / name / f"{shape_set}.yml"
 
 

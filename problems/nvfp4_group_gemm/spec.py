@@ -28,7 +28,7 @@ K_MULTIPLE = 64
 #: M and N must be multiples of this (the official benchmarks use M in steps of 4, e.g. 76 and 148).
 MN_MULTIPLE = 4
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "shapes"
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "shapes" / "nvfp4_group_gemm"
 #: How a case's inputs are drawn: ``official`` (the official generator) or ``full-range`` (all 16 e2m1 codes,
 #: scales over e4m3fn's range; inputs). Kept here, free of torch, so the command line can offer them.
 DATA_MODES: tuple[str, ...] = ("official", "full-range")

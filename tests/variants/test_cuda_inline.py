@@ -111,7 +111,7 @@ def test_invalid_problem_sizes_name_expected_and_got(problem_sizes, message):
 
 
 def test_smoke_shapes_with_small_k_are_refused():
-    # configs/shapes/smoke.yml has K = 64 and 128: this kernel needs whole 256-wide stages.
+    # configs/shapes/nvfp4_group_gemm/smoke.yml has K = 64 and 128: this kernel needs whole 256-wide stages.
     smoke = load_shapes("smoke").cases
     refused = [c for c in smoke if any(k % 256 for k in c.k)]
     assert refused
