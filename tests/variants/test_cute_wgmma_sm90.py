@@ -52,7 +52,7 @@ def test_host_module_imports_without_cutlass():
     code = ("import sys; sys.modules['cutlass'] = None; "
             f"sys.path[:0] = [{str(folder)!r}, {str(ROOT)!r}]; "
             "from harness.worker.task_alias import alias_task; alias_task('nvfp4_group_gemm'); "  # task, as the worker does
-            f"import cute_wgmma_sm90_host")
+            "import cute_wgmma_sm90_host")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
