@@ -4,7 +4,7 @@
 #             call holds: on 2026-12-04 the first 88 of them took 540 s; give each its own call)
 #   gpu1      the trust tests that start a worker per case (tests/trust/test_gpu.py, test_integrity.py)
 #   gpu2      the hostile cases and the process and sandbox tests
-#   gpu3      the harness's other GPU tests, export, the problem family
+#   gpu3      the harness's other GPU tests, export, the problem family, then the sample-buffer tests on CUDA
 #   gpu4      the variants (wgmma_sm90, triton_grouped)
 #   margin    benchmarks/bracket_margin.py: how far each honest window falls short of the parent's bracket
 #             (wgmma_sm90 and triton_grouped, configs/device-budget.yml)
@@ -74,6 +74,11 @@ for step in $steps; do
         # shellcheck disable=SC2086
         timeout "${PYTEST_LIMIT_S:-540}" python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --durations=15 $files 2>&1 \
           | tee "$OUT/$part.log" | tail -40
+        if [ "$part" = gpu3 ]; then  # unmarked tests whose sample buffers, canaries and reference take CUDA here
+          timeout 240 python3 -m pytest -q -p no:cacheprovider -rfE tests/harness/parent/test_samples.py \
+            tests/harness/parent/test_canaries.py tests/harness/parent/test_ahead.py tests/harness/parent/test_judge.py \
+            2>&1 | tee "$OUT/gpu3_cuda.log" | tail -15
+        fi
       done ;;
     margin)  # the parent's bracket against each window, per sample (benchmarks/bracket_margin.py), two variants
       for v in wgmma_sm90 triton_grouped; do
