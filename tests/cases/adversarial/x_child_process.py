@@ -17,8 +17,7 @@ import time
 import torch
 
 from honest_torch import custom_kernel as _honest
-from task.sample_buffers import Layout, Views
-from task.spec import Case
+from task.sample_buffers import Views, layout_of_sizes
 
 _shared: dict = {}
 
@@ -55,7 +54,7 @@ def _child(slots: list[Views], keys: torch.Tensor, outs: list[list[torch.Tensor]
 
 
 def _fork(worker, req) -> None:
-    layout = Layout.of(Case(req.m, req.n, req.k, len(req.m), 0), req.calls)
+    layout = layout_of_sizes(req.sizes, req.calls)
     sizes = [g.m * g.n for g in layout.groups]
     memory = mmap.mmap(-1, req.calls * (16 + 2 * sum(sizes)))  # MAP_SHARED: the child's writes are seen here
     keys = torch.frombuffer(memory, dtype=torch.int64, count=2 * req.calls).view(req.calls, 2)
