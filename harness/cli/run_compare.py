@@ -100,15 +100,16 @@ def _show(console: Console, record, target: Path | None, store: ResultStore | No
 
 def _pool(variants, shape_set, opts, store, devices, cluster, progress, compare: bool = False):
     """The variants as tasks on a Dask cluster (harness.parent.pool: one worker per GPU in ``devices``, else
-    ``cluster``), ``progress`` told of every case; returns their records, or with ``compare`` the CompareResult.
-    Exits 113 when the cluster cannot be used, 130 after Ctrl-C (the runs begun kept incomplete in the store)."""
+    ``cluster``), ``progress`` told of every case; returns their records, or with ``compare`` the CompareResult,
+    and the first store write that failed (the runs went on unstored) or None. Exits 113 when the cluster cannot
+    be used, 130 after Ctrl-C (the runs begun kept incomplete in the store)."""
     from harness.parent import pool
     from harness.parent.bundle import BundleError
 
     runs = pool.PoolRun(list(variants), shape_set, opts, store, progress)
     try:
         with pool.open_client(devices, cluster) as client:
-            return runs.compare(client) if compare else runs.run(client)
+            return (runs.compare(client) if compare else runs.run(client)), runs.store_failure()
     except (pool.PoolError, BundleError) as exc:
         fail(str(exc), ExitCode.BAD_SPEC)
     except KeyboardInterrupt:
@@ -150,15 +151,18 @@ def run_cmd(submissions, problem, shapes, mode, data, seed, json_path, settings_
 
     confined = run_setup.sandbox_request(sandbox, variants, settings, db, no_store)
     opts = RunOptions(mode, data, secret, settings, confined, worker_log)
-    records = []
+    records, unstored = [], []
     err = _progress_console()
     if gpus is not None or cluster is not None:
         progress = (ProgressObserver(err, len(shape_set.cases), f"{len(variants)} submission(s) on "
                                      f"{'GPUs ' + gpus if gpus else cluster}", sides=len(variants)))
         with progress:
-            records = _pool(variants, shape_set, opts, store, devices, cluster, progress)
+            records, failure = _pool(variants, shape_set, opts, store, devices, cluster, progress)
         for variant, record in zip(variants, records):
-            _show(console, record, outputs.json_target(json_path, variants, variant), store)
+            target = outputs.json_target(json_path, variants, variant)
+            _show(console, record, target, store)
+            if failure is not None:
+                unstored.append((record, failure, target))
     for variant in variants[len(records):]:
         label = f"{variant.name} {mode}"
         target, recorder, kept = outputs.json_target(json_path, variants, variant), None, None
@@ -173,6 +177,8 @@ def run_cmd(submissions, problem, shapes, mode, data, seed, json_path, settings_
             fail(str(exc), EXIT_OUTPUT)
         records.append(record)
         _show(console, record, target, store)
+        if recorder is not None and recorder.failure is not None:
+            unstored.append((record, recorder.failure, target))
     if len(records) > 1:
         console.print(side_by_side(records))
     for record in records:
@@ -181,7 +187,15 @@ def run_cmd(submissions, problem, shapes, mode, data, seed, json_path, settings_
         except OSError as exc:
             fail(f"cannot write the POPCORN_FD stream: {exc.strerror or exc}{outputs.kept_in(record, store)}",
                  EXIT_OUTPUT)
+    if unstored:
+        record, failure, target = unstored[0]
+        fail(f"{failure}; {len(unstored)} run(s) not stored{_kept_where(target)}", EXIT_OUTPUT)
     sys.exit(runs_exit(records))
+
+
+def _kept_where(target: Path | None) -> str:
+    """Where an unstored run's results are kept: its --json (or --out) file, else the table printed above."""
+    return f": the results are in {target} and the table above" if target else ": the results are in the table above"
 
 
 @click.command("compare")
@@ -216,9 +230,10 @@ def compare_cmd(a, b, problem, shapes, data, seed, settings_path, timeout, db, n
     try:
         with progress:
             if gpus is not None or cluster is not None:
-                result = _pool((va, vb), shape_set, opts, store, devices, cluster, progress, compare=True)
+                result, pooled_failure = _pool((va, vb), shape_set, opts, store, devices, cluster, progress,
+                                               compare=True)
             else:
-                result = compare_mod.compare(va, vb, shape_set, opts, observers)
+                result, pooled_failure = compare_mod.compare(va, vb, shape_set, opts, observers), None
     except KeyboardInterrupt:
         _interrupted([], recorders, store, [])
     except StoreError as exc:
@@ -226,6 +241,7 @@ def compare_cmd(a, b, problem, shapes, data, seed, settings_path, timeout, db, n
     finally:
         if store:
             store.close()
+    unstored = next((r.failure for r in recorders if r.failure is not None), pooled_failure)
     if result.unmet:
         err.print(Text.assemble(("cannot compare here: ", "yellow"), result.unmet,
                                 (f"; {result.timed_alone} timed alone" if result.timed_alone else "")))
@@ -243,6 +259,8 @@ def compare_cmd(a, b, problem, shapes, data, seed, settings_path, timeout, db, n
     for letter, record in (("A", result.a), ("B", result.b)):
         for note in record.notes:
             err.print(Text(f"note: {letter} ({record.submission.name}): {note}", style="dim"))
+    if unstored is not None:
+        fail(f"{unstored}; the comparison was not stored{_kept_where(out)}", EXIT_OUTPUT)
     if store:
         err.print(Text(f"recorded: A {result.a.run_id}, B {result.b.run_id} in {store.path} "
                        f"(fp4bench report {result.a.run_id} {result.b.run_id})", style="dim"))

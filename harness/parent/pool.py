@@ -279,6 +279,10 @@ class PoolRun:
         its cases. Returns their run ids."""
         return [run_id for a in self.attempts if a.recorder and (run_id := a.recorder.abandon())]
 
+    def store_failure(self):
+        """The first write to the store that failed (a StoreError; the runs went on unstored), or None."""
+        return next((a.recorder.failure for a in self.attempts if a.recorder and a.recorder.failure), None)
+
     def _drain(self, wait_s: float) -> None:
         try:
             self._event(self._events.get(timeout=wait_s) if wait_s else self._events.get_nowait())

@@ -390,19 +390,32 @@ class StoreRecorder:
     ``inner``, if given, is another observer (e.g. a progress display) that receives every hook as well.
 
     Duck-typed on purpose (no import of harness.parent.runner, which pulls in torch); pass it where an Observer goes.
-    A run whose ``on_finish`` never comes (killed, interrupted) stays incomplete in the store."""
+    A run whose ``on_finish`` never comes (killed, interrupted) stays incomplete in the store.
+
+    A write that fails (StoreError: the disk full, the file made read-only mid-run) never stops the run: the
+    recorder keeps the first failure in ``failure``, writes nothing more, and keeps forwarding every hook, so the
+    caller still shows and writes out what was measured and then reports the failure."""
 
     def __init__(self, store: ResultStore, inner=None) -> None:
         self.store, self.inner = store, inner
         self.run_id: str | None = None
         self.finished = False
+        self.failure: StoreError | None = None
+
+    def _write(self, fn, *args) -> None:
+        if self.failure is not None:
+            return
+        try:
+            fn(*args)
+        except StoreError as exc:
+            self.failure = exc
 
     def _forward(self, name: str, *args) -> None:
         if self.inner is not None:
             getattr(self.inner, name)(*args)
 
     def on_start(self, record: RunRecord) -> None:
-        self.store.begin(record)
+        self._write(self.store.begin, record)
         self.run_id = record.run_id
         self._forward("on_start", record)
 
@@ -416,18 +429,19 @@ class StoreRecorder:
         self._forward("on_sample", index, runs)
 
     def on_case(self, index: int, result: CaseResult) -> None:
-        self.store.add_case(self.run_id, result, index)
+        self._write(self.store.add_case, self.run_id, result, index)
         self._forward("on_case", index, result)
 
     def on_finish(self, record: RunRecord) -> None:
-        self.store.finish(record.run_id, record.geomean_ns, record.complete, record.notes, record.bracket)
+        self._write(self.store.finish, record.run_id, record.geomean_ns, record.complete, record.notes,
+                    record.bracket)
         self.finished = True
         self._forward("on_finish", record)
 
     def abandon(self) -> str | None:
         """After an interruption (Ctrl-C): mark the run begun here finished and incomplete, keeping every case
         stored so far. Returns its run id, or None when no run was begun or it had already finished."""
-        if self.run_id is None or self.finished:
+        if self.run_id is None or self.finished or self.failure is not None:
             return None
         self.store.finish(self.run_id, None, complete=False)
         self.finished = True

@@ -124,6 +124,26 @@ def test_json_that_fails_at_the_end_says_where_the_run_is_kept(tmp_path, monkeyp
     assert "Traceback" not in result.output
 
 
+def test_a_store_that_fails_mid_run_loses_nothing_measured(tmp_path, monkeypatch):
+    """The store turns unwritable after the run began (disk full, made read-only): every shape still runs, the
+    table and the --json file hold them all, and one line says the run was not stored and where it is."""
+    from harness.results.store import StoreError
+
+    def add_case(self, run_id, result, index):
+        raise StoreError(f"{self.path}: cannot write to the results store (disk I/O error)")
+
+    monkeypatch.setattr(ResultStore, "add_case", add_case)
+    target, db, shapes = tmp_path / "x.json", tmp_path / "r.sqlite", tmp_path / "two.txt"
+    shapes.write_text(f"{TINY}\n{TINY.replace('seed: 1', 'seed: 2')}\n")
+    result = CliRunner().invoke(main, ["run", "--submission", "torch_reference", "--shapes", str(shapes),
+                                       "--db", str(db), "--json", str(target)])
+    assert result.exit_code == 1, result.output
+    assert [c["status"] for c in json.loads(target.read_text())["cases"]] == ["pass", "pass"]
+    assert result.output.endswith(f"Error: {db}: cannot write to the results store (disk I/O error); 1 run(s) not "
+                                  f"stored: the results are in {target} and the table above\n")
+    assert "Traceback" not in result.output
+
+
 @pytest.fixture
 def closed_fd():
     r, w = os.pipe()
