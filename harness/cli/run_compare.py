@@ -18,7 +18,7 @@ from rich.text import Text
 from harness import plugs
 from harness.cli import outputs, run_setup
 from harness.cli import reports as cli_reports
-from harness.cli.exits import EXIT_OUTPUT, Stdout, fail, interrupted_exit, runs_exit
+from harness.cli.exits import EXIT_NOTHING_RAN, EXIT_OUTPUT, Stdout, fail, interrupted_exit, runs_exit
 from harness.parent.settings import MODES
 from harness.protocol import ExitCode
 from harness.report import popcorn
@@ -210,7 +210,8 @@ def compare_cmd(a, b, problem, shapes, data, seed, settings_path, timeout, db, n
                 worker_log, fmt, out) -> None:
     """Time submission A against B interleaved (A, B, A, B ... on identical inputs, every output checked) on
     each shape: ratio A/B of per-call times with a 95% CI and a verdict, plus the geomean. A and B as for
-    run --submission. Exit code as run's: nonzero when either side failed a shape, 3 when both were skipped."""
+    run --submission. Exit code as run's: nonzero when either side failed a shape, 3 when nothing was compared
+    (a side cannot run here; the other is still timed alone and kept)."""
     (va, vb), shape_set, settings, secret = run_setup.prepare([a, b], shapes, settings_path, timeout, seed, "compare",
                                                               data, workers=2, problem=problem)
     devices = run_setup.devices(gpus, cluster)
@@ -246,6 +247,8 @@ def compare_cmd(a, b, problem, shapes, data, seed, settings_path, timeout, db, n
         err.print(Text.assemble(("cannot compare here: ", "yellow"), result.unmet,
                                 (f"; {result.timed_alone} timed alone" if result.timed_alone else "")))
     code = runs_exit([result.a, result.b])
+    if result.unmet and code == 0:
+        code = EXIT_NOTHING_RAN  # nothing was compared: a side cannot run here (the other's times are kept)
     if fmt == "text" and out is None:
         Stdout().print(compare_rich_table(va.name, vb.name, result.rows, result.overall,
                                            overall_label=result.overall_label, plug=plugs.get(shape_set.problem)))

@@ -219,7 +219,7 @@ def _run_cases(cases, case_seeds, sides: tuple[_Side, ...], rule: StoppingRule) 
                 _policed(sides, s, a.prepare)
         if not any(a.failure for a in attempts):
             for s in sides:
-                s.observer.on_phase(index, "timing, the sides interleaved")
+                s.observer.on_phase(index, "timing, the sides interleaved" if len(sides) == 2 else "timing alone")
             _interleave(sides, attempts, rule)
             if not any(a.failure for a in attempts):
                 for s, a in zip(sides, attempts):

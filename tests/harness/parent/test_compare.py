@@ -218,7 +218,7 @@ def test_cli_times_the_side_that_can_run_and_says_so(tmp_path):
     db = tmp_path / "r.sqlite"
     res = _cli("torch_reference", str(f), "--shapes", "m: [64]; n: [128]; k: [256]; g: 1; seed: 5",
                "--settings", _settings_file(tmp_path), "--db", str(db), width=80)
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 3, res.output  # nothing compared: not a pass
     stderr = " ".join(res.stderr.split())
     assert "cannot compare here: B (needs_b200) needs sm_100a; this " in stderr
     assert stderr.split("recorded:")[0].rstrip().endswith("; A (torch_reference) timed alone")
