@@ -55,4 +55,4 @@ def load_cases(name: str, shape_set: str) -> tuple:
     doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list) or not doc["cases"]:
         raise CaseError(f"{path}: expected a mapping with a non-empty 'cases' list")
-    return tuple(problem.parse_case(c, where=f"{path} case {i}: ") for i, c in enumerate(doc["cases"]))
+    return tuple(problem.parse_case(c, where=f"{path} case {i}: ") for i, c in enumerate(doc["cases"], 1))

@@ -168,8 +168,11 @@ def load_yaml(path: Path, plug, picks: tuple[str, ...] = ()) -> ShapeSet:
         got = f"{path}{PICK}{picks[0]}" if picks else str(path)
         raise CaseError(f"{path} holds {' and '.join(repr(n) for n in lists)}: expected {choices}, got {got}")
     label = f"{path} case" if part == "cases" else f"{path} {part}"
-    cases = tuple(plug.parse_case(c if isinstance(c, dict) else {}, where=f"{label} {i}: ")
-                  for i, c in enumerate(lists[part]))
+    for i, c in enumerate(lists[part], 1):  # numbered from 1, as reports and ``#`` picks number shapes
+        if not isinstance(c, dict):
+            raise CaseError(f"{label} {i}: expected a mapping of {', '.join(plug.case_fields)}, got "
+                            f"{type(c).__name__} {c!r}")
+    cases = tuple(plug.parse_case(c, where=f"{label} {i}: ") for i, c in enumerate(lists[part], 1))
     if not cases:
         raise CaseError(f"{path}: {part!r} is empty")
     if len(picks) > 1:

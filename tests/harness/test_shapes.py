@@ -46,6 +46,16 @@ def test_inline_and_text_cases_go_through_the_plug(tmp_path):
         shapes.load_shapes(str(f), "nvfp4_gemv")
 
 
+def test_a_yaml_sets_cases_are_numbered_from_1_and_an_item_that_is_no_mapping_says_what_it_is(tmp_path):
+    f = tmp_path / "set.yml"
+    f.write_text("cases:\n  - {m: 128, k: 256, l: 1, seed: 1}\n  - {m: abc, k: 256, l: 1, seed: 1}\n")
+    with pytest.raises(CaseError, match=rf"^{f} case 2: m must be"):
+        shapes.load_shapes(str(f), "nvfp4_gemv")
+    f.write_text("cases: [5]\n")
+    with pytest.raises(CaseError, match=rf"^{f} case 1: expected a mapping of m, k, l, seed, got int 5$"):
+        shapes.load_shapes(str(f), "nvfp4_gemv")
+
+
 def test_an_unknown_set_names_the_problem_its_sets_and_an_example():
     with pytest.raises(CaseError) as info:
         shapes.load_shapes("smok", "nvfp4_gemv")

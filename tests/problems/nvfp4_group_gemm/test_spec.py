@@ -50,7 +50,7 @@ def test_inline_and_files(tmp_path):
     assert [c.m for c in load_shapes(str(text)).cases] == [(64,), (8,)]
     bad = tmp_path / "bad.yml"
     bad.write_text("cases:\n  - {m: [64], n: [128], g: 1}\n")
-    with pytest.raises(SpecError, match=r"bad.yml case 0: expected keys"):
+    with pytest.raises(SpecError, match=r"bad.yml case 1: expected keys"):
         load_shapes(str(bad))
     with pytest.raises(SpecError, match="expected a shape-set name"):
         load_shapes("no-such-set")
@@ -62,7 +62,7 @@ def test_inline_and_files(tmp_path):
     ("garbage.txt", b"# two cases\nm: 64; n: 128; k: 256; g: 1; seed: 1\nhello world\n",
      "{path}:3: expected 'key: value' in 'hello world' of line 'hello world'"),
     ("g0.txt", b"m: 64; n: 128; k: 256; g: 0; seed: 1\n", "{path}:1: g must be >= 1, got 0"),
-    ("g0.yml", b"cases:\n  - {m: 64, n: 128, k: 256, g: 0, seed: 1}\n", "{path} case 0: g must be >= 1, got 0"),
+    ("g0.yml", b"cases:\n  - {m: 64, n: 128, k: 256, g: 0, seed: 1}\n", "{path} case 1: g must be >= 1, got 0"),
     ("bad.yml", b"cases: [\n  - a\n",
      "{path}: not valid YAML at line 2, column 3: expected the node content, but found '-'"),
 ])
