@@ -118,7 +118,15 @@ def load_settings(path: Path | None = None) -> Settings:
             continue
         want = type(getattr(defaults, key))
         if not isinstance(value, (int, float)) or isinstance(value, bool) or (want is int and not isinstance(value, int)):
-            raise SettingsError(f"{path}: {key} must be {'an' if want is int else 'a'} {want.__name__}, got {value!r}")
+            hint = ""
+            if isinstance(value, str):
+                try:
+                    float(value)  # YAML 1.1 reads 1e3 as a string: an exponent needs a dot and a sign
+                    hint = " (a string to YAML: write 1000 or 1.0e+3)"
+                except ValueError:
+                    pass
+            raise SettingsError(f"{path}: {key} must be {'an' if want is int else 'a'} {want.__name__}, got "
+                                f"{value!r}{hint}")
         if not math.isfinite(value) or value <= 0:
             raise SettingsError(f"{path}: {key} must be a positive finite number, got {value!r}")
         if key.endswith("_s") and value > MAX_SECONDS:
