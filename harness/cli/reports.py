@@ -154,6 +154,8 @@ def leaderboard_cmd(db, shapes, gpu, mode, data, problem, fmt, out) -> None:
         passing = store.runs(mode=mode, gpu=gpu, data=data, passed=True, with_samples=False, **where)
         runs, considered = best_runs(passing), len(passing)
         everything = len(store.runs(mode=mode, gpu=gpu, data=data, with_samples=False, **where))
+        elsewhere = {m: n for m in RANKED_MODES if m != mode
+                     and (n := len(store.runs(mode=m, gpu=gpu, data=data, passed=True, with_samples=False, **where)))}
         path = store.path
     boards = leaderboards(runs)
     if fmt != "table":
@@ -164,6 +166,11 @@ def leaderboard_cmd(db, shapes, gpu, mode, data, problem, fmt, out) -> None:
         console.print(Text(f"no passing {mode} runs in {path}"
                            + (f" for shapes {shapes}" if shapes else "") + (f" on {gpu}" if gpu else "")
                            + f" ({plural(everything, 'run')} considered)"))
+        for other, n in elsewhere.items():
+            console.print(Text(f"{plural(n, f'passing {other} run')} there: fp4bench leaderboard --mode {other}"))
+        if not elsewhere:
+            console.print(Text("only timed runs are ranked: fp4bench run --mode leaderboard (or benchmark); a test "
+                               "run times nothing", style="dim"))
         return
     for board in boards:
         console.print(board_rich_table(board))

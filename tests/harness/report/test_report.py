@@ -433,6 +433,11 @@ def test_cli_leaderboard_shows_ranks_and_ties(cli, db):
     assert len(re.findall(r"=1", out)) == 2 and re.search(r"│\s+3 │ gamma", out)
     assert "1 run not ranked: incomplete or not every case passed" in out
     assert "no passing leaderboard runs" in cli("leaderboard", "--db", str(db), "--gpu", "B200").output
+    hint = " ".join(cli("leaderboard", "--db", str(db), "--mode", "benchmark").output.split())
+    assert hint.endswith("(0 runs considered) 3 passing leaderboard runs there: fp4bench leaderboard --mode "
+                         "leaderboard")
+    assert " ".join(cli("leaderboard", "--db", str(db), "--gpu", "B200").output.split()).endswith(
+        "only timed runs are ranked: fp4bench run --mode leaderboard (or benchmark); a test run times nothing")
     md = cli("leaderboard", "--db", str(db), "--format", "md").output
     assert "| =1 | alpha |" in md
 
