@@ -17,6 +17,7 @@ from rich.text import Text
 
 from harness import plugs
 from harness.cli.exits import Stdout, fail
+from harness.cli.params import FilePath
 from harness.protocol import ExitCode
 from harness.parent.registry import DeviceFacts, Variant, problem_of, shown_name
 from harness.report.boards import RANK_NOTE, Board, leaderboards, rank_text
@@ -42,7 +43,7 @@ from harness.shapes import DEFAULT_PROBLEM, SHAPE_SET_ID_DIGITS, load_shapes
 
 #: The run modes the leaderboard ranks (their runs carry timed samples of every case).
 RANKED_MODES = ("leaderboard", "benchmark")
-_DB = click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+_DB = click.option("--db", type=FilePath(), default=None,
                    help="Results store (default: $FP4BENCH_DB, else results/fp4bench.sqlite).")
 
 

@@ -19,6 +19,7 @@ from harness import plugs
 from harness.cli import outputs, run_setup
 from harness.cli import reports as cli_reports
 from harness.cli.exits import EXIT_NOTHING_RAN, EXIT_OUTPUT, Stdout, fail, interrupted_exit, runs_exit
+from harness.cli.params import nonempty
 from harness.parent.settings import MODES
 from harness.protocol import ExitCode
 from harness.report import popcorn
@@ -199,8 +200,8 @@ def _kept_where(target: Path | None) -> str:
 
 
 @click.command("compare")
-@click.argument("a")
-@click.argument("b")
+@click.argument("a", callback=nonempty)
+@click.argument("b", callback=nonempty)
 @run_setup.run_options
 @click.option("--format", "fmt", type=click.Choice(("text", "md", "csv", "json")), default="text",
               show_default=True, help="How to write the comparison table (text: a table in the terminal).")

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from harness import plugs
 from harness.cli.exits import fail
+from harness.cli.params import FilePath, nonempty
 from harness.parent import sandbox as sandbox_mod
 from harness.parent import seeds
 from harness.parent.registry import RegistryError, problem_of, resolve
@@ -64,7 +65,7 @@ def run_options(fn):
         click.option("--problem", default=None,
                      help="The problem the submissions solve (fp4bench list names them); default: their "
                           f"#!POPCORN leaderboard line, else {DEFAULT_PROBLEM}."),
-        click.option("--shapes", default="auto", show_default=True,
+        click.option("--shapes", default="auto", show_default=True, callback=nonempty,
                      help="tests | benchmarks | smoke (the problem's own sets) | a .yml or text file | an official "
                           "task.yml (task.yml#tests, task.yml#benchmarks) | one case of a set by number from 1 or "
                           "name (benchmarks#2, benchmarks#g8_n4096_k7168) | one inline case ('m: [96]; n: [128]; "
@@ -74,11 +75,11 @@ def run_options(fn):
         click.option("--seed", type=_Seed(), default=None,
                      help="Secret seed (a non-negative integer) combined into every case seed "
                           "(default: $POPCORN_SEED, else none)."),
-        click.option("--settings", "settings_path", type=click.Path(dir_okay=False, path_type=Path),
+        click.option("--settings", "settings_path", type=FilePath(),
                      default=None, help="Run settings YAML (default configs/run.yml)."),
         click.option("--timeout", type=_Seconds(), default=None,
                      help=f"Override every time limit (seconds, > 0, at most {MAX_SECONDS:g})."),
-        click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+        click.option("--db", type=FilePath(), default=None,
                      help="Results store (default $FP4BENCH_DB, else results/fp4bench.sqlite)."),
         click.option("--no-store", is_flag=True, help="Do not record this run in the results store."),
         click.option("--sandbox", type=click.Choice(sandbox_mod.MODES), default="auto", show_default=True,

@@ -14,6 +14,7 @@ import click
 from rich.markup import escape
 
 from harness.cli.exits import EXIT_OUTPUT, Stdout, fail
+from harness.cli.params import FilePath, nonempty
 from harness.parent.registry import RegistryError, resolve
 from harness.protocol import ExitCode
 from harness.submit.check import Checked, check
@@ -21,8 +22,8 @@ from harness.submit.export import ExportError, export_variant, shown
 
 
 @click.command("export")
-@click.argument("submission")
-@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("submission.py"),
+@click.argument("submission", callback=nonempty)
+@click.option("-o", "--out", type=FilePath(), default=Path("submission.py"),
               show_default=True, help="Where to write the exported file.")
 def export_cmd(submission: str, out: Path) -> None:
     """Write SUBMISSION (a variant's name, its folder or a .py file) as one self-contained file the official runner
@@ -43,6 +44,7 @@ def export_cmd(submission: str, out: Path) -> None:
         fail(f"cannot export {variant.name}: {exc}", ExitCode.BAD_SPEC)
     data = exported.text.encode("utf-8")
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)  # as --json and --db: a missing folder is made
         out.write_bytes(data)
     except OSError as exc:
         fail(f"cannot write {out}: {exc.strerror or exc}", EXIT_OUTPUT)
@@ -55,7 +57,7 @@ def export_cmd(submission: str, out: Path) -> None:
 
 
 @click.command("check")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("file", type=FilePath())
 @click.option("--no-kernelguard", is_flag=True, help="Check the server's rules only, without KernelGuard.")
 def check_cmd(file: Path, no_kernelguard: bool) -> None:
     """Check FILE against what the official server accepts for this board: size (1,000,000 bytes), UTF-8, the

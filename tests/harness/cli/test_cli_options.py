@@ -187,3 +187,17 @@ def test_timeout_bounds_the_calls_not_start_up_and_import(tmp_path):
                                        "--no-store"])
     assert result.exit_code == 0, result.output
     assert "pass" in result.output and "timeout" not in result.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "--submission", "torch_reference", "--shapes", ""],
+     "Invalid value for '--shapes': expected a value, got ''"),
+    (["run", "--submission", "torch_reference", "--db", " "], "Invalid value for '--db': expected a path, got ' '"),
+    (["leaderboard", "--db", ""], "Invalid value for '--db': expected a path, got ''"),
+    (["export", ""], "Invalid value for 'SUBMISSION': expected a value, got ''"),
+    (["check", ""], "Invalid value for 'FILE': expected a path, got ''"),
+    (["compare", "torch_reference", ""], "Invalid value for 'B': expected a value, got ''"),
+])
+def test_an_empty_value_is_refused_not_read_as_the_current_folder(args, message):
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and message in _flat(result.output), result.output

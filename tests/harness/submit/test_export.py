@@ -153,7 +153,7 @@ def run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 
 
 def test_export_command_writes_the_file_and_exits_by_its_findings(tmp_path):
-    out = tmp_path / "submission.py"
+    out = tmp_path / "new" / "folder" / "submission.py"  # made, as --json and --db make theirs
     ok = run_cli("export", "torch_reference", "-o", str(out))
     assert ok.returncode == 0, ok.stderr
     assert out.read_text() == exported("torch_reference")
