@@ -61,7 +61,8 @@ class _Group(click.Group):
 
 @click.group(cls=_Group)
 def main() -> None:
-    """fp4bench: correctness and leaderboard-style timings for nvfp4_group_gemm kernel variants."""
+    """fp4bench: correctness and leaderboard-style timings for kernel variants of the GPU MODE NVFP4 problems
+    (nvfp4_group_gemm, nvfp4_gemm, nvfp4_gemv, nvfp4_dual_gemm; fp4bench list)."""
 
 
 @main.command("list")
