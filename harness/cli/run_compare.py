@@ -94,6 +94,8 @@ def _show(console: Console, record, target: Path | None, store: ResultStore | No
         console.print(Text(f"--json written to {target}", style="dim"), soft_wrap=True)
     for note in record.notes:
         console.print(Text(f"note: {note}", style="dim"))
+    if record.sandbox:
+        console.print(Text(f"sandbox: {record.sandbox}", style="dim"), soft_wrap=True)
     for i, r in enumerate(record.cases):
         if r.profile:
             console.print(profile_section(r, i, plugs.get(record.problem)))

@@ -11,7 +11,7 @@ import signal
 import pytest
 from click.testing import CliRunner
 from tests.conftest import ROOT, assert_kept_incomplete, interrupt_after_first_case
-from tests.harness.cli._cli_helpers import TINY
+from tests.harness.cli._cli_helpers import TINY, _run
 
 from harness.cli.commands import main
 
@@ -144,3 +144,9 @@ def test_compare_progress_names_each_side_on_stderr_and_json_on_stdout_stays_cle
         f"{head}: shape 1 of 1: A (torch_reference) pass, T us",
         f"{head}: shape 1 of 1: B (torch_reference) pass, T us",
     ]
+
+
+def test_the_console_says_how_the_worker_was_confined():
+    result = _run("--shapes", TINY, "--sandbox", "off")
+    assert result.exit_code == 0, result.output
+    assert result.output.rstrip().endswith("sandbox: off")
