@@ -38,8 +38,8 @@ def case_seed(seed: int, secret: int | None) -> int:
     if s >= _SEED_LIMIT:
         if secret is None:
             raise ValueError(f"case seed {s} does not fit torch.manual_seed (expected < 2**64)")
-        raise ValueError(f"case seed {seed} combined with the secret seed gives {s}, which does not fit "
-                         f"torch.manual_seed (expected < 2**64); use a smaller secret seed")
+        raise ValueError(f"case seed {seed} combined with secret seed {secret} gives {s}, which does not fit "
+                         f"torch.manual_seed (expected < 2**64): the two must add up to less than about 6.07e9")
     return s
 
 

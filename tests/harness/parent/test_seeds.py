@@ -23,3 +23,11 @@ def test_every_input_seed_is_fresh():
     warm = [x for i in range(3) for x in sample_seeds(s, i, 15, warmup=True)]
     assert sample_seeds(s, 0, 3) == [s + 42, s + 84, s + 126]  # the official sequence
     assert len(set(timed)) == len(timed) and not set(timed) & set(warm) and s not in timed + warm
+
+
+def test_a_combined_seed_too_large_names_both_seeds_and_the_bound():
+    assert case_seed(6_000_000_000, 70_000_000) < 2**64  # a sum under 6.07e9 fits
+    with pytest.raises(ValueError, match=r"^case seed 6000000000 combined with secret seed 80000000 gives \d+, which "
+                                         r"does not fit torch.manual_seed \(expected < 2\*\*64\): the two must add up "
+                                         r"to less than about 6.07e9$"):
+        case_seed(6_000_000_000, 80_000_000)
