@@ -172,7 +172,10 @@ def load_yaml(path: Path, plug, picks: tuple[str, ...] = ()) -> ShapeSet:
         if not isinstance(c, dict):
             raise CaseError(f"{label} {i}: expected a mapping of {', '.join(plug.case_fields)}, got "
                             f"{type(c).__name__} {c!r}")
-    cases = tuple(plug.parse_case(c, where=f"{label} {i}: ") for i, c in enumerate(lists[part], 1))
+    try:
+        cases = tuple(plug.parse_case(c, where=f"{label} {i}: ") for i, c in enumerate(lists[part], 1))
+    except CaseError as exc:
+        raise CaseError(f"{exc}{_other_problem_hint(lists[part], plug)}") from None
     if not cases:
         raise CaseError(f"{path}: {part!r} is empty")
     if len(picks) > 1:
@@ -180,6 +183,24 @@ def load_yaml(path: Path, plug, picks: tuple[str, ...] = ()) -> ShapeSet:
                         f"(e.g. {path}{PICK}2), got {len(picks)} picks")
     shape_set = ShapeSet(name, cases, plug.name)
     return pick_case(shape_set, picks[0]) if picks else shape_set
+
+
+def _other_problem_hint(items: list, plug) -> str:
+    """``; these are nvfp4_gemv cases: --problem nvfp4_gemv`` when the items' keys are another problem's case
+    fields and not ``plug``'s (a shape file of another problem run without ``--problem``; the problems whose
+    fields they are exactly, else those holding them), else ``""``."""
+    from harness import plugs
+
+    keys = {k for c in items for k in c} - {"name"}
+    if not keys or keys <= set(plug.case_fields):
+        return ""
+    others = [n for n in plugs.names() if n != plug.name and keys <= set(plugs.get(n).case_fields)]
+    exact = [n for n in others if keys == set(plugs.get(n).case_fields)]
+    others = exact or others
+    if not others:
+        return ""
+    return f"; these are {others[0]} cases: --problem {others[0]}" if len(others) == 1 else \
+        f"; these are cases of {' or '.join(others)}: --problem with one of them"
 
 
 def pick_case(shape_set: ShapeSet, pick: str) -> ShapeSet:

@@ -56,6 +56,14 @@ def test_a_yaml_sets_cases_are_numbered_from_1_and_an_item_that_is_no_mapping_sa
         shapes.load_shapes(str(f), "nvfp4_gemv")
 
 
+def test_another_problems_shape_file_says_which_problem_it_is_for():
+    with pytest.raises(CaseError, match=r"unexpected \['l'\]\); these are nvfp4_gemv cases: --problem nvfp4_gemv$"):
+        shapes.load_shapes("configs/shapes/nvfp4_gemv/smoke.yml", "nvfp4_group_gemm")
+    with pytest.raises(CaseError, match=r"; these are cases of nvfp4_dual_gemm or nvfp4_gemm: --problem with one of "
+                                        r"them$"):
+        shapes.load_shapes("configs/shapes/nvfp4_gemm/smoke.yml", "nvfp4_group_gemm")
+
+
 def test_an_unknown_set_names_the_problem_its_sets_and_an_example():
     with pytest.raises(CaseError) as info:
         shapes.load_shapes("smok", "nvfp4_gemv")
