@@ -19,6 +19,7 @@ import traceback
 
 from harness.worker import timing  # first: captures the measurement functions before any submission import
 from harness.worker import native, threads  # noqa: E402 - after timing
+from harness.worker import copy_back  # noqa: E402 - after timing
 from harness.worker.task_alias import alias_task
 from harness import plan as plan_mod
 from harness import plugs
@@ -34,8 +35,6 @@ _type_name = type.__dict__["__name__"].__get__
 _type_module = type.__dict__["__module__"].__get__
 _type_qualname = type.__dict__["__qualname__"].__get__
 _Tensor, _list, _tuple = torch.Tensor, list, tuple
-_f16 = torch.float16
-_foreach_copy = torch._foreach_copy_
 #: The longest exception text and traceback a reply carries (characters): together below the parent's own cap
 #: (harness.results.record.MESSAGE_CHARS), so the one cut marker a user sees counts what was cut.
 _MESSAGE_CHARS, _TRACEBACK_CHARS = 48 << 10, 8000
@@ -267,7 +266,7 @@ class Worker:
             self._views[key] = (views, views.inputs())
         views, inputs = self._views[key]
         copied = [[False] * len(layout.output_shapes) for _ in range(req.calls)]
-        return views, inputs, copied, self._copier(layout, views, copied)
+        return views, inputs, copied, copy_back.sample_buffers(layout, views, copied, self.device)
 
     def _plain(self, req: P.Run):
         """Another problem's inputs, as views the request's harness.plan.Plan describes, the record of what was
@@ -287,59 +286,7 @@ class Worker:
             self._views[key] = (plan, inputs, [plan_mod.output_views(plan, j, out) for j in range(plan.calls)])
         plan, inputs, out_views = self._views[key]
         copied = [[False] * len(plan.outputs) for _ in range(plan.calls)]
-        return inputs, copied, self._plain_copier(plan, out_views, copied)
-
-    def _plain_copier(self, plan, out_views, copied: list[list[bool]]):
-        """``copy_out(outputs)`` for a plan: each call's plain tensors of the spec's dtype and shape on our device
-        go to their regions; ``copied`` records which."""
-        single = plan.container == "tensor"
-        expect = [(v.dtype, v.shape) for v in out_views[0]] if out_views else []
-        where = self.device.index if self.device.type == "cuda" else -1
-        if where is None:
-            where = torch.cuda.current_device()
-
-        def copy_out(outputs):
-            dst, src = [], []
-            for j, out in enumerate(outputs):
-                items = (out,) if single else out
-                if (single and type(out) is not _Tensor) or (not single and (type(out) is not _list
-                                                                            or len(out) != len(expect))):
-                    continue
-                for i, o in enumerate(items):
-                    if type(o) is _Tensor and o.dtype is expect[i][0] and o.shape == expect[i][1] \
-                            and o.get_device() == where:
-                        dst.append(out_views[j][i])
-                        src.append(o)
-                        copied[j][i] = True
-            if dst:
-                _foreach_copy(dst, src)
-
-        return copy_out
-
-    def _copier(self, layout, views, copied: list[list[bool]]):
-        """``copy_out(outputs)`` for run_window: the plain fp16 tensors of the layout's output shapes on our device
-        that each call returned go to the output buffer; ``copied`` records which. Its host work runs inside the
-        parent's bracket (between the worker's end flags), so the checks are kept to attribute reads."""
-        expect = [torch.Size(shape) for shape in layout.output_shapes]
-        groups = len(expect)
-        where = self.device.index if self.device.type == "cuda" else -1
-        if where is None:
-            where = torch.cuda.current_device()
-
-        def copy_out(outputs):
-            dst, src = [], []
-            for j, out in enumerate(outputs):
-                if type(out) is not _list or len(out) != groups:
-                    continue
-                for g, o in enumerate(out):
-                    if type(o) is _Tensor and o.dtype is _f16 and o.shape == expect[g] and o.get_device() == where:
-                        dst.append(views.out[g][j])
-                        src.append(o)
-                        copied[j][g] = True
-            if dst:
-                _foreach_copy(dst, src)
-
-        return copy_out
+        return inputs, copied, copy_back.plain(plan, out_views, copied, self.device)
 
     def start_profiler(self) -> None:
         """One empty pass of the profiler: CUPTI's start-up (5-8 s on an H200 host, however the profiler is

@@ -12,7 +12,7 @@ import sys
 from honest_torch import custom_kernel as _honest
 
 _pending = []
-_worker = sys.modules["__main__"]
+_worker = sys.modules.get("harness.worker.copy_back") or sys.modules["__main__"]  # where the copy-out lives
 
 
 def _groups(data, which):
