@@ -184,8 +184,7 @@ def outputs(sample: ArenaSample, reply: P.RunReply) -> str | None:
     if calls != L.calls:
         return f"expected {L.calls} calls, the worker reported {calls}"
     for j, (container, metas) in enumerate(zip(reply.containers, reply.metas)):
-        problem = kit.validate_outputs(container_label(container), list(metas), case,
-                                           str(sample.device))
+        problem = kit.validate_outputs(container_label(container), list(metas), case, str(sample.device))
         if problem:
             return prefix(j) + problem
         if not all(reply.copied[j]):
