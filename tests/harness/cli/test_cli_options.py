@@ -13,7 +13,7 @@ from harness.cli.commands import main
 
 
 @pytest.mark.parametrize("args, code, text", [
-    (["--seed", "99999999999999999999999999"], 113, "combined with the secret seed gives"),
+    (["--seed", "99999999999999999999999999"], 113, "combined with secret seed 99999999999999999999999999 gives"),
     (["--shapes", "m: [64]; n: [128]; k: [256]; g: 1; seed: 99999999999999999999999"], 113,
      "case seed 99999999999999999999999 does not fit torch.manual_seed (expected < 2**64)"),
     (["--seed", "-5"], 2, "Invalid value for '--seed': expected a non-negative integer, got -5"),
