@@ -285,7 +285,7 @@ def test_host_module_imports_without_cutlass():
     folder = variant_dir(VARIANT)
     code = ("import sys; sys.modules['cutlass'] = None; "  # any cutlass import now raises ImportError
             f"sys.path[:0] = [{str(folder)!r}, {str(folder.parents[1])!r}]; "
-            "from harness.worker.task_alias import alias_task; alias_task('nvfp4_group_gemm'); "  # task, as the worker does
+            "from harness.worker.task_alias import alias_task; alias_task('nvfp4_group_gemm'); "  # as the worker
             "import grouped_host")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 

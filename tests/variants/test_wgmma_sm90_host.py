@@ -7,21 +7,12 @@ import re
 
 import pytest
 
-from harness.parent.registry import read_variant
 
 from ._load import variant_dir
 from ._wgmma_sm90 import BENCHMARK_CASES, KERNEL_CU, TEST_CASES, VARIANT, _constexpr, host
 
 
-# --- the entry file and the constants shared with kernel.cu ----------------------------------------------------
-
-def test_entry_file_declares_leaderboard_gpu_and_exact_sm90a():
-    lines = (variant_dir(VARIANT) / "submission.py").read_text().splitlines()
-    assert lines[:3] == ["#!POPCORN leaderboard nvfp4_group_gemm", "#!POPCORN gpu H200",
-                         "#!FP4BENCH requires sm_90a"]
-    variant = read_variant(variant_dir(VARIANT) / "submission.py")
-    assert (variant.requires.major, variant.requires.minor, variant.requires.exact) == (9, 0, True)
-
+# --- the constants shared with kernel.cu (the entry file's headers: test_sm90_headers.py) -----------------------
 
 def test_host_constants_mirror_kernel_cu():
     assert _constexpr("MAX_GROUPS") == host.MAX_GROUPS == 16
