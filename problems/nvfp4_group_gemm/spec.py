@@ -12,7 +12,6 @@ are read wherever a case is. ``g`` may be left out (the length of the m/n/k list
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -140,9 +139,6 @@ def case_from_mapping(d: Mapping, where: str = "") -> Case:
         raise SpecError(f"{where}{exc}") from None
 
 
-_PAIR = re.compile(r"^\s*([a-z_]+)\s*:\s*(.+?)\s*$")
-
-
 def parse_case_line(line: str, where: str | None = None) -> Case:
     """Parse one case: the official text line (``m: [96, 128]; n: [...]; k: [...]; g: 2; seed: 1111``) or the
     JSON-style mapping of task.yml (``{"m": [96, 128], "n": [...], "k": [...], "g": 2, "seed": 1111}``); g and
@@ -153,21 +149,7 @@ def parse_case_line(line: str, where: str | None = None) -> Case:
     """
     if line.lstrip().startswith("{"):
         return _parse_mapping_line(line, where)
-    fields: dict[str, object] = {}
-    for part in line.split(";"):
-        if not part.strip():
-            continue
-        match = _PAIR.match(part)
-        if not match:
-            raise SpecError(f"expected 'key: value' in {part.strip()!r} of line {line.strip()!r}")
-        key, raw = match.groups()
-        try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError as exc:
-            raise SpecError(f"cannot read value {raw!r} for {key!r} in line {line.strip()!r}") from exc
-        if key in fields:
-            raise SpecError(f"key {key!r} given twice in line {line.strip()!r}")
-        fields[key] = value
+    fields = _shapes.parse_line(line)  # the harness's reading of the official text form (SpecError is CaseError)
     return case_from_mapping(fields, where=f"line {line.strip()!r}: " if where is None else where)
 
 
