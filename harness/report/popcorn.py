@@ -9,7 +9,7 @@ import fcntl
 import os
 
 from harness import plugs
-from harness.results.record import RunRecord
+from harness.results.record import RunRecord, Status
 
 
 def lines(record: RunRecord) -> list[str]:
@@ -27,9 +27,18 @@ def lines(record: RunRecord) -> list[str]:
             out.append(f"{prefix}.{i}.status: pass")
         else:
             out.append(f"{prefix}.{i}.status: fail")
-            out.append(f"{prefix}.{i}.error: {c.status.value}: {c.message.splitlines()[0] if c.message else ''}")
+            out.append(f"{prefix}.{i}.error: {error_text(c)}")
     out.append(f"check: {'pass' if all(c.passed for c in record.cases) else 'fail'}")
     return out
+
+
+def error_text(case) -> str:
+    """The first line of a failed case's message; a timeout's or a crash's prefixed with that word, which the
+    message may not say (a failure's or an error's message names its own kind: "mismatch ...", "raised: ...")."""
+    head = case.message.splitlines()[0] if case.message else ""
+    if case.status in (Status.FAIL, Status.ERROR):
+        return head or case.status.value
+    return f"{case.status.value}: {head}" if head else case.status.value
 
 
 class PopcornError(ValueError):

@@ -75,13 +75,21 @@ def _record(mode, statuses):
     return RunRecord("r", "t", mode, "official", "x", None, SubmissionInfo("s", "p", "h"), env, cases, True)
 
 
+def test_error_line_names_a_timeout_or_crash_once():
+    """A failure's or an error's message says its own kind ("raised: ..."); a timeout's and a crash's get the
+    word, which their message may leave out."""
+    out = lines(_record("test", [Status.ERROR, Status.TIMEOUT, Status.CRASH]))
+    assert [x for x in out if ".error: " in x] == ["test.0.error: boom", "test.1.error: timeout: boom",
+                                                   "test.2.error: crash: boom"]
+
+
 def test_stream_keys():
     out = lines(_record("benchmark", [Status.PASS, Status.FAIL]))
     assert out[0] == "benchmark-count: 2"
     assert "benchmark.0.spec: m: [64]; n: [128]; k: [256]; g: 1; seed: 1" in out
     assert "benchmark.0.mean: 2.0" in out and "benchmark.0.runs: 2" in out
     assert "benchmark.0.status: pass" in out and "benchmark.1.status: fail" in out
-    assert "benchmark.1.error: fail: boom" in out and out[-1] == "check: fail"
+    assert "benchmark.1.error: boom" in out and out[-1] == "check: fail"
     test_out = lines(_record("test", [Status.PASS]))
     assert test_out == ["test-count: 1", "test.0.spec: m: [64]; n: [128]; k: [256]; g: 1; seed: 1",
                         "test.0.status: pass", "check: pass"]

@@ -350,7 +350,7 @@ def test_markup_raise_fails_its_case_verbatim_and_still_writes_json_and_popcorn(
     assert f"shape 1 error: {message}" in result.output
     case = json.loads(out.read_text())["cases"][0]
     assert case["status"] == "error" and case["message"].startswith(message + "\n")
-    assert stream.read_text().splitlines()[-3:] == ["test.0.status: fail", f"test.0.error: error: {message}",
+    assert stream.read_text().splitlines()[-3:] == ["test.0.status: fail", f"test.0.error: {message}",
                                                     "check: fail"]
 
 
