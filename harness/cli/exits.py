@@ -84,7 +84,13 @@ def broken_pipe() -> NoReturn:
 
 class Stdout(Console):
     """A rich console on standard output that exits 141 through ``broken_pipe`` when its reader goes away
-    (rich's own handling exits 1, the code of a failed command)."""
+    (rich's own handling exits 1, the code of a failed command), and that crops no line when it writes to a file
+    or a pipe (a table's notes are then one line each: ``harness.report.stacked``)."""
+
+    def print(self, *objects, **kwargs) -> None:
+        if not self.is_terminal:
+            kwargs.setdefault("crop", False)
+        super().print(*objects, **kwargs)
 
     def on_broken_pipe(self) -> None:
         self.quiet = True

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Sequence, Union
 
 from rich.console import Console, ConsoleOptions, RenderResult
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
@@ -80,7 +81,9 @@ class StackedTable:
         self.rows.append((plain(key), [plain(c) for c in cells], end_section))
 
     def add_note(self, note: Cell) -> None:
-        """A line printed under the tables (wrapped at the console's width, shown verbatim)."""
+        """A line printed under the tables, verbatim: wrapped at the console's width on a terminal, one line
+        however long elsewhere (a log or a pipe, where a wrapped message breaks grep; print with ``crop=False``,
+        as ``harness.cli.exits.Stdout`` does)."""
         self.notes.append(plain(note))
 
     # ---------------------------------------------------------------------------------------- layout
@@ -157,11 +160,17 @@ class StackedTable:
             yield self._table(panel)
         if self.caption.plain:
             yield Text.assemble(self.caption, style="dim")
-        yield from self.notes
+        if options.is_terminal:
+            yield from self.notes
+            return
+        for note in self.notes:
+            yield from note.render(console)
+            yield Segment.line()
 
 
 def render_text(renderable, width: int) -> str:
-    """``renderable`` as plain text (no colour codes) on a console ``width`` cells wide."""
-    console = Console(width=width, record=True, color_system=None, force_terminal=False, file=io.StringIO())
+    """``renderable`` as plain text (no colour codes) laid out as on a terminal ``width`` cells wide: every line
+    fits, notes wrapped."""
+    console = Console(width=width, record=True, color_system=None, force_terminal=True, file=io.StringIO())
     console.print(renderable)
     return console.export_text()

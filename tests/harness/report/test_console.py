@@ -414,3 +414,23 @@ def test_progress_lines_name_the_shape_once_and_every_phase():
         "k leaderboard: shape 2 of 2 (G=1 M=128 N=128 K=256): B (k): correctness call",
         "k leaderboard: shape 2 of 2: B (k) error",
     ]
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_a_long_note_is_one_line_in_a_pipe_and_wrapped_on_a_terminal(terminal):
+    """A log or a pipe gets each failed shape's message on one line (grep finds it whole); a terminal 40 cells
+    wide gets it wrapped, and the table above it fits either way."""
+    import io
+
+    from harness.cli.exits import Stdout
+    message = "raised: ValueError: kernel refused the problem: K must be a multiple of 512 on this kernel"
+    run = make_run("k", 1.0, "r1", cases=TESTS.cases[:1])
+    run = dataclasses.replace(run, cases=(dataclasses.replace(run.cases[0], status=Status.ERROR, message=message),),
+                              geomean_ns=None)
+    out = io.StringIO()
+    Stdout(file=out, width=40, force_terminal=terminal, color_system=None).print(results_table(run))
+    lines = out.getvalue().splitlines()
+    assert (f"shape 1 error: {message}" in lines) is not terminal
+    assert all(len(line) <= 40 for line in lines if not line.startswith("shape 1 error"))
+    if terminal:
+        assert " ".join(" ".join(lines).split()).count(f"shape 1 error: {message}") == 1
