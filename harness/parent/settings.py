@@ -1,6 +1,8 @@
 """Run settings: configs/run.yml (documented there) merged over built-in defaults, as one frozen record."""
 from __future__ import annotations
 
+import difflib
+
 import math
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -106,8 +108,10 @@ def load_settings(path: Path | None = None) -> Settings:
     out = {}
     for key, value in flat.items():
         if not hasattr(defaults, key):
-            known = ", ".join(f.name for f in fields(Settings))
-            raise SettingsError(f"{path}: unknown setting {key!r} in section {section_of[key]} (settings: {known})")
+            names = [f.name for f in fields(Settings)]
+            near = difflib.get_close_matches(key, names, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else f" (settings: {', '.join(names)})"
+            raise SettingsError(f"{path}: unknown setting {key!r} in section {section_of[key]}{hint}")
         if key == "budget_s":
             out[key] = _budgets(path, value, defaults.budget_s)
             continue

@@ -76,6 +76,8 @@ def test_settings_keys_keep_their_kinds(tmp_path):
                           ("timing: 5\n", "section timing must map setting -> value, got 5"),
                           ("timing:\n  bogus_key: 3\n",
                            "unknown setting 'bogus_key' in section timing \\(settings: import_s, first_call_s, "),
+                          ("timeouts:\n  firstcall_s: 3\n",
+                           "unknown setting 'firstcall_s' in section timeouts; did you mean 'first_call_s'\\?"),
                           ("timeouts:\n  call_s: 1e3\n",
                            "call_s must be a float, got '1e3' \\(a string to YAML: write 1000 or 1.0e\\+3\\)"),
                           ("timeouts:\n  call_s: .nan\n", "call_s must be a positive finite number, got nan"),
