@@ -3,36 +3,17 @@ faithful copy; the blocked copies' padding aside), and the Triton variant equal 
 official tests shape, both data modes."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 from official_dual import generate_input as official_generate
+from tests.problems.family_gpu import assert_triton_matches_reference, same
 
 from harness import plugs
-from harness.worker.task_alias import alias_task
 from problems._nvfp4.formats import unblock
 
 pytestmark = pytest.mark.gpu
-ROOT = Path(__file__).resolve().parents[3]
 P = plugs.get("nvfp4_dual_gemm")
 TESTS = plugs.load_cases("nvfp4_dual_gemm", "tests")
-
-
-def load(variant: str):
-    path = ROOT / "submissions" / "nvfp4_dual_gemm" / variant / "submission.py"
-    alias_task("nvfp4_dual_gemm")  # its ``from task import``, as the worker resolves it
-    spec = importlib.util.spec_from_file_location(f"fp4bench_nvfp4_dual_gemm_{variant}_gpu", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def same(x: torch.Tensor, y: torch.Tensor) -> bool:
-    u = (lambda t: t.view(torch.uint8)) if x.element_size() == 1 else (lambda t: t.view(torch.int16))
-    return x.dtype == y.dtype and x.shape == y.shape and x.stride() == y.stride() and x.device == y.device \
-        and torch.equal(u(x), u(y))
 
 
 @pytest.mark.parametrize("sizes", [(136, 72, 192, 2, 7), (256, 512, 256, 1, 1111), (512, 768, 7168, 1, 1153)])
@@ -51,10 +32,4 @@ def test_draw_is_bit_identical_to_the_official_generator(sizes):
 @pytest.mark.parametrize("data", ["official", "full-range"])
 @pytest.mark.parametrize("index", range(len(TESTS)))
 def test_triton_matches_the_reference_on_every_official_test(index, data):
-    case = TESTS[index]
-    x = P.generate(case, case.seed, data)
-    expected = P.reference(x)
-    out = load("triton").custom_kernel(tuple(t.clone() for t in x))
-    torch.cuda.synchronize()
-    evidence = P.check(out, expected)
-    assert evidence.ok, evidence.describe(f"{P.label(case)} {data}: ")
+    assert_triton_matches_reference("nvfp4_dual_gemm", index, data)
