@@ -264,8 +264,8 @@ def walk_folder(folder: Path, on_file: Callable[[str, int, str], None] | None = 
 
 
 def read_variant(path: Path, name: str | None = None, root: Path = SUBMISSIONS_DIR) -> Variant:
-    """Read a submission's header lines (only ``#`` lines before the first code line; a UTF-8 byte-order mark
-    before them is skipped, as Python's import skips it). A ``submission.py`` is a folder variant: it and its
+    """Read a submission's header lines (only ``#`` lines before the first code line, indented or not, any line
+    ending; a UTF-8 byte-order mark before them is skipped, as Python's import skips it). A ``submission.py`` is a folder variant: it and its
     folder must hold only regular files and folders (``walk_folder``). Raises RegistryError."""
     given = Path(path)
     if given.name == ENTRY_FILE and given.is_symlink():
@@ -280,7 +280,8 @@ def read_variant(path: Path, name: str | None = None, root: Path = SUBMISSIONS_D
     requires, declared = Requirement(), False
     text = raw.decode("utf-8-sig", errors="replace")
     for lineno, line in enumerate(text.splitlines(), 1):
-        if line.strip() and not line.startswith("#"):
+        line = line.lstrip()  # Python allows a comment indented at the top level; so do the headers
+        if line and not line.startswith("#"):
             break
         match = _HEADER.match(line)
         if not match:

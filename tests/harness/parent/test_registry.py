@@ -54,6 +54,30 @@ def test_byte_order_mark_does_not_hide_the_headers(tmp_path):
     assert v.requires.unmet_reason(H200) == "needs sm_100a; this is NVIDIA H200, sm_90"
 
 
+HEADERS = "#!POPCORN gpu B200\n#!FP4BENCH requires sm_100a\n"
+
+
+@pytest.mark.parametrize("text", [
+    HEADERS.replace("\n", "\r\n") + "import torch\r\n",  # Windows line endings
+    "\ufeff" + HEADERS.replace("\n", "\r\n") + "import torch\r\n",  # and a byte-order mark
+    HEADERS.replace("\n", "\r") + "import torch\r",  # old Mac line endings
+    "\n\n" + HEADERS + "import torch\n",  # blank lines first
+    "#!/usr/bin/env python3\n# -*- coding: utf-8 -*-\n" + HEADERS + "import torch\n",  # shebang, coding cookie
+    "   # my kernel\n" + HEADERS + "import torch\n",  # an indented comment before them
+    "  #!POPCORN gpu B200\n\t#!FP4BENCH requires sm_100a\nimport torch\n",  # indented headers
+    "#!POPCORN\tgpu\tB200\n#!FP4BENCH\trequires\tsm_100a \nimport torch\n",  # tabs, a trailing space
+    "\x0c" + HEADERS + "import torch\n",  # a form feed (Python allows one at a line's start)
+], ids=["crlf", "bom-crlf", "cr", "blank-lines", "shebang-cookie", "indented-comment", "indented-headers", "tabs",
+        "form-feed"])
+def test_a_b200_file_is_refused_however_its_header_block_is_spelled(tmp_path, text):
+    """Every spelling Python imports the same way declares the same: a B200-only file is never run elsewhere."""
+    f = tmp_path / "k.py"
+    f.write_bytes(text.encode())
+    v = read_variant(f)
+    assert v.popcorn == {"gpu": "B200"} and v.requires.text == "sm_100a"
+    assert v.requires.unmet_reason(H200) == "needs sm_100a; this is NVIDIA H200, sm_90"
+
+
 def test_missing_paths_say_no_such_file(tmp_path):
     with pytest.raises(RegistryError) as info:
         resolve(str(tmp_path / "my_kernel.py"))
