@@ -138,11 +138,11 @@ def _directives(lines: list[str], cpp: bool, add) -> None:
             add("directive", number, f"gpu names {len(values)} GPUs ({' '.join(values)}): a submission runs on one")
         elif values[0] not in board.BOARD_GPUS:
             add("directive", number, f"gpu {values[0]!r}: the {which} board runs {gpus}")
-    _requirement(lines, add)
+    _requirement(lines, add, which)
 
 
-def _requirement(lines: list[str], add) -> None:
-    """A ``#!FP4BENCH requires`` header in the leading block that none of the board's GPUs meets."""
+def _requirement(lines: list[str], add, which: str) -> None:
+    """A ``#!FP4BENCH requires`` header in the leading block that none of the GPUs of board ``which`` meets."""
     for number, line in enumerate(lines, 1):
         if not line.startswith("#"):
             return
@@ -157,7 +157,7 @@ def _requirement(lines: list[str], add) -> None:
         reasons = [need.unmet_reason(DeviceFacts(True, board.GPU_NAMES[name], *cc))
                    for name, cc in board.BOARD_GPUS.items()]
         if all(reasons):
-            add("gpu", number, f"built for another GPU: {reasons[0]}; the {board.LEADERBOARD} board runs only "
+            add("gpu", number, f"built for another GPU: {reasons[0]}; the {which} board runs only "
                                f"{', '.join(board.BOARD_GPUS)}, so it would fail there")
         return
 

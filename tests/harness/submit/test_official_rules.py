@@ -121,6 +121,9 @@ def test_a_requirement_the_board_cannot_meet_is_told_plainly():
     assert message == ("built for another GPU: needs sm_90a; this is NVIDIA B200, sm_100; the nvfp4_group_gemm "
                        "board runs only B200, so it would fail there")
     assert found(HEAD + "#!FP4BENCH requires sm_90\n" + BODY) == []  # sm_90 or newer: a B200 meets it
+    gemm = HEAD.replace("leaderboard nvfp4_group_gemm", "leaderboard nvfp4_gemm")
+    [(_, _, message)] = found(gemm + "#!FP4BENCH requires sm_90a\n" + BODY)
+    assert message.endswith("the nvfp4_gemm board runs only B200, so it would fail there")
 
 
 @pytest.fixture()
