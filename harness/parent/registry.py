@@ -277,6 +277,7 @@ def read_variant(path: Path, name: str | None = None, root: Path = SUBMISSIONS_D
         walk_folder(path.parent)
     raw = path.read_bytes()
     popcorn: dict[str, str] = {}
+    popcorn_lines: dict[str, int] = {}
     requires, declared = Requirement(), False
     text = raw.decode("utf-8-sig", errors="replace")
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -288,7 +289,13 @@ def read_variant(path: Path, name: str | None = None, root: Path = SUBMISSIONS_D
             continue
         tag, key, value = match.groups()
         if tag == "POPCORN":
-            popcorn[key] = value
+            if key in popcorn:  # as the official server: a directive given twice is refused, not overridden
+                raise RegistryError(f"{path}:{lineno}: #!POPCORN {key} given again (first on line "
+                                    f"{popcorn_lines[key]}); give it once")
+            if key == "leaderboard" and not value:
+                raise RegistryError(f"{path}:{lineno}: #!POPCORN leaderboard without a value: expected a problem's "
+                                    f"name ({', '.join(plugs.names())})")
+            popcorn[key], popcorn_lines[key] = value, lineno
         elif key == "requires":
             try:
                 requires, declared = parse_requirement(value), True

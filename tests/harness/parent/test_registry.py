@@ -242,3 +242,20 @@ def test_list_says_probably_not_for_a_header_less_blackwell_file(tmp_path, monke
     text = " ".join(render_text(variants_table(find_variants(tmp_path), H200), 200).split())
     assert ("probably not: looks built for sm_100a (line 5: from cutlass.cute.nvgpu import cpasync, tcgen05); this is "
             "NVIDIA H200, sm_90") in text
+
+
+@pytest.mark.parametrize("head, message", [
+    ("#!POPCORN leaderboard nvfp4_gemv\n#!POPCORN leaderboard nvfp4_gemm\n",
+     "k.py:2: #!POPCORN leaderboard given again (first on line 1); give it once"),
+    ("#!POPCORN gpu B200\n#!POPCORN gpu H100\n", "k.py:2: #!POPCORN gpu given again (first on line 1); give it once"),
+    ("#!POPCORN leaderboard\n", "k.py:1: #!POPCORN leaderboard without a value: expected a problem's name "
+                                "(nvfp4_dual_gemm, nvfp4_gemm, nvfp4_gemv, nvfp4_group_gemm)"),
+])
+def test_directives_the_server_refuses_are_refused_before_running(tmp_path, head, message):
+    """A repeated directive or an empty leaderboard is refused, as the official server refuses it, instead of the
+    last one winning or the default problem running."""
+    f = tmp_path / "k.py"
+    f.write_text(head + "def custom_kernel(data):\n    return data\n")
+    with pytest.raises(RegistryError) as info:
+        read_variant(f)
+    assert str(info.value) == f"{tmp_path}/{message}"
