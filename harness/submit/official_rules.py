@@ -6,7 +6,8 @@ and docs/submitting.md lists them: one non-empty UTF-8 file of at most 1,000,000
 (the lines from the first that start with ``#`` or ``//``; any other line, a blank one included, ends it), a
 directive without an argument, an unknown one or a repeated one refused; any occurrence of "stream" in any case,
 comments and strings included, refused. Then the file must run in the official image: its imports may name only
-the runner's files (board.RUNNER_MODULES), the image's packages (IMAGE_PACKAGES) and the standard library. And the
+the runner's files (board.RUNNER_MODULES), the image's packages (IMAGE_PACKAGES) and the standard library, and bind
+``custom_kernel`` at its top level (the runner calls it). And the
 board must be able to run it: a ``#!FP4BENCH requires`` header that the board's GPUs cannot meet is a finding.
 """
 from __future__ import annotations
@@ -22,6 +23,8 @@ from harness.submit import board
 
 #: The server's size limit in bytes (``len(content) > 1_000_000`` is refused).
 MAX_BYTES = 1_000_000
+#: What the runner calls in a Python submission.
+ENTRY_NAME = "custom_kernel"
 #: File name endings the server takes.
 EXTENSIONS = (".py", ".cu", ".cuh", ".cpp")
 #: The substring the server refuses anywhere in the file, compared in lower case.
@@ -84,8 +87,26 @@ def check_bytes(data: bytes, shown: str, file_name: str) -> list[Finding]:
             add("stream", number, f"contains {FORBIDDEN!r} ({count}x, any case counts, comments and strings too; the "
                                   f"server refuses the file): {line.strip()[:100]}")
     if file_name.endswith(".py"):
-        _imports(text, add)
+        tree = _imports(text, add)
+        if tree is not None:
+            _entry(tree, add)
     return found
+
+
+def _entry(tree: ast.Module, add) -> None:
+    """The runner calls ``custom_kernel(data)`` from the module: a file that binds no such name at its top level
+    (a def, an assignment or an import) fails every case there."""
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == ENTRY_NAME:
+            return
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == ENTRY_NAME for t in targets):
+                return
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                (a.asname or a.name) == ENTRY_NAME for a in node.names):
+            return
+    add("entry", None, f"defines no {ENTRY_NAME}(data) at the top level: the runner calls it for every case")
 
 
 def _directives(lines: list[str], cpp: bool, add) -> None:
@@ -121,8 +142,8 @@ def _directives(lines: list[str], cpp: bool, add) -> None:
         else:
             seen[key] = (number, args[2:])
     if "leaderboard" not in seen:
-        add("directive", None, f"no '#!POPCORN leaderboard {board.LEADERBOARD}' (or another problem's name: "
-                               f"{', '.join(plugs.names())}) in the leading comment block")
+        add("directive", None, f"no '#!POPCORN leaderboard <problem>' in the leading comment block (problems: "
+                               f"{', '.join(plugs.names())})")
     elif seen["leaderboard"][1][0] not in plugs.names():
         number, values = seen["leaderboard"]
         add("directive", number, f"leaderboard {values[0]!r}: the boards fp4bench knows are "
@@ -162,13 +183,14 @@ def _requirement(lines: list[str], add, which: str) -> None:
         return
 
 
-def _imports(text: str, add) -> None:
-    """Imports the official runner's folder and image cannot satisfy, and Python it cannot parse."""
+def _imports(text: str, add) -> ast.Module | None:
+    """Imports the official runner's folder and image cannot satisfy, and Python it cannot parse; the parsed
+    module (None when it does not parse)."""
     try:
         tree = ast.parse(text)
     except SyntaxError as exc:
         add("syntax", exc.lineno, f"not valid Python: {exc.msg}")
-        return
+        return None
     allowed = set(board.RUNNER_MODULES) | set(IMAGE_PACKAGES) | set(sys.stdlib_module_names) | {"__future__"}
     where = (f"the runner's {', '.join(m + '.py' for m in board.RUNNER_MODULES)}, the official image's packages "
              f"({', '.join(IMAGE_PACKAGES)}) or the standard library")
@@ -195,3 +217,4 @@ def _imports(text: str, add) -> None:
                     if alias.name not in board.TASK_NAMES:
                         add("import", node.lineno, f"from task import {alias.name}: the runner's task.py defines "
                                                    f"only {', '.join(board.TASK_NAMES)}")
+    return tree

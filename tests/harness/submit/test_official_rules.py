@@ -74,8 +74,8 @@ def test_extension_must_be_one_the_server_takes():
                        "nvfp4_gemv, nvfp4_group_gemm")]),
     ("#!POPCORN gpu B200\n\n#!POPCORN leaderboard nvfp4_group_gemm\n",
      [("directive", 3, "#!POPCORN after the leading comment block (line 2 ends it): the server ignores it"),
-      ("directive", None, "no '#!POPCORN leaderboard nvfp4_group_gemm' (or another problem's name: "
-                          "nvfp4_dual_gemm, nvfp4_gemm, nvfp4_gemv, nvfp4_group_gemm) in the leading comment block")]),
+      ("directive", None, "no '#!POPCORN leaderboard <problem>' in the leading comment block (problems: "
+                          "nvfp4_dual_gemm, nvfp4_gemm, nvfp4_gemv, nvfp4_group_gemm)")]),
 ])
 def test_directives_are_read_as_the_server_reads_them(head, expected):
     assert found(head + BODY) == expected
@@ -109,6 +109,19 @@ def test_imports_beyond_the_runner_and_the_image_are_findings_on_their_line(line
 def test_the_image_packages_stdlib_and_runner_files_are_allowed():
     lines = "import triton, numpy, cutlass.cute, cuda.bindings.driver, ctypes, os\nimport utils, reference\n"
     assert found(HEAD + BODY + lines) == []
+
+
+@pytest.mark.parametrize("body, ok", [
+    ("def kernel(data):\n    return []\n", False),
+    ("class K:\n    def custom_kernel(self, data):\n        return []\n", False),  # a method is not the entry
+    ("def run(data):\n    return []\n\n\ncustom_kernel = run\n", True),
+    ("from torch import add as custom_kernel\n", True),
+    ("async def custom_kernel(data):\n    return []\n", True),
+])
+def test_a_file_without_custom_kernel_at_the_top_level_is_a_finding(body, ok):
+    expected = [] if ok else [("entry", None, "defines no custom_kernel(data) at the top level: the runner calls it "
+                                              "for every case")]
+    assert found(HEAD + "import torch\n" + body) == expected
 
 
 def test_syntax_errors_are_a_finding_on_their_line():
