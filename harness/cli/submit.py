@@ -7,6 +7,7 @@ when it has findings (export still writes the file), 113 when the variant or fil
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from rich.markup import escape
 
 from harness.cli.exits import EXIT_OUTPUT, Stdout, fail
 from harness.cli.params import FilePath, nonempty
+from harness.cli.run_setup import pick_problem
+from harness.problem import DEFAULT_PROBLEM, CaseError
 from harness.parent.registry import RegistryError, resolve
 from harness.protocol import ExitCode
 from harness.submit.check import Checked, check
@@ -25,15 +28,20 @@ from harness.submit.export import ExportError, export_variant, shown
 @click.argument("submission", callback=nonempty)
 @click.option("-o", "--out", type=FilePath(), default=Path("submission.py"),
               show_default=True, help="Where to write the exported file.")
-def export_cmd(submission: str, out: Path) -> None:
+@click.option("--problem", default=None,
+              help=f"The board it is for, when the file has no #!POPCORN leaderboard line (default {DEFAULT_PROBLEM}).")
+def export_cmd(submission: str, out: Path, problem: str | None) -> None:
     """Write SUBMISSION (a variant's name, its folder or a .py file) as one self-contained file the official runner
     accepts: sibling modules and the fp4bench helpers it imports inlined, kernel sources embedded, the board's
     directives first; then check it as `fp4bench check` does. Exits 0 with no finding, 112 with findings (the file
     is written), 113 when it cannot be exported."""
     try:
         variant = resolve(submission)
-    except RegistryError as exc:
+        board = pick_problem(problem, [variant])
+    except (RegistryError, CaseError) as exc:
         fail(str(exc), ExitCode.BAD_SPEC)
+    undeclared = not variant.problem and problem is None
+    variant = dataclasses.replace(variant, problem=board)
     folder = variant.path.parent.resolve()
     if out.resolve().parent == folder or folder in out.resolve().parents:
         fail(f"-o {out}: inside the variant's folder {shown(folder)}, which export reads; write it elsewhere",
@@ -53,6 +61,9 @@ def export_cmd(submission: str, out: Path) -> None:
     console = Stdout()
     console.print(f"wrote {escape(str(out))}: {len(data):,} bytes from {escape(shown(variant.path))}"
                   + (f" ({escape('; '.join(parts))})" if parts else ""), soft_wrap=True)
+    if undeclared:
+        console.print(f"[yellow]note:[/] it names no problem (no #!POPCORN leaderboard line, no problem folder): "
+                      f"exported for {board}, the default; --problem names another board", soft_wrap=True)
     _report(console, _checked(data, str(out), "submission.py"))
 
 
@@ -88,9 +99,10 @@ def _report(console, checked: Checked) -> None:
     n = len(checked.findings)
     if n:
         console.print(f"{n} finding{'s' if n > 1 else ''}: the official server, KernelGuard or the board would "
-                      f"refuse or fail this file")
+                      f"refuse or fail this file", soft_wrap=True)
     else:
-        console.print("no finding: size, encoding, extension, directives, 'stream', imports and GPU pass")
+        console.print("no finding: size, encoding, extension, directives, 'stream', imports, entry and GPU pass",
+                      soft_wrap=True)
     sys.exit(ExitCode.CHECK_FAILED if n else 0)
 
 

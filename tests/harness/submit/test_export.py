@@ -191,3 +191,21 @@ def test_a_problem_variant_exports_for_its_own_board_with_the_runners_task_types
     assert "from task import input_t, output_t" in lines and not any("problems" in x for x in lines
                                                                      if x.startswith(("from ", "import ")))
     assert check(exported.text.encode(), "x", "submission.py", use_guard=False).findings == ()
+
+
+def test_a_file_naming_no_problem_is_exported_for_the_default_board_with_a_note_or_for_problem(tmp_path):
+    """No #!POPCORN leaderboard line and no problem folder: exported for nvfp4_group_gemm with a note saying so, or
+    for the board --problem names; a --problem other than the one a variant declares is refused."""
+    entry = variant(tmp_path, {"submission.py": "import torch\nfrom task import input_t, output_t\n\n\n"
+                                                "def custom_kernel(data: input_t) -> output_t:\n    return data[-1]\n"})
+    plain = run_cli("export", str(entry), "-o", str(tmp_path / "a.py"))
+    assert plain.returncode == 0, plain.stderr
+    assert (tmp_path / "a.py").read_text().splitlines()[0] == "#!POPCORN leaderboard nvfp4_group_gemm"
+    assert ("note: it names no problem (no #!POPCORN leaderboard line, no problem folder): exported for "
+            "nvfp4_group_gemm, the default; --problem names another board") in plain.stdout.splitlines()
+    gemv = run_cli("export", str(entry), "-o", str(tmp_path / "b.py"), "--problem", "nvfp4_gemv")
+    assert gemv.returncode == 0 and "note:" not in gemv.stdout
+    assert (tmp_path / "b.py").read_text().splitlines()[0] == "#!POPCORN leaderboard nvfp4_gemv"
+    other = run_cli("export", "nvfp4_gemv/torch_reference", "-o", str(tmp_path / "c.py"), "--problem", "nvfp4_gemm")
+    assert other.returncode == 113 and other.stderr.strip().endswith("not --problem nvfp4_gemm")
+    assert not (tmp_path / "c.py").exists()
