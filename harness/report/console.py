@@ -48,7 +48,7 @@ def status_text(status: Status) -> Text:
 def _title(record: RunRecord) -> str:
     env = record.environment
     timed = any(r.stats for r in record.cases)
-    return (f"{record.submission.name}: {record.mode} mode, {record.data} data, on {device_text(env)}"
+    return (f"{record.submission.name}: {record.problem}, {record.mode} mode, {record.data} data, on {device_text(env)}"
             + (f", times from {timer_text(env)}" if timed else ""))
 
 
@@ -104,8 +104,8 @@ def side_by_side(records: Sequence[RunRecord], baseline: str = "torch_reference"
     if peaks:
         columns += [Col(f"{n}\n% SOL {peaks.model}", group="sol") for n in names]
     columns += [Col(f"{n}\nspeed-up vs {baseline}", group="speed-up") for _, n in others]
-    title = (f"side by side: {plural(len(records), 'variant')}, {records[0].mode} mode, {records[0].data} data, "
-             f"on {device_text(env)}, times from {timer_text(env)}")
+    title = (f"side by side: {plural(len(records), 'variant')} of {records[0].problem}, {records[0].mode} mode, "
+             f"{records[0].data} data, on {device_text(env)}, times from {timer_text(env)}")
     table = StackedTable(title, SHAPE_KEY, columns, "speed-up = the baseline's mean time / the variant's")
 
     def mean(r: CaseResult) -> float | None:

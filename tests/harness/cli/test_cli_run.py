@@ -120,7 +120,7 @@ def test_test_mode_prints_per_shape_progress_on_stderr_and_keeps_stdout_for_the_
         "torch_reference test: shape 3 of 3 (G=3 M=[4,76,132] N=[128,128,256] K=[64,128,256]): correctness call",
         "torch_reference test: shape 3 of 3 pass",
     ]
-    assert "correctness call" not in result.stdout and "torch_reference: test mode" in result.stdout
+    assert "correctness call" not in result.stdout and "torch_reference: nvfp4_group_gemm, test mode" in result.stdout
 
 
 def test_compare_progress_names_each_side_on_stderr_and_json_on_stdout_stays_clean(tmp_path):

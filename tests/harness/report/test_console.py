@@ -133,7 +133,7 @@ def test_run_results_show_every_value_whole(width):
                                                           123_000_000_000.0, 124_000_000_000.0))
     run = dataclasses.replace(run, cases=run.cases[:9] + (wide,))
     text = render(results_table(run), width)
-    assert "cute_dense_per_group: leaderboard mode, official data, on NVIDIA H200 (sm_90, driver 580.159)" in \
+    assert "cute_dense_per_group: nvfp4_group_gemm, leaderboard mode, official data, on NVIDIA H200 (sm_90, driver 580.159)" in \
         " ".join(text.split())
     rows = table_rows(text)
     for f in case_figures(run):
@@ -151,7 +151,7 @@ def test_cpu_run_title_names_the_device_once_and_keeps_small_rates(width):
     run = make_run("torch_reference", 1.0, "r-cpu", env=CPU, mode="benchmark", cases=TESTS.cases[:1])
     text = render(results_table(run), width)
     title = " ".join(text.split("\n┏")[0].split())
-    assert title == ("torch_reference: benchmark mode, official data, on CPU (x86_64), times from a monotonic "
+    assert title == ("torch_reference: nvfp4_group_gemm, benchmark mode, official data, on CPU (x86_64), times from a monotonic "
                      "CPU clock")
     rate = fmt_tflops(case_figures(run)[0].tflops)
     assert rate == "0.0318" and rate in table_rows(text)["1"]    # 2(96*128*256 + 128*256*512) FLOP / 1253.4127 us
@@ -257,7 +257,7 @@ def test_markup_in_submission_text_is_shown_verbatim(width):
                                                               message=message + "\nTraceback (most recent call last):\n  ..."),
                                           run.cases[1]), geomean_ns=None)
     flat = " ".join(render(results_table(run), width).split())
-    assert "my[bold]kernel[/]: leaderboard mode" in flat
+    assert "my[bold]kernel[/]: nvfp4_group_gemm, leaderboard mode" in flat
     assert f"shape 1 error: {message}" in flat and "Traceback" not in flat
 
 
