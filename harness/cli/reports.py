@@ -195,17 +195,25 @@ def leaderboard_cmd(db, shapes, gpu, mode, data, problem, fmt, out) -> None:
 @click.option("--gpu", default=None, help="With --leaderboard: only this GPU model.")
 @click.option("--mode", type=click.Choice(RANKED_MODES), default="leaderboard", show_default=True,
               help="With --leaderboard: which runs.")
-def report_cmd(runs, db, fmt, out, board, shapes, gpu, mode) -> None:
+@click.option("--problem", default=None, help="With --leaderboard: only this problem's runs.")
+def report_cmd(runs, db, fmt, out, board, shapes, gpu, mode, problem) -> None:
     """Report on stored runs: RUNS are run ids, unique prefixes, or 'latest' (the default). html is one
     self-contained file with pictures embedded; csv has one row per case; json reads back as RunRecords."""
     if board and runs:
         raise click.UsageError("give run ids or --leaderboard, not both")
-    if not board and (shapes or gpu):
-        raise click.UsageError("--shapes and --gpu select runs only with --leaderboard")
+    if not board and (shapes or gpu or problem):
+        raise click.UsageError("--shapes, --gpu and --problem select runs only with --leaderboard")
+    if problem is not None:
+        try:
+            plugs.get(problem)
+        except CaseError as exc:
+            fail(str(exc), ExitCode.BAD_SPEC)
     with _open(db) as store:
         try:
             if board:
-                where = shapes_filter(store, shapes)
+                where = shapes_filter(store, shapes, problem)
+                if problem is not None:
+                    where["problem"] = problem
                 boards = leaderboards(best_runs(store.runs(mode=mode, gpu=gpu, passed=True, **where)))
                 records = [e.run for b in boards for e in b.entries]
                 if not records:
@@ -226,16 +234,31 @@ def report_cmd(runs, db, fmt, out, board, shapes, gpu, mode) -> None:
 @click.option("--shapes", default=None, help=_SHAPES_HELP)
 @click.option("--gpu", default=None, help="Only this GPU model.")
 @click.option("--limit", type=int, default=None, help="Only the newest LIMIT runs.")
-def history_cmd(variant, db, mode, shapes, gpu, limit) -> None:
+@click.option("--problem", default=None, help="Only this problem's runs (VARIANT as <problem>/<name> says it too).")
+def history_cmd(variant, db, mode, shapes, gpu, limit, problem) -> None:
     """A variant's runs over time and commits: result, geomean us with 95% CI, and the change against its
-    previous comparable passing run (same GPU model, shapes, data and mode) with a verdict."""
+    previous comparable passing run (same problem, GPU model, shapes, data and mode) with a verdict. VARIANT is a
+    name, or <problem>/<name> as fp4bench list shows a problem's variant."""
+    head, _, tail = variant.rpartition("/")
+    if head in plugs.names():
+        if problem is not None and problem != head:
+            fail(f"{variant} is a variant of {head}, not --problem {problem}", ExitCode.BAD_SPEC)
+        problem, variant = head, tail
+    if problem is not None:
+        try:
+            plugs.get(problem)
+        except CaseError as exc:
+            fail(str(exc), ExitCode.BAD_SPEC)
     with _open(db) as store:
-        where = shapes_filter(store, shapes)
+        where = shapes_filter(store, shapes, problem)
+        if problem is not None:
+            where["problem"] = problem
         runs = store.runs(variant=variant, mode=mode, gpu=gpu, limit=limit, with_samples=False, **where)
         path = store.path
     console = Stdout()
     if not runs:
-        console.print(Text(f"no runs of {variant!r} in {path}" + (f" (mode {mode})" if mode else "")))
+        console.print(Text(f"no runs of {variant!r} in {path}" + (f" (mode {mode})" if mode else "")
+                           + (f" for {problem}" if problem else "")))
         return
     console.print(history_table(variant, history_rows(runs)))
 
@@ -244,7 +267,8 @@ def history_table(variant: str, rows: Sequence[HistoryRow]) -> StackedTable:
     """A variant's runs (report.HistoryRow, oldest first), keyed by run id: when it started, its commit, the
     mode / shapes / GPU where these differ between runs (else in the title), its result, geomean us with the
     95 % half-width, and the change against the previous comparable passing run with its verdict."""
-    context = {"mode": lambda r: r.mode, "shapes": lambda r: f"{r.shape_set} {r.shape_set_id[:8]}".strip(),
+    context = {"problem": lambda r: r.problem, "mode": lambda r: r.mode,
+               "shapes": lambda r: f"{r.shape_set} {r.shape_set_id[:8]}".strip(),
                "GPU": lambda r: gpu_model(r.environment.device)}
     shared = {k: f(rows[0].run) for k, f in context.items() if len({f(r.run) for r in rows}) == 1}
     varying = [k for k in context if k not in shared]

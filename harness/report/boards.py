@@ -48,10 +48,9 @@ class Board:
 
     @property
     def title(self) -> str:
-        """``benchmarks on H200 (leaderboard, official data)``, the problem first when it is not
-        nvfp4_group_gemm (``nvfp4_gemm benchmarks on H200 ...``)."""
-        which = "" if self.problem == DEFAULT_PROBLEM else f"{self.problem} "
-        return f"{which}{self.shape_set} on {self.gpu_model} ({self.mode}, {self.data} data)"
+        """``nvfp4_group_gemm benchmarks on H200 (leaderboard, official data)``: the problem first, always (a store
+        may hold several)."""
+        return f"{self.problem} {self.shape_set} on {self.gpu_model} ({self.mode}, {self.data} data)"
 
 
 def rankable(run: RunRecord) -> bool:

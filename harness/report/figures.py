@@ -129,9 +129,12 @@ def run_status(run: RunRecord) -> str:
 
 
 def run_labels(runs: Sequence[RunRecord]) -> list[str]:
-    """A short label per run: the variant name, with the run id when a variant appears twice."""
+    """A short label per run: the variant name; ``<problem>/<name>`` when variants of two problems share the name
+    (as ``fp4bench list`` names them); with the run id when the same one appears twice."""
     names = [r.submission.name for r in runs]
-    return [n if names.count(n) == 1 else f"{n} ({r.run_id})" for n, r in zip(names, runs)]
+    labels = [n if names.count(n) == 1 or len({x.problem for x in runs if x.submission.name == n}) == 1
+              else f"{r.problem}/{n}" for n, r in zip(names, runs)]
+    return [label if labels.count(label) == 1 else f"{label} ({r.run_id})" for label, r in zip(labels, runs)]
 
 
 # ------------------------------------------------------------------------------------------------ numbers

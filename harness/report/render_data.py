@@ -20,7 +20,7 @@ from harness.hardware import GPU_PEAKS, gpu_model
 JSON_VERSION = 1
 #: CSV columns, one row per (run, case); units in the names.
 CSV_COLUMNS = (
-    "run_id", "variant", "mode", "data", "shape_set", "gpu_model", "device", "git_commit", "started_at",
+    "run_id", "variant", "problem", "mode", "data", "shape_set", "gpu_model", "device", "git_commit", "started_at",
     "complete", "case_index", "case_name", "spec", "status", "runs", "mean_us", "std_us", "err_us", "best_us",
     "worst_us", "ci95_low_us", "ci95_high_us", "tflops", "sol_here_us", "pct_of_sol_here", "sol_b200_us",
     "gflop", "mbytes", "flop_per_byte", "message",
@@ -34,7 +34,8 @@ def csv_rows(runs: Sequence[RunRecord]) -> list[dict]:
         for f in case_figures(run):
             s = f.result.stats
             rows.append({
-                "run_id": run.run_id, "variant": run.submission.name, "mode": run.mode, "data": run.data,
+                "run_id": run.run_id, "variant": run.submission.name, "problem": run.problem, "mode": run.mode,
+                "data": run.data,
                 "shape_set": run.shape_set, "gpu_model": gpu_model(run.environment.device),
                 "device": run.environment.device, "git_commit": run.git_commit, "started_at": run.started_at,
                 "complete": run.complete, "case_index": f.index, "case_name": f.result.case.name,

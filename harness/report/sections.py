@@ -110,7 +110,7 @@ def _run_section(run: RunRecord, label: str) -> Section:
     if not run.complete:
         sec.items.append(Para("INCOMPLETE: this run never finished (killed or interrupted); the cases below "
                               "are what it measured before it stopped.", "warn"))
-    sec.items.append(Para(f"{run.mode} mode, {run.data} data, shape set {run.shape_set}, secret seed "
+    sec.items.append(Para(f"{run.problem}, {run.mode} mode, {run.data} data, shape set {run.shape_set}, secret seed "
                           f"{'none' if run.secret_seed is None else run.secret_seed}, commit "
                           f"{run.git_commit or 'unknown'}, started {run.started_at}."))
     sec.items.append(Para(f"Submission {run.submission.path} (sha256 {run.submission.sha256[:16]}...). "
@@ -125,8 +125,9 @@ def _run_section(run: RunRecord, label: str) -> Section:
 
 
 def report_sections(runs: Sequence[RunRecord], pictures: bool) -> list[Section]:
-    """A report on ``runs`` (at least one): the runs table; across runs (with rankings) when there are several;
-    the pictures when ``pictures``; one section per run; the speed-of-light analysis of every case."""
+    """A report on ``runs`` (at least one): the runs table; per problem, across runs (with rankings) when it has
+    several and the pictures when ``pictures``; one section per run; per problem, the speed-of-light analysis of
+    every case."""
     labels = run_labels(runs)
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     secs = [Section("fp4bench report", 1, [
@@ -134,16 +135,23 @@ def report_sections(runs: Sequence[RunRecord], pictures: bool) -> list[Section]:
              f"microseconds (us); 95% CI from the per-shape standard error with a t quantile "
              f"(harness/results/ranking.py)."),
         runs_table(runs, labels)])]
-    if len(runs) > 1:
-        across = Section("Across runs", 2, [across_table(runs, labels)])
-        for board in leaderboards(runs):
-            if len(board.entries) > 1:
-                across.items += [Para(f"Ranking: {board.title}", "strong"), board_table(board, ids=False)]
-        secs.append(across)
-    if pictures:
-        secs.append(Section("Pictures", 2, picture_items(runs, labels)))
+    problems = list(dict.fromkeys(r.problem for r in runs))
+    for problem in problems:  # the runs of one problem are compared, ranked and drawn together; never two problems'
+        ours = [(r, label) for r, label in zip(runs, labels) if r.problem == problem]
+        of = f": {problem}" if len(problems) > 1 else ""
+        if len(ours) > 1:
+            across = Section(f"Across runs{of}", 2, [across_table(*map(list, zip(*ours)))])
+            for board in leaderboards([r for r, _ in ours]):
+                if len(board.entries) > 1:
+                    across.items += [Para(f"Ranking: {board.title}", "strong"), board_table(board, ids=False)]
+            secs.append(across)
+        if pictures:
+            secs.append(Section(f"Pictures{of}", 2, picture_items(*map(list, zip(*ours)))))
     secs += [_run_section(run, label) for run, label in zip(runs, labels)]
-    secs.append(Section("Speed of light by GPU model", 2, sol_items(distinct_cases(runs), plug_of(runs[0]))))
+    for problem in problems:
+        ours = [r for r in runs if r.problem == problem]
+        secs.append(Section(f"Speed of light by GPU model{': ' + problem if len(problems) > 1 else ''}", 2,
+                            sol_items(distinct_cases(ours), plug_of(ours[0]))))
     return secs
 
 

@@ -37,18 +37,19 @@ def status_cell(status: Status) -> Cell:
 
 
 def runs_table(runs: Sequence[RunRecord], labels: Sequence[str]) -> Table:
-    """One row per run: its label, id, mode, data, shape set, GPU model, commit, start, result and geomean."""
+    """One row per run: its label, id, problem, mode, data, shape set, GPU model, commit, start, result and
+    geomean."""
     rows = []
     for run, label in zip(runs, labels):
         iv = run_geomean_ci(run)
         status = run_status(run)
-        rows.append([label, Cell(run.run_id, "id"), run.mode, run.data, run.shape_set,
+        rows.append([label, Cell(run.run_id, "id"), run.problem, run.mode, run.data, run.shape_set,
                      gpu_model(run.environment.device),
                      short_commit(run.git_commit), run.started_at.replace("T", " ")[:19],
                      Cell(status, "pass" if status == "passed" else "fail"),
                      fmt_us(run.geomean_ns), fmt_interval_us(iv)])
-    return Table(["variant", "run", "mode", "data", "shapes", "GPU", "commit", "started (UTC)", "result",
-                  "geomean us", "95% CI us"], rows, numeric={9, 10})
+    return Table(["variant", "run", "problem", "mode", "data", "shapes", "GPU", "commit", "started (UTC)", "result",
+                  "geomean us", "95% CI us"], rows, numeric={10, 11})
 
 
 def case_table(run: RunRecord) -> Table:

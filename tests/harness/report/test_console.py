@@ -304,7 +304,7 @@ def test_history_shows_every_run_whole(store, width):
     text = _cli(width, "history", "wgmma_sm90", "--db", str(store))
     assert not [line for line in text.splitlines() if len(line) > width] and "…" not in text
     rows = table_rows(text)
-    assert "history of wgmma_sm90 (benchmark, tests, H200)" in " ".join(text.split())
+    assert "history of wgmma_sm90 (nvfp4_group_gemm, benchmark, tests, H200)" in " ".join(text.split())
     with ResultStore(store) as db:
         history = history_rows(db.runs(variant="wgmma_sm90"))
     for i, h in enumerate(history):

@@ -37,7 +37,7 @@ def test_boards_are_per_problem_and_costed_by_the_plug():
     assert set(boards) == {"nvfp4_group_gemm", "nvfp4_gemm"}
     gemm = boards["nvfp4_gemm"]
     assert gemm.title == "nvfp4_gemm benchmarks on H200 (leaderboard, official data)"
-    assert boards["nvfp4_group_gemm"].title == "benchmarks on H200 (leaderboard, official data)"
+    assert boards["nvfp4_group_gemm"].title == "nvfp4_group_gemm benchmarks on H200 (leaderboard, official data)"
     assert [e.variant for e in gemm.entries] == ["triton", "torch_reference"]
     h200 = peaks_for("H200")
     sol = geomean([sol_ns_of(GEMM.flops(c), GEMM.bytes_moved(c), h200) for c in CASES])
@@ -66,3 +66,37 @@ def test_leaderboard_problem_filter(tmp_path):
     bad = CliRunner().invoke(main, ["leaderboard", "--db", str(db), "--problem", "gemm"])
     assert (bad.exit_code, bad.output) == (113, "Error: unknown problem 'gemm': expected one of nvfp4_dual_gemm, "
                                                 "nvfp4_gemm, nvfp4_gemv, nvfp4_group_gemm\n")
+
+
+def test_a_report_of_two_problems_names_each_and_compares_only_within_one():
+    """Two problems' torch_reference runs: labelled <problem>/<name>, a problem column in the runs table and the
+    CSV, "Across runs" and the speed-of-light analysis once per problem, never one table of both."""
+    group = make_run("g1", "torch_reference")
+    runs = [group, make_run("g2", "grouped"), gemm_run("m1", "torch_reference"), gemm_run("m2", "triton")]
+    md = report(runs, "md")
+    assert "| nvfp4_group_gemm/torch_reference | g1 | nvfp4_group_gemm | leaderboard |" in md
+    assert "| nvfp4_gemm/torch_reference | m1 | nvfp4_gemm | leaderboard |" in md
+    assert "## Across runs: nvfp4_group_gemm" in md and "## Across runs: nvfp4_gemm" in md
+    assert "## Speed of light by GPU model: nvfp4_gemm" in md and "## Across runs\n" not in md
+    csv_lines = report(runs, "csv").splitlines()
+    assert csv_lines[0].startswith("run_id,variant,problem,mode,")
+    assert {line.split(",")[2] for line in csv_lines[1:]} == {"nvfp4_group_gemm", "nvfp4_gemm"}
+    assert "## Across runs\n" in report(runs[2:], "md")  # one problem: no name needed
+
+
+def test_history_takes_a_problem_by_option_or_as_list_names_the_variant(tmp_path):
+    db = tmp_path / "r.sqlite"
+    with ResultStore(db) as store:
+        for run in (make_run("g1", "torch_reference"), gemm_run("m1", "torch_reference")):
+            store.save(run)
+    wide = {"COLUMNS": "200"}
+    both = CliRunner().invoke(main, ["history", "torch_reference", "--db", str(db)], env=wide)
+    assert both.exit_code == 0 and "g1" in both.output and "m1" in both.output and "problem" in both.output
+    for args in (["nvfp4_gemm/torch_reference"], ["torch_reference", "--problem", "nvfp4_gemm"]):
+        one = CliRunner().invoke(main, ["history", *args, "--db", str(db)], env=wide)
+        assert one.exit_code == 0 and "m1" in one.output and "g1" not in one.output, one.output
+        assert "history of torch_reference (nvfp4_gemm, leaderboard, benchmarks, H200)" in one.output
+    clash = CliRunner().invoke(main, ["history", "nvfp4_gemm/torch_reference", "--problem", "nvfp4_gemv",
+                                      "--db", str(db)])
+    assert (clash.exit_code, clash.output) == (113, "Error: nvfp4_gemm/torch_reference is a variant of nvfp4_gemm, "
+                                                    "not --problem nvfp4_gemv\n")

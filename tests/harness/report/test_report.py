@@ -138,7 +138,7 @@ def test_html_is_self_contained_with_embedded_pictures_and_escapes_text():
         assert base64.b64decode(data)[:8] == b"\x89PNG\r\n\x1a\n"
     assert not re.search(r"https?://|//cdn|<link|<script", page, re.IGNORECASE)
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
-    assert "40.00" in page and "Ranking: benchmarks on H200" in page
+    assert "40.00" in page and "Ranking: nvfp4_group_gemm benchmarks on H200" in page
 
 
 def test_html_without_matplotlib_says_so(monkeypatch):
