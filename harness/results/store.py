@@ -170,10 +170,17 @@ class ResultStore:
             raise StoreError(f"{self.path}: written by a newer fp4bench (schema v{version}); this one reads up to "
                              f"v{current}. Update fp4bench or use another --db.")
         for step in range(version, current):
-            with self._tx() as conn:
-                schema.MIGRATIONS[step](conn)
-                conn.execute(f"PRAGMA application_id = {schema.APPLICATION_ID}")
-                conn.execute(f"PRAGMA user_version = {step + 1}")
+            try:
+                with self._tx() as conn:
+                    schema.MIGRATIONS[step](conn)
+                    conn.execute(f"PRAGMA application_id = {schema.APPLICATION_ID}")
+                    conn.execute(f"PRAGMA user_version = {step + 1}")
+            except StoreError as exc:
+                if version == 0:  # a new file: the plain write error says it
+                    raise
+                reason = str(exc).rpartition(" (")[2].rstrip(")")
+                raise StoreError(f"{self.path}: a results store of schema v{version}; this fp4bench reads v{current} "
+                                 f"and upgrades the file in place first, which needs write access ({reason})") from None
 
     @property
     def version(self) -> int:

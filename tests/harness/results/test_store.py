@@ -263,6 +263,27 @@ def test_failed_migration_leaves_the_file_at_its_old_version(db, monkeypatch):
     conn.close()
 
 
+def test_an_older_store_that_cannot_be_written_says_it_needs_an_upgrade(db, monkeypatch):
+    """Even a command that only reads upgrades an older file first; when it cannot write (here: another process
+    holds the write lock), the message says which schema the file has and why a write is needed."""
+    from harness.results import store as store_mod
+    with ResultStore(db) as store:
+        store.save(make_run())
+    monkeypatch.setattr(schema_mod, "MIGRATIONS", [*schema_mod.MIGRATIONS, lambda conn: None])
+    monkeypatch.setattr(store_mod, "BUSY_TIMEOUT_S", 0.05)
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # readers may read, no one else may write
+    try:
+        with pytest.raises(StoreError) as info:
+            ResultStore(db)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    old, new = schema_version() - 1, schema_version()
+    assert str(info.value) == (f"{db}: a results store of schema v{old}; this fp4bench reads v{new} and upgrades "
+                               f"the file in place first, which needs write access (database is locked)")
+
+
 def test_queries_filter_and_order(db):
     b200 = dataclasses.replace(H200, device="NVIDIA B200", compute_capability="sm_100")
     with ResultStore(db) as store:
