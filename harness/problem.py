@@ -181,6 +181,9 @@ class Problem(Protocol):
     timing: TimingLoop
     #: Its own sample buffers (SampleBuffers), or None: the harness then lays inputs out through harness.plan.
     sample_buffers: SampleBuffers | None
+    #: The FP4 MMA peak (TFLOP/s) behind its task.yml's speed-of-light table where that is not B200's at 1.5 GHz
+    #: (harness.hardware.GPU_PEAKS), else None; reports' "SOL B200 (task)" column uses it.
+    task_fp4_tflops: float | None
 
     def parse_case(self, mapping: Mapping[str, Any], where: str = "") -> Case:
         """A case from ``{field: value}`` (``case_fields``, plus an optional ``name``). Raises CaseError, its

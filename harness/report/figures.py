@@ -9,6 +9,7 @@ formats keep 0-based positions (CSV ``case_index``, JSON ``index``, the official
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -23,9 +24,12 @@ from harness.shapes import DEFAULT_PROBLEM
 TASK_GPU = "B200"
 
 
-def task_peaks() -> GpuPeaks:
-    """The task's reference GPU peaks (B200 at 1.5 GHz) from harness.hardware.GPU_PEAKS."""
-    return next(p for p in GPU_PEAKS if p.model == TASK_GPU)
+def task_peaks(plug=None) -> GpuPeaks:
+    """The task's reference GPU peaks (B200 at 1.5 GHz) from harness.hardware.GPU_PEAKS, with ``plug``'s
+    ``task_fp4_tflops`` where its task.yml's table assumes another FP4 peak."""
+    b200 = next(p for p in GPU_PEAKS if p.model == TASK_GPU)
+    tflops = (plug or plugs.get(DEFAULT_PROBLEM)).task_fp4_tflops
+    return b200 if tflops is None else dataclasses.replace(b200, exact_tflops=tflops, floor_tflops=tflops)
 
 
 # ------------------------------------------------------------------------------------------ per-case figures
@@ -98,7 +102,7 @@ def case_figures(run: RunRecord) -> list[CaseFigures]:
             tflops_of(plug.flops(r.case), s.mean_ns) if timed else None,
             sol_here,
             100.0 * sol_here / s.mean_ns if timed and sol_here else None,
-            sol_ns(r.case, task_peaks(), plug),
+            sol_ns(r.case, task_peaks(plug), plug),
             plug.flops(r.case), plug.bytes_moved(r.case)))
     return out
 

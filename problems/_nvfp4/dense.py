@@ -63,6 +63,7 @@ class DenseProblem:
     timing: TimingLoop
     #: No buffers of their own: the harness lays their inputs out through harness.plan.
     sample_buffers: SampleBuffers | None = None
+    task_fp4_tflops: float | None = None
     #: The largest |partial sum| full-range data may reach (fp16's 65504 unless the output multiplies two sums).
     full_range_bound: float = 65504.0
 

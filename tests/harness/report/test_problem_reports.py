@@ -100,3 +100,17 @@ def test_history_takes_a_problem_by_option_or_as_list_names_the_variant(tmp_path
                                       "--db", str(db)])
     assert (clash.exit_code, clash.output) == (113, "Error: nvfp4_gemm/torch_reference is a variant of nvfp4_gemm, "
                                                     "not --problem nvfp4_gemv\n")
+
+
+@pytest.mark.parametrize("problem, sizes, task_us", [
+    ("nvfp4_dual_gemm", (256, 4096, 7168), 4.708), ("nvfp4_dual_gemm", (512, 4096, 7168), 8.714),
+    ("nvfp4_dual_gemm", (256, 3072, 4096), 2.125), ("nvfp4_dual_gemm", (512, 3072, 7168), 6.535),
+    ("nvfp4_gemm", (128, 7168, 16384), 8.994), ("nvfp4_gemm", (128, 4096, 7168), 2.354),
+])
+def test_the_task_sol_column_gives_task_yml_s_table(problem, sizes, task_us):
+    """The "SOL B200 (task)" figure of each benchmark is its task.yml's, to the table's last digit where the
+    task's own formula is known (dual_gemm's table assumes 6.90 PFLOP/s of FP4, the others 7.27)."""
+    from harness.report.figures import sol_ns, task_peaks
+    plug = plugs.get(problem)
+    case = plug.parse_case(dict(zip(("m", "n", "k", "l", "seed"), (*sizes, 1, 1111))))
+    assert sol_ns(case, task_peaks(plug), plug) / 1e3 == pytest.approx(task_us, abs=0.0015)
