@@ -13,6 +13,7 @@ module; it imports only harness.protocol (BufferRef, the wire form of a buffer).
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import mmap
 import os
 import socket
@@ -129,8 +130,11 @@ class SharedBuffer:
             self._handle = ctypes.string_at(ctypes.addressof(handle), 64).hex()
             self.tensor = _wrap_cuda(self._ptr, self.nbytes, self.device.index or 0)
         else:
-            self._fd = os.memfd_create("fp4bench-buffer", os.MFD_CLOEXEC)
+            self._fd = os.memfd_create("fp4bench-buffer", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
             os.ftruncate(self._fd, self.nbytes)
+            # Its size is final: a worker holding the descriptor can no longer shrink the file under the parent's
+            # mapping (the parent's next read of a lost page would die of SIGBUS) nor grow it, nor lift the seals.
+            fcntl.fcntl(self._fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
             self.tensor = _map_shared(self._fd, self.nbytes)
             if pin and torch.cuda.is_available():
                 self._pinned = torch.cuda.cudart().cudaHostRegister(self.tensor.data_ptr(), self.nbytes, 0) == 0

@@ -118,7 +118,8 @@ def prepare(specs, shapes, settings_path, timeout, seed, mode, data, workers=1, 
         settings = load_settings(settings_path)
         if name != DEFAULT_PROBLEM:  # configs/run.yml's loop is nvfp4_group_gemm's; the others run their own
             settings = settings.with_timing(plug.timing, mode)
-        secret = seed if seed is not None else seeds.secret_from_env()
+        secret = seeds.secret_for(seed if seed is not None else seeds.secret_from_env(), mode,
+                                  [case.seed for case in shape_set.cases])  # one for all the run's submissions
         for case in shape_set.cases:  # a combined seed torch cannot take fails here, not mid-run
             seeds.case_seed(case.seed, secret)
             try:

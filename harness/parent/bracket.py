@@ -258,6 +258,17 @@ class Bracket:
             return self._early(key, strikes, judged, gross), self._sentence(key, "copy")
         return False, ""
 
+    def charged_ns(self, window_ns: float, measured: Measured) -> float:
+        """The sample's time to keep (ns): the worker's ``window_ns`` when the bracket agrees with it, else the
+        parent's own bracket less the honest gap. A struck sample (forged, or an honest one caught in a pause) thus
+        never counts shorter than the parent measured it, whether or not its strikes end up failing the case."""
+        if self.margin is None or not measured.signalled:
+            return window_ns
+        allowed = self.margin.allowed_ns(window_ns, measured.snapshot_ns, measured.copy_ns)
+        if measured.bracket_ns - window_ns <= allowed:
+            return window_ns
+        return max(window_ns, measured.bracket_ns - self.margin.gap_ns)
+
     def verdict(self, key) -> tuple[bool, str]:
         """Once case ``key``'s timed samples are done: (fail, the sentence) when its strikes reach STRIKES (or all
         its samples judged, when fewer) and more than STRIKE_SHARE (calls phase) or COPY_STRIKE_SHARE (copy phase)

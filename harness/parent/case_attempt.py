@@ -83,8 +83,9 @@ class CaseAttempt:
             if rule.is_finished(self.samples, time.monotonic_ns() - t0):
                 wall_s = (time.monotonic_ns() - t0) / 1e9
                 self.overhead_ms = overhead_per_sample_ms(wall_s, self.samples, settings.calls_per_sample)
+                mean_ns = sum(self.samples) / len(self.samples)
                 return self.judged() and self._step(lambda: setattr(self, "kernel_ns", self.runner.kernel_time(
-                    self.case, self.seed, len(self.samples))))
+                    self.case, self.seed, len(self.samples), mean_ns)))
         return False
 
     def profiled(self) -> bool:

@@ -7,6 +7,7 @@ nvfp4_group_gemm; harness.parent.plain_samples for any other), sends it through 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import torch
 
 from harness import plugs
 from harness import protocol as P
-from harness.hardware import peaks_for
+from harness.hardware import peaks_for, sol_ns_of
 from harness.parent import judge
 from harness.parent import seeds as seedlib
 from harness.parent.environment import device_facts
@@ -29,9 +30,15 @@ from harness.results.record import CaseResult, RunRecord
 from harness.shapes import DEFAULT_PROBLEM
 
 
+#: The largest kernel time per call the worker may report, as a multiple of the case's measured mean: the
+#: kernel-time pass runs the same calls on fresh inputs, so its kernels cannot take much longer than the windows.
+KERNEL_TIME_MAX = 1.5
+
+
 @dataclass(frozen=True)
 class RunOptions:
-    """What to run: ``mode`` (one of MODES), ``data`` (official | full-range), ``secret`` (None: no secret),
+    """What to run: ``mode`` (one of MODES), ``data`` (official | full-range), ``secret`` (None: a random one in a
+    timed mode, harness.parent.seeds.secret_for; none in the others),
     ``sandbox`` (how workers are confined: harness.parent.sandbox), ``worker_log`` (a file the parent appends each
     worker's stdout and stderr to when it ends: the submission's prints; None: kept only for crash messages)."""
 
@@ -65,6 +72,7 @@ class CaseRunner:
         facts = device_facts()
         self.peaks = peaks_for(facts.name) if facts.cuda else None
         self.notes: list[str] = [session.clear_note] if session.clear_note else []
+        self.charged_ns = 0.0  # the last timed request's time to keep, all its calls (judge.bracket)
         self._samples: dict[tuple, ArenaSample] = {}
         self._checked: dict[Case, int] = {}
         self._ahead: tuple[tuple, ArenaSample] | None = None  # (what it was prepared for, the sample)
@@ -92,6 +100,7 @@ class CaseRunner:
         """The sample for ``seeds``, prepared: the one prepared ahead for exactly these, or one prepared now."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None and ahead[0] == (case, tuple(seeds), official_order):
+            ahead[1].publish()  # only now: the worker reads nothing of a sample before the request that times it
             return ahead[1]
         sample = self._sample(case, len(seeds), 0)
         self.session.buffers_for(sample.layout)
@@ -99,12 +108,13 @@ class CaseRunner:
         return sample
 
     def _prepare_ahead(self, case: Case, seeds: list[int], slot: int) -> None:
-        """Prepare the sample for ``seeds`` in host slot ``slot`` while the worker finishes the current request
-        (its window closed; it no longer reads that slot or the device buffer). Skipped when the buffers would
-        have to grow: the worker maps them again only between requests."""
+        """Prepare the sample for ``seeds`` in host slot ``slot`` while the worker finishes the current request:
+        drawn, its reference computed and its plain scales in that slot, its operands kept in the parent's memory
+        until ``_ready`` publishes them with the request. Skipped when the buffers would have to grow: the worker
+        maps them again only between requests."""
         sample = self._sample(case, len(seeds), slot)
         if self.session.shared.fits(sample.layout):
-            sample.prepare(seeds, False)
+            sample.prepare(seeds, False, publish=False)
             self._ahead = ((case, tuple(seeds), False), sample)
 
     def _call(self, case: Case, seeds: list[int], kind: str, official_order: bool = False,
@@ -118,8 +128,9 @@ class CaseRunner:
             reply, measured, outside = self.session.run(sample.request(kind, watch=watch, ahead=ahead), sample,
                                                         on_closed)
             judge.reply(sample, reply, outside)
+            self.charged_ns = reply.elapsed_ns
             if measured is not None:
-                judge.bracket(self.session.bracket, case, reply, measured, sample)
+                self.charged_ns = judge.bracket(self.session.bracket, case, reply, measured, sample)
         except CaseFailed:
             self._ahead = None
             raise
@@ -158,21 +169,35 @@ class CaseRunner:
         and bytes, CUDA only); ERROR, CRASH or TIMEOUT for the submission's faults."""
         calls = self.opts.settings.calls_per_sample
         # the next request is sample i + 1, or the kernel-time pass on the same seeds
-        reply = self._call(case, seedlib.sample_seeds(seed, i, calls), "time",
-                           then=seedlib.sample_seeds(seed, i + 1, calls))
-        per_call = reply.elapsed_ns / reply.calls
+        seeds = seedlib.sample_seeds(seed, i, calls)
+        self._call(case, seeds, "time", then=seedlib.sample_seeds(seed, i + 1, calls))
+        per_call = self.charged_ns / len(seeds)  # the calls asked for (judge.reply refuses another claim)
         judge.floor(case, per_call, self.peaks, self.plug)
         self.observer.on_sample(index, i + 1)
         return per_call
 
-    def kernel_time(self, case: Case, seed: int, after: int) -> float | None:
+    def kernel_time(self, case: Case, seed: int, after: int, mean_ns: float) -> float | None:
         """Kernels' device time per call (ns, CUPTI through torch.profiler) on fresh inputs (the seeds of timed
-        sample ``after``, never timed), every output checked; None without CUDA."""
+        sample ``after``, never timed), every output checked; None without CUDA. The figure is the worker's own
+        report, so it is kept only between this GPU's physical floor and KERNEL_TIME_MAX x ``mean_ns`` (the
+        case's mean per-call time from the parent's windows); outside, None and a note say it was not kept. It
+        never ranks anything."""
         if self.device.type != "cuda":
             return None
         reply = self._call(case, seedlib.sample_seeds(seed, after, self.opts.settings.calls_per_sample), "kernels",
                            watch=False)
-        return reply.kernel_ns
+        ns = reply.kernel_ns
+        if ns is None:
+            return None
+        low = sol_ns_of(self.plug.flops(case), self.plug.bytes_moved(case), self.peaks, floor=True) \
+            if self.peaks else 0.0
+        if not (math.isfinite(ns) and low <= ns <= KERNEL_TIME_MAX * mean_ns):
+            note = (f"a kernel time the worker reported ({ns:.0f} ns per call) lies outside this GPU's floor "
+                    f"({low:.0f} ns) to {KERNEL_TIME_MAX:g} x the measured mean: not kept")
+            if note not in self.notes:
+                self.notes.append(note)
+            return None
+        return ns
 
     def bracket_verdict(self, case: Case) -> None:
         """Once ``case``'s timed samples are done: the bracket's strikes over all of them (judge.bracket_verdict;

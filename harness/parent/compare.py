@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -160,6 +160,7 @@ def compare(a: Variant, b: Variant, shapes: ShapeSet, opts: RunOptions = RunOpti
     """
     if opts.mode != MODE:
         raise ValueError(f"compare records runs with mode {MODE!r}; got RunOptions(mode={opts.mode!r})")
+    opts = replace(opts, secret=seedlib.secret_for(opts.secret, MODE, [c.seed for c in shapes.cases]))
     case_seeds = [seedlib.case_seed(c.seed, opts.secret) for c in shapes.cases]
     obs_a, obs_b = observers or (Observer(), Observer())
     device = default_device()

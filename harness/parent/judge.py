@@ -241,6 +241,10 @@ def reply(sample: ArenaSample, run: P.RunReply, outside: str | None = None) -> N
     complaint = outside or outside_window(run)
     if complaint:
         raise CaseFailed(Status.FAIL, complaint)
+    asked = requested_calls(sample)
+    if run.calls != asked:  # the parent divides its window by the calls it asked for, never by this claim
+        raise CaseFailed(Status.FAIL, f"the reply claims {run.calls} calls; the request was for {asked} (the reply "
+                                      f"path was tampered with)")
     try:
         mismatch = outputs(sample, run)
     except ReferenceError as exc:
@@ -249,9 +253,15 @@ def reply(sample: ArenaSample, run: P.RunReply, outside: str | None = None) -> N
         raise CaseFailed(Status.FAIL, mismatch)
 
 
-def bracket(br: Bracket, case, run: P.RunReply, measured: Measured, sample: ArenaSample) -> None:
+def requested_calls(sample) -> int:
+    """How many calls the parent asked for on ``sample`` (an ArenaSample or a PlainSample)."""
+    return sample.plan.calls if isinstance(sample, PlainSample) else sample.layout.calls
+
+
+def bracket(br: Bracket, case, run: P.RunReply, measured: Measured, sample: ArenaSample) -> float:
     """Judge a timed sample against the parent's bracket: outputs written after its end, then the worker's
-    claimed window against the bracket (harness.parent.bracket). Raises CaseFailed(FAIL)."""
+    claimed window against the bracket (harness.parent.bracket). Returns the sample's time to keep (ns, all its
+    calls: Bracket.charged_ns). Raises CaseFailed(FAIL)."""
     if sample.changed():
         raise CaseFailed(Status.FAIL, "outputs changed after the timed window closed (work on another stream, or "
                                       "finished after the end the worker signalled); the call must be complete "
@@ -259,6 +269,7 @@ def bracket(br: Bracket, case, run: P.RunReply, measured: Measured, sample: Aren
     fail, sentence = br.judge(case, run.elapsed_ns, measured)
     if fail:
         raise CaseFailed(Status.FAIL, sentence)
+    return br.charged_ns(run.elapsed_ns, measured)
 
 
 def bracket_verdict(br: Bracket, case) -> None:

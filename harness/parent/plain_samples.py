@@ -82,10 +82,10 @@ class PlainSample(ArenaSample):
         return P.Run((), self.plan.calls, kind, watch=watch, host_offset=self.host_offset, ahead=ahead,
                      plan=self.plan.to_json())
 
-    def prepare(self, seeds: list[int], official_order: bool = True) -> None:
+    def prepare(self, seeds: list[int], official_order: bool = True, publish: bool = True) -> None:
         """Draw one input per seed (the plug's ``generate``), compute the expected outputs (its ``reference``),
-        copy the inputs to the worker's buffers with canaries and wait for the device. Every input comes from its
-        own seed, so ``official_order`` changes nothing here."""
+        copy the inputs to the worker's buffers with canaries (``publish``, as ArenaSample.prepare) and wait for
+        the device. Every input comes from its own seed, so ``official_order`` changes nothing here."""
         plan = self.plan
         for j, seed in enumerate(seeds):
             data = self.plug.generate(self.case, seed, self.data, self.device)
@@ -100,6 +100,12 @@ class PlainSample(ArenaSample):
             outs = [out] if plan.container == "tensor" else list(out)
             for view, o in zip(output_views(plan, j, self._expected), outs):
                 view.copy_(o)
+        if publish:
+            self.publish()
+
+    def publish(self) -> None:
+        """Copy the prepared inputs (device and host) into the worker's buffers, plant the canaries, wait."""
+        plan = self.plan
         self.shared.buffers["device"].tensor[:plan.device_bytes].copy_(self._private)
         if plan.host_stride:
             host = self.shared.buffers["host"].tensor

@@ -27,8 +27,10 @@ _HIDDEN_ENV = ("POPCORN_SEED", "POPCORN_FD")
 LOG_HEAD_BYTES = 64 << 10
 LOG_BYTES = 1 << 20
 #: Set in the worker's environment: Inductor compiles in the worker's own process instead of a pool of compile
-#: processes that outlives the compile (a process left running fails the case: harness.parent.proc_cleanup).
-_FIXED_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+#: processes that outlives the compile (a process left running fails the case: harness.parent.proc_cleanup); the
+#: OpenMP pool sleeps when it has no work instead of spinning for milliseconds (libgomp's default), so the CPU a
+#: waiting worker uses is the submission's (harness.parent.watch.idle_verdict).
+_FIXED_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 
 
 class WorkerTimeout(Exception):

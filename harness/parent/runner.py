@@ -70,6 +70,7 @@ def run(variant: Variant, shapes: ShapeSet, opts: RunOptions, observer: Observer
     if opts.mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {opts.mode!r}")
     observer = observer or Observer()
+    opts = replace(opts, secret=seedlib.secret_for(opts.secret, opts.mode, [c.seed for c in shapes.cases]))
     started = time.monotonic()
     device = default_device()
     # The parent's CPU work (drawing inputs on a thread pool, checks) must not leave spinning thread teams that

@@ -170,12 +170,14 @@ class ArenaSample:
             self._views = (self.shared.generation, views, [])
         return self._views[1]
 
-    def prepare(self, seeds: list[int], official_order: bool) -> None:
-        """Draw the inputs, compute the expected outputs, copy the inputs to the worker's buffers and wait for the
-        device. ``seeds`` has one seed per call: with ``official_order`` (or full-range data) each input is drawn
-        from its own seed by the plug's ``generate``; otherwise the first seeds one generator for the whole sample
-        (the kit's ``draw_official``)."""
-        L, sh, kit = self.layout, self.shared.buffers, self.kit
+    def prepare(self, seeds: list[int], official_order: bool, publish: bool = True) -> None:
+        """Draw the inputs, compute the expected outputs, copy the inputs to the worker's buffers (``publish``)
+        and wait for the device. ``seeds`` has one seed per call: with ``official_order`` (or full-range data) each
+        input is drawn from its own seed by the plug's ``generate``; otherwise the first seeds one generator for the
+        whole sample (the kit's ``draw_official``). Without ``publish`` the operands stay in the parent's own
+        memory until ``publish()``: a sample prepared ahead must not be readable by the worker before the request
+        that times it (it could compute the outputs before its window opens)."""
+        kit = self.kit
         private = self._private_views()
         if official_order or self.data != "official":
             data = [self.plug.generate(self.case, s, self.data, self.device) for s in seeds]
@@ -198,7 +200,12 @@ class ArenaSample:
                 dst.append(private.out[g][j])
                 src.append(out)
         torch._foreach_copy_(dst, src)
-        sh["device"].tensor[:L.device_bytes].copy_(self._private)
+        if publish:
+            self.publish()
+
+    def publish(self) -> None:
+        """Copy the prepared inputs into the worker's device buffer, plant the canaries, and wait for the device."""
+        self.shared.buffers["device"].tensor[:self.layout.device_bytes].copy_(self._private)
         self._plant()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

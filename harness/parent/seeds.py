@@ -3,10 +3,16 @@
 Within one case every input gets its own seed, so no two calls ever see the same contents: the correctness
 call uses the case seed s; timed sample i, call j uses s + 42 * (1 + i * calls + j) (sample 0 is the official
 sequence, seed + 42 each); warm-up inputs sit between those (+21), so warm-up contents never come back timed.
+A timed run given no secret draws one (``secret_for``): the spec seeds are public, so without it a submission could
+draw every sample itself before it is sent.
 """
 from __future__ import annotations
 
+import math
 import os
+import secrets
+
+from harness.parent.settings import TIMED_MODES
 
 SECRET_ENV = "POPCORN_SEED"
 #: torch.manual_seed accepts seeds below 2**64.
@@ -30,6 +36,21 @@ def secret_from_env(environ=os.environ) -> int | None:
     if value < 0:
         raise ValueError(f"{SECRET_ENV} must be a non-negative integer, got {value}")
     return value
+
+
+def fresh_secret(case_seeds: list[int]) -> int:
+    """A random secret seed for a timed run given none (--seed or POPCORN_SEED): without one every input follows
+    from the public spec seeds, and a submission can draw the samples the parent will send before they are sent.
+    Below 2**32 (torch's CPU generator keeps 32 bits of a seed) and small enough that ``case_seed`` of every one of
+    ``case_seeds`` stays below 2**64."""
+    room = math.isqrt(2 * _SEED_LIMIT) - 2 - max(case_seeds, default=0)  # combine(a, b) < 2**64 for a + b < room
+    return secrets.randbelow(max(1, min(2**32, room)))
+
+
+def secret_for(secret: int | None, mode: str, case_seeds: list[int]) -> int | None:
+    """The secret seed a run of ``mode`` uses: ``secret`` when given; else, in a timed mode, a ``fresh_secret``;
+    else None (test and profile modes draw the official cases' own inputs)."""
+    return secret if secret is not None or mode not in TIMED_MODES else fresh_secret(case_seeds)
 
 
 def case_seed(seed: int, secret: int | None) -> int:

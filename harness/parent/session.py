@@ -49,6 +49,7 @@ class Session:
         self.bracket = Bracket(self.device, clear)  # the L2 clear of ``problem``'s official loop
         self.trusted: frozenset = frozenset()   # (pid, tid) of the worker's tasks before the import (watch)
         self._since: watch.Snapshot | None = None  # the worker tree at the last timed window's close
+        self._idle: tuple[watch.Snapshot, int] | None = None  # the tree and the clock (ns) at the last run's reply
         self._mapped = -1
 
     def start(self) -> None:
@@ -137,6 +138,7 @@ class Session:
         if not self.shared.fits(layout):
             self.shared.grow(layout)
         if self._mapped != self.shared.generation:
+            self._idle = None  # mapping is work the parent asked for
             msg, fds = self.shared.map_request()
             self.proc.send(msg, fds)
             reply = self._receive(self.settings.import_s, (P.Mapped, P.Failed))
@@ -171,13 +173,15 @@ class Session:
             now = watch.snapshot(pid)
             if req.watch and self._since is not None:
                 outside = watch.verdict(watch.foreign(self._since, now, self.trusted))
+            if req.watch and outside is None and self._idle is not None:
+                outside = watch.idle_verdict(self._idle[0], now, self.trusted, time.monotonic_ns() - self._idle[1])
             req = replace(req, seq=self.bracket.open(sample.fix, sample.take_snapshot))
         else:
             before = watch.snapshot(pid)
             sample.fix()
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
-        self._since = None
+        self._since = self._idle = None
         self.proc.send(req)
         expect = (P.RunReply, P.Failed, P.Closed) if timed else (P.RunReply, P.Failed)
         started, raised, measured = time.monotonic(), None, None
@@ -215,6 +219,7 @@ class Session:
                 self.trusted |= frozenset(watch.snapshot(pid).tasks) - frozenset(before.tasks)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+        self._idle = (watch.snapshot(pid), time.monotonic_ns())
         return reply, measured, outside
 
     def close(self, wait_s: float = EXIT_WAIT_S) -> None:
@@ -224,7 +229,7 @@ class Session:
             self.stray_bytes += self.proc.stray_bytes
             self.proc.close(wait_s)
             self.proc = None
-            self._mapped, self._since = -1, None
+            self._mapped, self._since, self._idle = -1, None, None
             self._loading = None
         self.shared.detach_device()
         self.shared.free_retired()

@@ -113,6 +113,26 @@ def foreign(before: Snapshot, after: Snapshot, trusted: frozenset) -> list[Findi
     return found
 
 
+#: What the worker's own tasks (main thread, CUDA's, the OpenMP pool) may use while it waits for the parent's next
+#: request, where an honest worker sits in recv(): a fixed allowance (its last lines after a reply; an OpenMP
+#: pool's spin-wait, though the worker runs with OMP_WAIT_POLICY=PASSIVE) plus a share of the wait's wall time.
+IDLE_ALLOWANCE_NS = 10_000_000
+IDLE_SHARE = 0.25
+
+
+def idle_verdict(before: Snapshot, after: Snapshot, trusted: frozenset, wall_ns: int) -> str | None:
+    """A finding when the ``trusted`` tasks used more CPU between ``before`` (the worker's reply) and ``after``
+    (the parent's next request, ``wall_ns`` later) than an idle worker does: the submission working from the
+    worker's own thread between requests (on the inputs it last saw, or to slow the other side of a compare)."""
+    used = sum(now.cpu_ns - before.tasks[key].cpu_ns for key, now in after.tasks.items()
+               if key in trusted and key in before.tasks)
+    if used <= IDLE_ALLOWANCE_NS + IDLE_SHARE * wall_ns:
+        return None
+    return (f"work outside the timed window: the worker's own threads used {_ms(used)} of CPU in the "
+            f"{_ms(wall_ns)} it waited for its next request (read by the parent from /proc); a submission must be "
+            f"idle outside its custom_kernel calls")
+
+
 def verdict(findings: list[Finding]) -> str | None:
     """The sentence for ``findings``, or None."""
     if not findings:

@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from harness.buffers import SharedBuffer, recv_fds, send_fds
@@ -49,3 +50,22 @@ def test_fd_socket_round_trip_in_one_process():
     assert os.read(r, 1) == b"x"
     for fd in (r, w, got):
         os.close(fd)
+
+
+def test_a_memfd_buffer_cannot_change_size_under_the_parents_mapping():
+    """A worker holding the descriptor could shrink the file and the parent's next read of a lost page would die
+    of SIGBUS: the size is sealed (shrink, grow, and the seals themselves)."""
+    import fcntl
+
+    buf = SharedBuffer(8192, torch.device("cpu"))
+    try:
+        for size in (0, 4096, 1 << 20):
+            with pytest.raises(PermissionError):
+                os.ftruncate(buf.fd, size)
+        with pytest.raises(PermissionError):
+            fcntl.fcntl(buf.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE)
+        assert os.fstat(buf.fd).st_size == 8192
+        buf.tensor[-1] = 7  # still written and read as before
+        assert int(buf.tensor[-1]) == 7
+    finally:
+        buf.close()

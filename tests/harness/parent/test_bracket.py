@@ -76,3 +76,14 @@ def test_slow_copies_fail_above_a_fifth_of_the_samples():
     fail, sentence = beyond.verdict(CASE)
     assert fail and sentence.startswith("the worker's copy of its outputs after its window was too long in 40 of "
                                         "100 samples (the last: 900.0 us, more than the 800.0 us")
+
+
+def test_a_struck_sample_is_charged_the_parents_bracket_less_the_gap_an_agreeing_one_its_window():
+    """A forger who strikes too few samples to fail the case still gains nothing on them: each struck sample
+    counts as the parent measured it (bracket - honest gap), never as the worker's claim."""
+    br = cuda_bracket()
+    assert br.charged_ns(WINDOW_NS, HONEST) == WINDOW_NS
+    assert br.charged_ns(WINDOW_NS, FORGED) == WINDOW_NS + 900_000 - 290_000
+    assert br.charged_ns(WINDOW_NS, SHAVED) == WINDOW_NS + 500_000 - 290_000
+    never = Measured(bracket_ns=WINDOW_NS + 900_000, copy_ns=3_000, snapshot_ns=60_000, signalled=False)
+    assert br.charged_ns(WINDOW_NS, never) == WINDOW_NS  # such a sample fails the case (judge) instead

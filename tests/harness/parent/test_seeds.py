@@ -31,3 +31,16 @@ def test_a_combined_seed_too_large_names_both_seeds_and_the_bound():
                                          r"does not fit torch.manual_seed \(expected < 2\*\*64\): the two must add up "
                                          r"to less than about 6.07e9$"):
         case_seed(6_000_000_000, 80_000_000)
+
+
+def test_a_timed_run_given_no_secret_draws_one_and_the_other_modes_do_not():
+    """Without a secret every input follows from the public spec seeds; a timed run draws one (below 2**32,
+    and small enough that every case seed combined with it fits torch), keeps one it was given, and test or
+    profile runs draw the official cases' own inputs."""
+    from harness.parent.seeds import secret_for
+    drawn = {secret_for(None, mode, [1111, 7]) for mode in ("benchmark", "leaderboard", "compare") for _ in range(5)}
+    assert len(drawn) > 1 and all(0 <= s < 2**32 for s in drawn)
+    assert secret_for(None, "test", [1111]) is None and secret_for(None, "profile", [1111]) is None
+    assert secret_for(12345, "leaderboard", [1111]) == 12345
+    big = 6_000_000_000  # a spec seed near the limit: the secret shrinks so the combination still fits
+    assert case_seed(big, secret_for(None, "benchmark", [big])) < 2**64

@@ -89,3 +89,22 @@ def test_a_child_process_that_spins_is_seen_in_the_tree():
         for pid in watch.tree(proc.pid)[1:]:
             subprocess.run(["kill", "-9", str(pid)])
         proc.kill()
+
+
+def test_a_trusted_thread_that_spins_while_the_worker_waits_is_an_idle_finding_an_idle_one_is_not():
+    """The worker's own tasks are trusted inside its windows but must sit idle between requests: a spinner born
+    before the snapshot (so trusted) is a finding of the idle rule; the same process idling is not."""
+    for mode, finding in (("spin", True), ("idle", False)):
+        proc = _start(mode)
+        try:
+            t0 = time.monotonic_ns()
+            before, after, trusted = _after(proc, 0.5)
+            said = watch.idle_verdict(before, after, trusted, time.monotonic_ns() - t0)
+        finally:
+            proc.kill()
+            proc.wait()
+        assert (said is not None) is finding, said
+        if finding:
+            assert said.startswith("work outside the timed window: the worker's own threads used ")
+            assert said.endswith("it waited for its next request (read by the parent from /proc); a submission "
+                                 "must be idle outside its custom_kernel calls")
