@@ -100,11 +100,14 @@ def parse_text(text: str, plug, source: str = "") -> list:
             continue
         inline = "case" if line.lstrip().startswith("{") else "line"
         where = f"{source}:{lineno}: " if source else f"{inline} {line.strip()!r}: "
+        mapping = None
         try:
-            cases.append(plug.parse_case(parse_line(line, plug.case_fields), where=where))
+            mapping = parse_line(line, plug.case_fields)
+            cases.append(plug.parse_case(mapping, where=where))
         except CaseError as exc:
             message = str(exc)
-            raise CaseError(message if message.startswith(where) else where + message) from None
+            hint = _other_problem_hint([mapping], plug) if isinstance(mapping, dict) else ""
+            raise CaseError((message if message.startswith(where) else where + message) + hint) from None
     return cases
 
 
@@ -136,6 +139,8 @@ def read_yaml_file(path: Path):
 def _case_lists(doc, path) -> dict[str, list]:
     """The lists of cases a shape file holds: ``{"cases": [...]}`` or an official task.yml's ``tests`` and
     ``benchmarks`` (TASK_YML_SETS). Raises CaseError naming the file and what it holds instead."""
+    if doc is None:
+        raise CaseError(f"{path}: the file is empty (expected a mapping with a 'cases' list, or an official task.yml)")
     if isinstance(doc, dict) and "cases" in doc:
         if not isinstance(doc["cases"], list):
             raise CaseError(f"{path}: expected a mapping with a 'cases' list, got 'cases' of type "

@@ -18,7 +18,7 @@ from harness.cli.exits import fail
 from harness.cli.params import FilePath, nonempty
 from harness.parent import sandbox as sandbox_mod
 from harness.parent import seeds
-from harness.parent.registry import RegistryError, problem_of, resolve
+from harness.parent.registry import RegistryError, problem_of, resolve, shown_name
 from harness.parent.settings import MAX_SECONDS, SettingsError, load_settings
 from harness.problem import CaseError
 from harness.protocol import ExitCode
@@ -108,8 +108,8 @@ def prepare(specs, shapes, settings_path, timeout, seed, mode, data, workers=1, 
 
     try:
         variants = [resolve(s) for s in specs]
+        name = pick_problem(problem, variants)  # two problems' variants: that is the error, not their names
         distinct_names(variants, same_file_ok=mode == "compare")
-        name = pick_problem(problem, variants)
         plug = plugs.get(name)
         cuda = device_facts().cuda
         if shapes == "auto":
@@ -160,7 +160,7 @@ def pick_problem(option: str | None, variants) -> str:
         return option
     declared = {problem_of(v) for v in variants}
     if len(declared) > 1:
-        which = ", ".join(f"{v.name}: {problem_of(v)}" for v in variants)
+        which = ", ".join(f"{shown_name(v)}: {problem_of(v)}" for v in variants)
         raise RegistryError(f"the submissions solve different problems ({which}); a run times one problem")
     name = declared.pop()
     try:

@@ -62,6 +62,17 @@ def test_another_problems_shape_file_says_which_problem_it_is_for():
     with pytest.raises(CaseError, match=r"; these are cases of nvfp4_dual_gemm or nvfp4_gemm: --problem with one of "
                                         r"them$"):
         shapes.load_shapes("configs/shapes/nvfp4_gemm/smoke.yml", "nvfp4_group_gemm")
+    with pytest.raises(CaseError, match=r"^line 'm: 128; k: 256; l: 1; seed: 1111': .*; these are nvfp4_gemv cases: "
+                                        r"--problem nvfp4_gemv$"):  # an inline case too
+        shapes.load_shapes("m: 128; k: 256; l: 1; seed: 1111", "nvfp4_group_gemm")
+
+
+def test_an_empty_shape_file_says_it_is_empty(tmp_path):
+    f = tmp_path / "set.yml"
+    f.write_text("")
+    with pytest.raises(CaseError) as info:
+        shapes.load_shapes(str(f), "nvfp4_group_gemm")
+    assert str(info.value) == f"{f}: the file is empty (expected a mapping with a 'cases' list, or an official task.yml)"
 
 
 def test_an_unknown_set_names_the_problem_its_sets_and_an_example():

@@ -57,8 +57,13 @@ def test_problem_option_against_a_declared_problem_is_refused():
 def test_submissions_of_two_problems_are_not_one_run():
     result = CliRunner().invoke(main, ["compare", "triton_grouped", "nvfp4_gemm/triton", "--no-store"])
     assert (result.exit_code, result.output) == (
-        113, "Error: the submissions solve different problems (triton_grouped: nvfp4_group_gemm, triton: "
+        113, "Error: the submissions solve different problems (triton_grouped: nvfp4_group_gemm, nvfp4_gemm/triton: "
              "nvfp4_gemm); a run times one problem\n")
+    same_name = CliRunner().invoke(main, ["run", "--submission", "nvfp4_gemv/torch_reference,torch_reference",
+                                          "--no-store"])
+    assert (same_name.exit_code, same_name.output) == (  # the problems differ: that is said, not the name clash
+        113, "Error: the submissions solve different problems (nvfp4_gemv/torch_reference: nvfp4_gemv, "
+             "torch_reference: nvfp4_group_gemm); a run times one problem\n")
 
 
 def test_shapes_resolve_to_the_problems_own_sets():
