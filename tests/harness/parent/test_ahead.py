@@ -52,13 +52,13 @@ def test_timed_samples_are_prepared_ahead_in_alternating_host_slots(monkeypatch)
     slot = Layout.of(CASE, 15).host_slot_bytes
     assert [r.ahead for r in requests] == [False, False] + [True] * 5
     assert [r.host_offset for r in timed] == [0, slot, 0, slot, 0]
-    assert len(ahead) == 5 and ahead[:4] == [list(r) for r in _seeds_of(requests[3:])]
+    assert len(ahead) == 5 and ahead[:4] == [list(r) for r in _seeds_of(requests[3:], rec.secret_seed)]
     assert between == [True, True, True, False, False, False, False]
 
 
-def _seeds_of(reqs):
+def _seeds_of(reqs, secret):
     from harness.parent import seeds as seedlib
-    case_seed = seedlib.case_seed(CASE.seed, None)
+    case_seed = seedlib.case_seed(CASE.seed, secret)
     return [tuple(seedlib.sample_seeds(case_seed, i + 1, 15)) for i in range(len(reqs))]
 
 
@@ -70,13 +70,20 @@ def test_a_sample_prepared_ahead_serves_only_its_own_seeds(monkeypatch):
     prepared = []
     monkeypatch.setattr(runner.session, "buffers_for", lambda layout: runner.session.shared)
     monkeypatch.setattr(ArenaSample, "prepare", lambda self, seeds, official: prepared.append(tuple(seeds)))
-    sentinel = object()
+    class Prepared:  # a sample prepared ahead: published only when taken
+        published = 0
+
+        def publish(self):
+            self.published += 1
+
+    sentinel = Prepared()
     for key, seeds, official in [((CASE, (1, 2), False), [1, 2], True), ((CASE, (1, 2), False), [1, 3], False),
                                  ((replace(CASE, seed=8), (1, 2), False), [1, 2], False)]:
         runner._ahead = (key, sentinel)
         assert runner._ready(CASE, seeds, official) is not sentinel and runner._ahead is None
+    assert sentinel.published == 0
     runner._ahead = ((CASE, (1, 2), False), sentinel)
-    assert runner._ready(CASE, [1, 2], False) is sentinel
+    assert runner._ready(CASE, [1, 2], False) is sentinel and sentinel.published == 1
     assert prepared == [(1, 2), (1, 3), (1, 2)]
 
 

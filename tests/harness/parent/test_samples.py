@@ -33,3 +33,21 @@ def test_each_sample_is_judged_against_its_own_inputs():
         seen.append(sample.expected().clone())
     assert not torch.equal(seen[0], seen[1])
     shared.close()
+
+
+def test_a_sample_prepared_unpublished_leaves_the_workers_buffer_as_it_was_until_published():
+    """A sample prepared ahead (publish=False) has its reference computed but its operands only in the parent's
+    memory: the worker's device buffer still holds the previous sample's bytes until ``publish()``."""
+    case = Case((40, 96), (128, 256), (256, 128), 2, 0)
+    cpu = torch.device("cpu")
+    shared = SharedSet(cpu)
+    shared.grow(Layout.of(case, 3))
+    current, ahead = ArenaSample(case, 3, "official", cpu, shared), ArenaSample(case, 3, "official", cpu, shared, 1)
+    current.prepare([11, 111, 211], official_order=False)
+    before = shared.buffers["device"].tensor.clone()
+    ahead.prepare([12, 112, 212], official_order=False, publish=False)
+    assert torch.equal(shared.buffers["device"].tensor, before)
+    ahead.publish()
+    assert not torch.equal(shared.buffers["device"].tensor, before)
+    _expected_match_the_shared_inputs(ahead, shared)
+    shared.close()
