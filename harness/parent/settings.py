@@ -70,9 +70,12 @@ class Settings:
 
     def with_timing(self, timing, mode: str) -> "Settings":
         """The calls per sample and the most samples of a problem's official loop (a harness.problem.TimingLoop)
-        in ``mode`` (leaderboard, else the benchmark figures)."""
+        in ``mode`` (leaderboard, else the benchmark figures), except where these settings differ from the
+        defaults (a --settings file that sets ``max_runs: 5`` gets 5)."""
         most = timing.max_samples_leaderboard if mode == "leaderboard" else timing.max_samples_benchmark
-        return replace(self, calls_per_sample=timing.calls_per_sample, max_runs=most)
+        default = Settings()
+        official = {"calls_per_sample": timing.calls_per_sample, "max_runs": most}
+        return replace(self, **{k: v for k, v in official.items() if getattr(self, k) == getattr(default, k)})
 
     def with_timeout(self, seconds: float) -> "Settings":
         """The calls' time limits (``first_call_s``, ``call_s``) set to ``seconds`` (--timeout). ``import_s`` keeps

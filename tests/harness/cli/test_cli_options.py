@@ -203,3 +203,16 @@ def test_timeout_bounds_the_calls_not_start_up_and_import(tmp_path):
 def test_an_empty_value_is_refused_not_read_as_the_current_folder(args, message):
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2 and message in _flat(result.output), result.output
+
+
+def test_a_problems_official_loop_fills_what_a_settings_file_leaves_at_its_default():
+    """nvfp4_gemv times one call a sample and up to its own sample counts; a --settings file that sets max_runs
+    keeps it (it was silently replaced), and one that leaves it gets the problem's."""
+    from harness import plugs
+    from harness.parent.settings import Settings
+
+    gemv = plugs.get("nvfp4_gemv").timing
+    plain = Settings().with_timing(gemv, "benchmark")
+    assert (plain.calls_per_sample, plain.max_runs) == (gemv.calls_per_sample, gemv.max_samples_benchmark)
+    mine = Settings(max_runs=5).with_timing(gemv, "leaderboard")
+    assert (mine.calls_per_sample, mine.max_runs) == (gemv.calls_per_sample, 5)
