@@ -30,6 +30,7 @@ from harness.parent import runner
 from harness.parent.bundle import Bundle, pack, unpack
 from harness.parent.registry import Variant
 from harness.parent.sandbox import cache_base
+from harness.parent.seeds import secret_for
 from harness.results.ranking import plural
 from harness.results.record import (
     CaseResult,
@@ -205,6 +206,8 @@ class PoolRun:
 
     def __init__(self, variants: list[Variant], shapes: ShapeSet, opts: runner.RunOptions,
                  store: ResultStore | None = None, display=None):
+        # one secret for every submission of the pool (a timed run given none draws it here, not once per worker)
+        opts = dataclasses.replace(opts, secret=secret_for(opts.secret, opts.mode, [c.seed for c in shapes.cases]))
         self.variants, self.shapes, self.opts, self.store = variants, shapes, opts, store
         self.display = display or runner.Observer()
         self.attempts = [_Attempt(v, view=self.display.side(v.name) if hasattr(self.display, "side") else

@@ -312,13 +312,19 @@ def test_time_below_the_physical_floor_fails_with_both_numbers(monkeypatch):
     runner.peaks = peaks_for("NVIDIA H200")
     floor = sol_ns(case, runner.peaks, floor=True)
     assert 2_000 < floor < 4_000  # 2.09e10 FLOP at 1979 TFLOP/s, or its bytes at 4.8 TB/s
-    monkeypatch.setattr(runner, "_call", lambda case, seeds, kind, then=None: _reply(15 * 1000.0))
+    def answer(ns: float):  # what _call leaves: the reply, and the sample's time the bracket lets it keep
+        def call(case, seeds, kind, then=None):
+            runner.charged_ns = ns
+            return _reply(ns)
+        return call
+
+    monkeypatch.setattr(runner, "_call", answer(15 * 1000.0))
     with pytest.raises(CaseFailed) as failed:
         runner.sample(0, case, case.seed, 0)
     assert failed.value.status is Status.FAIL
     assert failed.value.message == (f"impossible time: 1000 ns per call is below this GPU's physical floor of "
                                     f"{floor:.0f} ns (H200: FLOPs at 1978.9 TFLOP/s, bytes at 4.8 TB/s)")
-    monkeypatch.setattr(runner, "_call", lambda case, seeds, kind, then=None: _reply(15 * (floor + 1)))
+    monkeypatch.setattr(runner, "_call", answer(15 * (floor + 1)))
     assert runner.sample(0, case, case.seed, 0) == pytest.approx(floor + 1)
 
 

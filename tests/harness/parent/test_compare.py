@@ -56,8 +56,9 @@ def test_reference_against_itself_interleaves_pairs_on_identical_seeds(sent):
     side_a, side_b = sent[0][0], next(s for s, _ in sent if s is not sent[0][0])
     calls = FAST.calls_per_sample
     expected = []
+    assert result.a.secret_seed == result.b.secret_seed is not None  # one secret, drawn for the compare
     for shape in result.shapes:
-        seed = seedlib.case_seed(shape.case.seed, None)
+        seed = seedlib.case_seed(shape.case.seed, result.a.secret_seed)
         assert len(shape.a.samples_ns) == len(shape.b.samples_ns) == FAST.max_runs   # equal counts per side
         for side in (side_a, side_b):
             expected += [(side, [seed]), (side, seedlib.sample_seeds(seed, 0, calls, warmup=True))]

@@ -271,7 +271,7 @@ def test_both_sides_of_a_compare_run_on_one_worker_as_a_serial_compare_does(tmp_
     from harness.parent import compare
 
     (tmp_path / "run.yml").write_text("timing: {min_runs: 2, max_runs: 2}\n")
-    opts = runner.RunOptions(compare.MODE, settings=load_settings(tmp_path / "run.yml"))
+    opts = runner.RunOptions(compare.MODE, secret=7, settings=load_settings(tmp_path / "run.yml"))
     a, b = resolve("torch_reference"), resolve(str(SHARED_CASES / "honest_torch.py"))
     serial = compare.compare(a, b, SMOKE, opts)
     with ResultStore(tmp_path / "r.sqlite") as store, pool.open_client(cluster="local:1") as client:
