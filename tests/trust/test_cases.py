@@ -374,3 +374,27 @@ def test_subnormal_ftz_passes_official_data_and_fails_full_range():
         assert r.message.startswith("output ") and " elements differ (rtol=0.001, atol=0.001); first: [" in r.message
     honest = _run(SHARED_CASES / "honest_torch.py", shapes=TWO_CASES, data="full-range")  # the control passes
     assert [c.status for c in honest.cases] == [Status.PASS, Status.PASS]
+
+
+def test_a_kernel_time_outside_the_floor_or_far_above_the_mean_is_not_kept(monkeypatch):
+    """The kernel-time pass's figure is the worker's claim: kept between the GPU's floor and 1.5x the measured
+    mean, else dropped with a note (y_kernel_time_forged scales it by 1/1000)."""
+    from dataclasses import replace as with_
+
+    from harness.parent.runner import CaseRunner, Observer, Session
+    from problems.nvfp4_group_gemm.cost import peaks_for, sol_ns
+    from problems.nvfp4_group_gemm.spec import load_shapes
+
+    case = load_shapes("benchmarks").cases[3]
+    runner = CaseRunner(Session(read_variant(SHARED_CASES / "honest_torch.py"), FAST),
+                        RunOptions("benchmark", settings=FAST), Observer(), torch.device("cpu"))
+    runner.device, runner.peaks = torch.device("cuda"), peaks_for("NVIDIA H200")  # judged as on an H200
+    floor = sol_ns(case, runner.peaks, floor=True)
+    for claimed, kept in ((20_000.0, True), (floor / 1000, False), (31_000.0, False)):
+        monkeypatch.setattr(runner, "_call", lambda *a, ns=claimed, **k: with_(_reply(0.0), kernel_ns=ns))
+        assert (runner.kernel_time(case, case.seed, 3, mean_ns=20_000.0) == claimed) is kept
+    assert [n for n in runner.notes if n.startswith("a kernel time the worker reported")] == [
+        f"a kernel time the worker reported ({floor / 1000:.0f} ns per call) lies outside this GPU's floor "
+        f"({floor:.0f} ns) to 1.5 x the measured mean: not kept",
+        "a kernel time the worker reported (31000 ns per call) lies outside this GPU's floor "
+        f"({floor:.0f} ns) to 1.5 x the measured mean: not kept"]
