@@ -79,6 +79,12 @@ for step in $steps; do
             tests/harness/parent/test_canaries.py tests/harness/parent/test_ahead.py tests/harness/parent/test_judge.py \
             2>&1 | tee "$OUT/gpu3_cuda.log" | tail -15
         fi
+        if [ "$part" = gpu2 ]; then  # unmarked: honest runs under the idle rule and the deferred publication on CUDA,
+          # and session 5's exploits (tests/cases/adversarial/y_*.py) against a CUDA worker
+          timeout 300 python3 -m pytest -q -p no:cacheprovider -rfE tests/trust/test_cases.py \
+            tests/trust/test_exploits.py -k "honest or reply_claiming or shrunk or guessed or next_sample or \
+            works_while or deferred_into" 2>&1 | tee "$OUT/gpu2_cuda.log" | tail -15
+        fi
       done ;;
     margin)  # the parent's bracket against each window, per sample (benchmarks/bracket_margin.py), two variants
       for v in wgmma_sm90 triton_grouped; do
