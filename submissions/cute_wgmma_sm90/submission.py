@@ -340,13 +340,21 @@ class DeviceLauncher:
         device = plan.prefix_t.device
         require_sm90(device)
         compiled = self.kernel_for(plan.num_groups)
-        prefix = plan.extras.get("ptr")
-        if prefix is None:
-            prefix = plan.extras["ptr"] = _table_ptr(cutlass.Int32, plan.prefix_t.data_ptr())
-        ptr = table.extras.get("ptr")
-        if ptr is None:
-            ptr = table.extras["ptr"] = _table_ptr(cutlass.Int64, table.tensor.data_ptr())
-        compiled.fn(ptr, prefix, cutlass.Int32(plan.total_ctas))
+        prepared = table.extras.get("launch")
+        if prepared is None:
+            prepared = table.extras["launch"] = prepare_launch(compiled.fn, plan, table)
+        compiled.fn.run_compiled_program(prepared[0])
+
+
+def prepare_launch(fn, plan: host.LaunchPlan, table: host.PointerTable) -> tuple:
+    """The kernel's C arguments for ``table`` (pointer table) and ``plan`` (prefix sums, CTA count), converted
+    once (CuTe DSL's ``generate_execution_args``: a call through ``fn(...)`` converts them on every launch) and
+    returned with the objects whose storage they point into, which must live as long as they are used:
+    (C arguments, the DSL's adapted arguments, the Python arguments)."""
+    args = (_table_ptr(cutlass.Int64, table.tensor.data_ptr()), _table_ptr(cutlass.Int32, plan.prefix_t.data_ptr()),
+            cutlass.Int32(plan.total_ctas))
+    c_args, adapted = fn.generate_execution_args(*args)
+    return c_args, adapted, args
 
 
 class GroupedRunner:

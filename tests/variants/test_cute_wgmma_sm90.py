@@ -363,3 +363,33 @@ def test_gpu_second_process_loads_the_compiled_kernel_instead_of_compiling(tmp_p
     assert runs[0]["source"] == "compiled"
     assert runs[1]["source"] == "cache", runs[1]["note"] or runs[0]["note"]
     assert sorted(p.suffix for p in (tmp_path / "cute_wgmma_sm90").iterdir()) == [".h", ".o"]
+
+
+def test_the_launch_arguments_are_converted_once_per_pointer_table(monkeypatch):
+    """The DSL converts a call's arguments on every ``fn(...)``; the launcher converts them once per pointer table
+    (each set of input addresses) and replays the C arguments, keeping the objects they point into alive."""
+    class Fn:
+        converted, launched = [], []
+
+        def generate_execution_args(self, *args):
+            self.converted.append(args)
+            return [f"c{len(self.converted)}"], ["adapted"]
+
+        def run_compiled_program(self, c_args):
+            self.launched.append(c_args)
+
+    fn = Fn()
+    monkeypatch.setattr(sub, "require_sm90", lambda device: None)
+    monkeypatch.setattr(sub, "_table_ptr", lambda kind, address: (kind, address))
+    launcher = sub.DeviceLauncher(compile_fn=lambda g, cfg: sub.CompiledKernel(None, fn, 0.0, "fake"))
+    d1, d2 = small_input(1), small_input(2)
+    shapes = host.validate_inputs(d1)
+    plan = host.build_plan(shapes, "cpu")
+    t1, t2 = plan.table_for(host.table_rows(d1, shapes)), plan.table_for(host.table_rows(d2, shapes))
+    for table in (t1, t1, t2, t1):
+        launcher(plan, table)
+    assert fn.launched == [["c1"], ["c1"], ["c2"], ["c1"]] and len(fn.converted) == 2
+    pointer, prefix, ctas = fn.converted[0]
+    assert pointer[1] == t1.tensor.data_ptr() and prefix[1] == plan.prefix_t.data_ptr() and int(ctas) == 3
+    kept = t1.extras["launch"][2]  # the Python arguments live as long as the table
+    assert all(a is b for a, b in zip(kept, fn.converted[0])) and len(kept) == 3
