@@ -8,13 +8,14 @@ rewrite anything in the worker's process. The parent checks it against a bracket
   fixes them, inside the bracket. Work on the inputs before the bracket opens computes wrong outputs.
 - CUDA: everything is queued on the parent's own stream before the request is sent, ordered against the worker's
   stream through flag words in the parent's memory (harness.buffers: cuStreamWaitValue32 / cuStreamWriteValue32):
-  wait until the worker writes ``ready`` -> T0 -> the L2 clear -> the fix of the inputs -> Tg -> write ``go`` ->
+  wait until the worker writes ``ready`` -> T0 -> the sample's inputs copied into the worker's buffer (only now
+  can the worker read them) -> the L2 clear -> the fix of the inputs -> Tg -> write ``go`` ->
   wait for ``end_calls`` (the worker writes it right behind its end mark) -> T1 -> wait for ``end_copy`` -> T2 -> a
   copy of the output buffer into the parent's own memory, chunks in a secret order -> T3. Two checks: the calls
   phase, T1 - Tg against the worker's window (the window plus two crossings between the CUDA contexts); and the
   copy phase, T2 - T1, the worker's copy of its outputs, against the parent's own copy of the same bytes (T3 - T2).
   A worker that signals early is judged on outputs read at that point.
-- CPU: the parent's monotonic clock: the fix of the inputs -> tg -> the request -> the worker's ``Closed`` (its
+- CPU: the parent's monotonic clock: the inputs copied into the worker's buffer, the fix -> tg -> the request -> the worker's ``Closed`` (its
   outputs already in the output buffer) -> t1 and the copy of the outputs; one check, t1 - tg against the window.
 
 Before the submission is imported the parent runs empty windows through the same protocol (``calibrate``): their
@@ -156,13 +157,17 @@ class Bracket:
     def flags_ref(self) -> BufferRef:
         return self.flags.ref() if self.cuda else NO_BUFFER
 
-    def open(self, fix=None, snapshot=None) -> int:
-        """Open the bracket for the next request and return its ``seq``. ``fix()`` writes the true input bytes
+    def open(self, fix=None, snapshot=None, publish=None) -> int:
+        """Open the bracket for the next request and return its ``seq``. ``publish()`` puts the sample's inputs
+        into the worker's buffer (CUDA: queued once the worker says ``ready``, before the L2 clear, so the worker
+        cannot read them before and the copy leaves nothing of them in L2), ``fix()`` writes the true input bytes
         (queued on the parent's stream on CUDA), ``snapshot()`` copies the output buffer into the parent's memory
         (CUDA: queued after ``end_copy``; CPU: run by ``closed``)."""
         self.seq += 1
         self._snapshot, self._ended_by_parent = snapshot, False
         if not self.cuda:
+            if publish is not None:
+                publish()
             if fix is not None:
                 fix()
             self._t = {"tg": time.monotonic_ns()}
@@ -173,6 +178,8 @@ class Bracket:
         with torch.cuda.stream(s):
             B.stream_wait_flag(h, ptr, B.READY, self.seq)
             ev["t0"].record(s)
+            if publish is not None:
+                publish()
             self.clear.zero()
             if fix is not None:
                 fix()

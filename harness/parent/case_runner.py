@@ -97,20 +97,20 @@ class CaseRunner:
         return self._samples[key]
 
     def _ready(self, case: Case, seeds: list[int], official_order: bool) -> ArenaSample:
-        """The sample for ``seeds``, prepared: the one prepared ahead for exactly these, or one prepared now."""
+        """The sample for ``seeds``, prepared but not yet in the worker's buffer (Session.run publishes it): the one
+        prepared ahead for exactly these, or one prepared now."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None and ahead[0] == (case, tuple(seeds), official_order):
-            ahead[1].publish()  # only now: the worker reads nothing of a sample before the request that times it
             return ahead[1]
         sample = self._sample(case, len(seeds), 0)
         self.session.buffers_for(sample.layout)
-        sample.prepare(seeds, official_order)
+        sample.prepare(seeds, official_order, publish=False)
         return sample
 
     def _prepare_ahead(self, case: Case, seeds: list[int], slot: int) -> None:
         """Prepare the sample for ``seeds`` in host slot ``slot`` while the worker finishes the current request:
         drawn, its reference computed and its plain scales in that slot, its operands kept in the parent's memory
-        until ``_ready`` publishes them with the request. Skipped when the buffers would have to grow: the worker
+        until Session.run publishes them. Skipped when the buffers would have to grow: the worker
         maps them again only between requests."""
         sample = self._sample(case, len(seeds), slot)
         if self.session.shared.fits(sample.layout):

@@ -102,16 +102,19 @@ class PlainSample(ArenaSample):
                 view.copy_(o)
         if publish:
             self.publish()
+        elif self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
-    def publish(self) -> None:
-        """Copy the prepared inputs (device and host) into the worker's buffers, plant the canaries, wait."""
+    def publish(self, sync: bool = True) -> None:
+        """Copy the prepared inputs (device and host) into the worker's buffers and plant the canaries, on the
+        current stream; with ``sync``, wait for the device (ArenaSample.publish)."""
         plan = self.plan
         self.shared.buffers["device"].tensor[:plan.device_bytes].copy_(self._private)
         if plan.host_stride:
             host = self.shared.buffers["host"].tensor
             host[self.host_offset:self.host_offset + plan.host_slot_bytes].copy_(self._private_host)
         self._plant()
-        if self.device.type == "cuda":
+        if sync and self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
     def _canary_regions(self) -> tuple[torch.Tensor, torch.Tensor]:

@@ -175,8 +175,8 @@ class ArenaSample:
         and wait for the device. ``seeds`` has one seed per call: with ``official_order`` (or full-range data) each
         input is drawn from its own seed by the plug's ``generate``; otherwise the first seeds one generator for the
         whole sample (the kit's ``draw_official``). Without ``publish`` the operands stay in the parent's own
-        memory until ``publish()``: a sample prepared ahead must not be readable by the worker before the request
-        that times it (it could compute the outputs before its window opens)."""
+        memory until ``publish()``: the worker must not read a sample before the bracket that times it is open
+        (it could compute the outputs before its window, then patch what the canaries changed)."""
         kit = self.kit
         private = self._private_views()
         if official_order or self.data != "official":
@@ -202,12 +202,15 @@ class ArenaSample:
         torch._foreach_copy_(dst, src)
         if publish:
             self.publish()
+        elif self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # drawn and referenced: publish() may be queued on another stream
 
-    def publish(self) -> None:
-        """Copy the prepared inputs into the worker's device buffer, plant the canaries, and wait for the device."""
+    def publish(self, sync: bool = True) -> None:
+        """Copy the prepared inputs into the worker's device buffer and plant the canaries, on the current stream;
+        with ``sync``, wait for the device (without: queued inside the parent's bracket, Bracket.open)."""
         self.shared.buffers["device"].tensor[:self.layout.device_bytes].copy_(self._private)
         self._plant()
-        if self.device.type == "cuda":
+        if sync and self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
     def _canary_regions(self) -> tuple[torch.Tensor, torch.Tensor]:

@@ -155,7 +155,8 @@ class Session:
         return self.shared
 
     def run(self, req: P.Run, sample: ArenaSample, on_closed=None) -> tuple[P.RunReply, Measured | None, str | None]:
-        """One run request on ``sample``'s inputs, already in the buffers but for its canaries. A timed request
+        """One run request on ``sample``'s inputs, prepared but not yet in the worker's buffers (published here: a
+        timed request's inside the bracket, after the worker says it is ready, before the L2 clear). A timed request
         (kind ``time``) runs inside the parent's bracket (harness.parent.bracket): the canaries are fixed and the
         outputs copied into the parent's snapshot there; other kinds get the canaries fixed first and the outputs
         copied after the reply. The first request after a (re)start gets the first-call time limit (compiles
@@ -175,9 +176,12 @@ class Session:
                 outside = watch.verdict(watch.foreign(self._since, now, self.trusted))
             if req.watch and outside is None and self._idle is not None:
                 outside = watch.idle_verdict(self._idle[0], now, self.trusted, time.monotonic_ns() - self._idle[1])
-            req = replace(req, seq=self.bracket.open(sample.fix, sample.take_snapshot))
+            # the sample reaches the worker's buffer inside the bracket (CUDA: once the worker says ready)
+            req = replace(req, seq=self.bracket.open(sample.fix, sample.take_snapshot,
+                                                     publish=lambda: sample.publish(sync=False)))
         else:
             before = watch.snapshot(pid)
+            sample.publish()
             sample.fix()
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)

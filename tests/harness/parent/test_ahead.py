@@ -69,21 +69,14 @@ def test_a_sample_prepared_ahead_serves_only_its_own_seeds(monkeypatch):
                         Observer(), torch.device("cpu"))
     prepared = []
     monkeypatch.setattr(runner.session, "buffers_for", lambda layout: runner.session.shared)
-    monkeypatch.setattr(ArenaSample, "prepare", lambda self, seeds, official: prepared.append(tuple(seeds)))
-    class Prepared:  # a sample prepared ahead: published only when taken
-        published = 0
-
-        def publish(self):
-            self.published += 1
-
-    sentinel = Prepared()
+    monkeypatch.setattr(ArenaSample, "prepare", lambda self, seeds, official, publish=True: prepared.append(tuple(seeds)))
+    sentinel = object()
     for key, seeds, official in [((CASE, (1, 2), False), [1, 2], True), ((CASE, (1, 2), False), [1, 3], False),
                                  ((replace(CASE, seed=8), (1, 2), False), [1, 2], False)]:
         runner._ahead = (key, sentinel)
         assert runner._ready(CASE, seeds, official) is not sentinel and runner._ahead is None
-    assert sentinel.published == 0
     runner._ahead = ((CASE, (1, 2), False), sentinel)
-    assert runner._ready(CASE, [1, 2], False) is sentinel and sentinel.published == 1
+    assert runner._ready(CASE, [1, 2], False) is sentinel
     assert prepared == [(1, 2), (1, 3), (1, 2)]
 
 
