@@ -10,6 +10,8 @@ message holds at most harness.results.record.MESSAGE_CHARS characters (``CaseFai
 """
 from __future__ import annotations
 
+import math
+
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -262,6 +264,9 @@ def bracket(br: Bracket, case, run: P.RunReply, measured: Measured, sample: Aren
     """Judge a timed sample against the parent's bracket: outputs written after its end, then the worker's
     claimed window against the bracket (harness.parent.bracket). Returns the sample's time to keep (ns, all its
     calls: Bracket.charged_ns). Raises CaseFailed(FAIL)."""
+    if not (math.isfinite(run.elapsed_ns) and run.elapsed_ns > 0):  # a forged claim: nothing runs in no time
+        raise CaseFailed(Status.FAIL, f"the worker reported a window of {run.elapsed_ns:g} ns: a timed sample takes "
+                                      f"a positive, finite time")
     if sample.changed():
         raise CaseFailed(Status.FAIL, "outputs changed after the timed window closed (work on another stream, or "
                                       "finished after the end the worker signalled); the call must be complete "

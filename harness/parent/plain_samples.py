@@ -13,6 +13,7 @@ import torch
 
 from harness import protocol as P
 from harness.parent.samples import CANARIES, SNAPSHOT_CHUNK, SharedSet, ArenaSample, _secret_generator
+from harness.parent.seeds import draw_seed
 from harness.plan import ALIGN, Plan, TensorPlace, output_views, up
 
 #: The dtype of the operands canaries are planted in.
@@ -85,10 +86,11 @@ class PlainSample(ArenaSample):
     def prepare(self, seeds: list[int], official_order: bool = True, publish: bool = True) -> None:
         """Draw one input per seed (the plug's ``generate``), compute the expected outputs (its ``reference``),
         copy the inputs to the worker's buffers with canaries (``publish``, as ArenaSample.prepare) and wait for
-        the device. Every input comes from its own seed, so ``official_order`` changes nothing here."""
+        the device. Every input comes from its own seed: the seed itself with ``official_order`` (the correctness
+        call, bit-identical to the official draw), else ``seeds.draw_seed`` of it (warm-up and timed samples)."""
         plan = self.plan
         for j, seed in enumerate(seeds):
-            data = self.plug.generate(self.case, seed, self.data, self.device)
+            data = self.plug.generate(self.case, seed if official_order else draw_seed(seed), self.data, self.device)
             leaves = []
             _leaves(data, leaves)
             for place, t in zip(plan.tensors, leaves):

@@ -30,6 +30,7 @@ import torch
 from harness import plugs
 from harness import protocol as P
 from harness.buffers import MappedBuffer, SharedBuffer
+from harness.parent.seeds import draw_seed
 from harness.problem import DEFAULT_PROBLEM
 
 
@@ -147,6 +148,11 @@ class ArenaSample:
         self.layout = self.kit.layout.of(case, calls)
         self.host_offset = slot * self.layout.host_slot_bytes
         self._private = torch.empty(self.layout.device_bytes, dtype=torch.uint8, device=device)
+        # On the CPU the plain scales are drawn by the CPU generator (MT19937), whose output gives its state away:
+        # they wait in the parent's memory too, until publish. On CUDA (Philox, keyed seeds) they go straight into
+        # the host slot, which spares a host copy of up to hundreds of MB a sample.
+        self._private_host = (torch.empty(self.layout.host_slot_bytes, dtype=torch.uint8)
+                              if device.type == "cpu" else None)
         self._expected = torch.empty(self.layout.output_bytes, dtype=torch.uint8, device=device)
         self._side = torch.cuda.Stream(device) if device.type == "cuda" else None
         self._views: tuple[int, object, list] | None = None  # (buffer generation, views, [reference plan])
@@ -180,12 +186,13 @@ class ArenaSample:
         kit = self.kit
         private = self._private_views()
         if official_order or self.data != "official":
-            data = [self.plug.generate(self.case, s, self.data, self.device) for s in seeds]
+            drawn = seeds if official_order else [draw_seed(s) for s in seeds]
+            data = [self.plug.generate(self.case, s, self.data, self.device) for s in drawn]
             for j, x in enumerate(data):
                 kit.write_input(private, j, x)
             expected = kit.ref_kernel_many(data)
         else:
-            gen = torch.Generator(device=self.device).manual_seed(seeds[0])
+            gen = torch.Generator(device=self.device).manual_seed(draw_seed(seeds[0]))
             # c, the output buffer, is drawn once: nothing reads its initial values into a result
             self._plain = plain = kit.draw_official(private, gen, self._plain, fill_c=not self._c_drawn)
             self._c_drawn = True
@@ -209,6 +216,9 @@ class ArenaSample:
         """Copy the prepared inputs into the worker's device buffer and plant the canaries, on the current stream;
         with ``sync``, wait for the device (without: queued inside the parent's bracket, Bracket.open)."""
         self.shared.buffers["device"].tensor[:self.layout.device_bytes].copy_(self._private)
+        if self._private_host is not None:
+            slot = self.shared.buffers["host"].tensor[self.host_offset:self.host_offset + self.layout.host_slot_bytes]
+            slot.copy_(self._private_host)
         self._plant()
         if sync and self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -274,6 +284,9 @@ class ArenaSample:
             self.kit.copy_plain(private, plain)
 
     def _host(self) -> torch.Tensor:
+        """Where the sample's host bytes are drawn: the parent's own staging (CPU), else the host slot."""
+        if self._private_host is not None:
+            return self._private_host
         return self.shared.buffers["host"].tensor[self.host_offset:]
 
     def got(self) -> torch.Tensor:

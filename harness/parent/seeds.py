@@ -1,13 +1,15 @@
 """Seeds: the official secret-seed combination and the seed of every input a run generates.
 
 Within one case every input gets its own seed, so no two calls ever see the same contents: the correctness
-call uses the case seed s; timed sample i, call j uses s + 42 * (1 + i * calls + j) (sample 0 is the official
-sequence, seed + 42 each); warm-up inputs sit between those (+21), so warm-up contents never come back timed.
-A timed run given no secret draws one (``secret_for``): the spec seeds are public, so without it a submission could
-draw every sample itself before it is sent.
+call uses the case seed s, as the official draw does; timed sample i, call j has seed s + 42 * (1 + i * calls + j),
+warm-up inputs sit between those (+21), so warm-up contents never come back timed; and those seeds are drawn from
+only through ``draw_seed``, keyed with a secret of the parent's. A timed run given no secret seed draws one
+(``secret_for``): the spec seeds are public, so without it a submission could draw every sample itself before it is
+sent; and with the keyed draws, recovering one sample's generator state from its bytes predicts no other sample.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import secrets
@@ -51,6 +53,21 @@ def secret_for(secret: int | None, mode: str, case_seeds: list[int]) -> int | No
     """The secret seed a run of ``mode`` uses: ``secret`` when given; else, in a timed mode, a ``fresh_secret``;
     else None (test and profile modes draw the official cases' own inputs)."""
     return secret if secret is not None or mode not in TIMED_MODES else fresh_secret(case_seeds)
+
+
+#: The parent's key for the draws of warm-up and timed samples, from the OS's randomness, per process: never in a
+#: record, an environment or anything the worker reads.
+_DRAW_KEY = secrets.token_bytes(32)
+
+
+def draw_seed(seed: int) -> int:
+    """The seed a warm-up or timed sample's input is actually drawn from: ``seed`` (``sample_seeds``'s, public
+    arithmetic on the case seed) hashed with the parent's key (blake2b, 63 bits). Seeds of one case then share
+    no arithmetic: a worker that recovers one sample's generator state from its bytes (a CPU generator's output
+    gives it away) learns nothing of the next sample's, nor of the case seed. The correctness call keeps the
+    official seed, bit for bit."""
+    digest = hashlib.blake2b(seed.to_bytes(16, "little", signed=True), key=_DRAW_KEY, digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
 
 
 def case_seed(seed: int, secret: int | None) -> int:
