@@ -15,7 +15,7 @@ import torch
 
 from harness import plugs
 from harness import protocol as P
-from harness.hardware import peaks_for, sol_ns_of
+from harness.hardware import peaks_for
 from harness.parent import judge
 from harness.parent import seeds as seedlib
 from harness.parent.environment import device_facts
@@ -108,10 +108,10 @@ class CaseRunner:
         return sample
 
     def _prepare_ahead(self, case: Case, seeds: list[int], slot: int) -> None:
-        """Prepare the sample for ``seeds`` in host slot ``slot`` while the worker finishes the current request:
-        drawn, its reference computed and its plain scales in that slot, its operands kept in the parent's memory
-        until Session.run publishes them. Skipped when the buffers would have to grow: the worker
-        maps them again only between requests."""
+        """Prepare the sample for ``seeds`` for host slot ``slot`` while the worker finishes the current request:
+        drawn and its reference computed, its inputs kept in the parent's memory (on CUDA its plain scales go into
+        that slot) until Session.run publishes them. Skipped when the buffers would have to grow: the worker maps
+        them again only between requests."""
         sample = self._sample(case, len(seeds), slot)
         if self.session.shared.fits(sample.layout):
             sample.prepare(seeds, False, publish=False)
@@ -189,8 +189,7 @@ class CaseRunner:
         ns = reply.kernel_ns
         if ns is None:
             return None
-        low = sol_ns_of(self.plug.flops(case), self.plug.bytes_moved(case), self.peaks, floor=True) \
-            if self.peaks else 0.0
+        low = judge.floor_ns(case, self.peaks, self.plug) or 0.0
         if not (math.isfinite(ns) and low <= ns <= KERNEL_TIME_MAX * mean_ns):
             note = (f"a kernel time the worker reported ({ns:.0f} ns per call) lies outside this GPU's floor "
                     f"({low:.0f} ns) to {KERNEL_TIME_MAX:g} x the measured mean: not kept")

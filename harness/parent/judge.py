@@ -285,10 +285,15 @@ def bracket_verdict(br: Bracket, case) -> None:
         raise CaseFailed(Status.FAIL, sentence)
 
 
+def floor_ns(case, peaks: GpuPeaks | None, plug) -> float | None:
+    """This GPU's physical floor for ``case`` (ns per call): ``plug``'s FLOPs and bytes at the fastest MMA and HBM
+    bandwidth of ``peaks``; None without peaks (e.g. a CPU)."""
+    return sol_ns_of(plug.flops(case), plug.bytes_moved(case), peaks, floor=True) if peaks else None
+
+
 def floor(case, per_call_ns: float, peaks: GpuPeaks | None, plug) -> None:
-    """Raises CaseFailed(FAIL) when ``per_call_ns`` is below this GPU's physical floor (``plug``'s FLOPs and bytes
-    of ``case`` at the peaks; ``peaks`` None: no floor, e.g. a CPU)."""
-    low = sol_ns_of(plug.flops(case), plug.bytes_moved(case), peaks, floor=True) if peaks else None
+    """Raises CaseFailed(FAIL) when ``per_call_ns`` is below this GPU's physical floor (``floor_ns``)."""
+    low = floor_ns(case, peaks, plug)
     if low is not None and per_call_ns < low:
         raise CaseFailed(Status.FAIL, f"impossible time: {per_call_ns:.0f} ns per call is below this GPU's "
                                       f"physical floor of {low:.0f} ns ({peaks.model}: FLOPs at "
