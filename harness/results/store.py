@@ -122,19 +122,19 @@ class ResultStore:
         self.close()
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
+    def _tx(self, what: str = "write to the results store") -> Iterator[sqlite3.Connection]:
         """One write transaction. SQLite's own failures (a read-only file or folder, a full disk, a lock held
-        longer than BUSY_TIMEOUT_S) come out as StoreError naming the file."""
+        longer than BUSY_TIMEOUT_S) come out as StoreError naming the file: ``cannot <what> (<SQLite's words>)``."""
         try:
             self._conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
-            raise StoreError(f"{self.path}: cannot write to the results store ({exc})") from None
+            raise StoreError(f"{self.path}: cannot {what} ({exc})") from None
         try:
             yield self._conn
             self._conn.execute("COMMIT")
         except sqlite3.OperationalError as exc:
             self._rollback()
-            raise StoreError(f"{self.path}: cannot write to the results store ({exc})") from None
+            raise StoreError(f"{self.path}: cannot {what} ({exc})") from None
         except BaseException:
             self._rollback()
             raise
@@ -169,18 +169,13 @@ class ResultStore:
         if version > current:
             raise StoreError(f"{self.path}: written by a newer fp4bench (schema v{version}); this one reads up to "
                              f"v{current}. Update fp4bench or use another --db.")
+        what = "write to the results store" if version == 0 else \
+            f"upgrade this results store from schema v{version} to v{current}, which even a read needs"
         for step in range(version, current):
-            try:
-                with self._tx() as conn:
-                    schema.MIGRATIONS[step](conn)
-                    conn.execute(f"PRAGMA application_id = {schema.APPLICATION_ID}")
-                    conn.execute(f"PRAGMA user_version = {step + 1}")
-            except StoreError as exc:
-                if version == 0:  # a new file: the plain write error says it
-                    raise
-                reason = str(exc).rpartition(" (")[2].rstrip(")")
-                raise StoreError(f"{self.path}: a results store of schema v{version}; this fp4bench reads v{current} "
-                                 f"and upgrades the file in place first, which needs write access ({reason})") from None
+            with self._tx(what) as conn:
+                schema.MIGRATIONS[step](conn)
+                conn.execute(f"PRAGMA application_id = {schema.APPLICATION_ID}")
+                conn.execute(f"PRAGMA user_version = {step + 1}")
 
     @property
     def version(self) -> int:

@@ -280,8 +280,8 @@ def test_an_older_store_that_cannot_be_written_says_it_needs_an_upgrade(db, monk
         holder.execute("ROLLBACK")
         holder.close()
     old, new = schema_version() - 1, schema_version()
-    assert str(info.value) == (f"{db}: a results store of schema v{old}; this fp4bench reads v{new} and upgrades "
-                               f"the file in place first, which needs write access (database is locked)")
+    assert str(info.value) == (f"{db}: cannot upgrade this results store from schema v{old} to v{new}, which even a "
+                               f"read needs (database is locked)")
 
 
 def test_queries_filter_and_order(db):
