@@ -115,7 +115,7 @@ def foreign(before: Snapshot, after: Snapshot, trusted: frozenset) -> list[Findi
 
 #: What the worker's own tasks (main thread, CUDA's, the OpenMP pool) may use while it waits for the parent's next
 #: request, where an honest worker sits in recv(): a fixed allowance (its last lines after a reply; an OpenMP
-#: pool's spin-wait, though the worker runs with OMP_WAIT_POLICY=PASSIVE) plus a share of the wait's wall time.
+#: pool's spin-wait, which the worker's GOMP_SPINCOUNT keeps short) plus a share of the wait's wall time.
 IDLE_ALLOWANCE_NS = 10_000_000
 IDLE_SHARE = 0.25
 
