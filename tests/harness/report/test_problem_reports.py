@@ -53,11 +53,17 @@ def test_a_report_labels_the_cases_with_the_plug():
     assert f"| M=128 N=7168 K=16384 L=1 | {flops / 1e9:.2f} |" in md   # the speed-of-light table, by the plug
 
 
-def test_leaderboard_problem_filter(tmp_path):
+def stored(tmp_path, *runs: RunRecord):
+    """A results store under ``tmp_path`` holding ``runs``; its path."""
     db = tmp_path / "r.sqlite"
     with ResultStore(db) as store:
-        for run in (make_run("g1", "grouped"), gemm_run("m1", "triton")):
+        for run in runs:
             store.save(run)
+    return db
+
+
+def test_leaderboard_problem_filter(tmp_path):
+    db = stored(tmp_path, make_run("g1", "grouped"), gemm_run("m1", "triton"))
     wide = {"COLUMNS": "200"}
     only = CliRunner().invoke(main, ["leaderboard", "--db", str(db), "--problem", "nvfp4_gemm"], env=wide)
     assert only.exit_code == 0 and "nvfp4_gemm benchmarks on H200" in only.output and "grouped" not in only.output
@@ -85,10 +91,7 @@ def test_a_report_of_two_problems_names_each_and_compares_only_within_one():
 
 
 def test_history_takes_a_problem_by_option_or_as_list_names_the_variant(tmp_path):
-    db = tmp_path / "r.sqlite"
-    with ResultStore(db) as store:
-        for run in (make_run("g1", "torch_reference"), gemm_run("m1", "torch_reference")):
-            store.save(run)
+    db = stored(tmp_path, make_run("g1", "torch_reference"), gemm_run("m1", "torch_reference"))
     wide = {"COLUMNS": "200"}
     both = CliRunner().invoke(main, ["history", "torch_reference", "--db", str(db)], env=wide)
     assert both.exit_code == 0 and "g1" in both.output and "m1" in both.output and "problem" in both.output
